@@ -1,0 +1,15 @@
+# dlock_embed_lua(OUT_CPP file.lua...): turns each Lua script into
+# `dlock::redis::detail::lua::<stem>` (its text) and `<stem>_sha1` (for EVALSHA), so scripts stay readable .lua files in the tree.
+function(dlock_embed_lua out_cpp)
+  set(body "// Generated from src/redis/lua/*.lua by cmake/embed_lua.cmake. Do not edit.\n#include <string_view>\nnamespace dlock::redis::detail::lua {\n")
+  foreach(lua_file IN LISTS ARGN)
+    get_filename_component(stem "${lua_file}" NAME_WE)
+    file(READ "${lua_file}" text)
+    string(SHA1 sha "${text}")
+    string(APPEND body "extern const std::string_view ${stem};\nconst std::string_view ${stem} = R\"dlock_lua(${text})dlock_lua\";\n")
+    string(APPEND body "extern const std::string_view ${stem}_sha1;\nconst std::string_view ${stem}_sha1 = \"${sha}\";\n")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${lua_file}")
+  endforeach()
+  string(APPEND body "}  // namespace dlock::redis::detail::lua\n")
+  file(CONFIGURE OUTPUT "${out_cpp}" CONTENT "${body}" @ONLY)
+endfunction()

@@ -1,0 +1,10 @@
+// dlock: distributed locks for C++20. Include this for the whole backend-neutral API; include
+// a backend's client header (e.g. <dlock/redis/client.hpp>) to connect to a lock service.
+#pragma once
+
+#include <dlock/backend.hpp>
+#include <dlock/error.hpp>
+#include <dlock/event.hpp>
+#include <dlock/lease.hpp>
+#include <dlock/mutex.hpp>
+#include <dlock/options.hpp>

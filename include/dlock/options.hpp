@@ -1,0 +1,54 @@
+// Options shared by every backend: `lock_options` (per lock: lease, wait, renewal, retries) and
+// the `dlock::forever` duration. Aggregates with a default on every field, set with designated
+// initializers; fields are only ever appended. Values are validated by the call that takes them
+// (errc::invalid_argument naming the field). Plain values: copy them freely between threads.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <system_error>
+
+namespace dlock {
+
+using namespace std::chrono_literals;
+
+/// "No bound". Never use 0 for that: 0 means "do not wait at all".
+inline constexpr std::chrono::milliseconds forever = std::chrono::milliseconds::max();
+
+/// The longest lease accepted. Longer leases turn a crashed holder into a day-long outage; use
+/// renewal instead.
+inline constexpr std::chrono::milliseconds max_lease = std::chrono::hours(24);
+
+struct lock_options {
+    /// Server-side lifetime of a grant. A holder that stops renewing loses the lock this long after
+    /// its last successful renewal. Must be in (0, max_lease].
+    std::chrono::milliseconds lease = 30s;
+
+    /// How long acquire() may block while someone else holds the lock. 0 = one attempt;
+    /// `forever` = until granted or the backend fails. Negative counts as 0. dlock::mutex ignores
+    /// it: lock(), try_lock() and try_lock_for/until carry their own bound.
+    std::chrono::milliseconds wait = forever;
+
+    /// Keep the lease alive from the client's watchdog while the grant is held (Redisson's
+    /// watchdog). false = a fixed lease that simply expires.
+    bool renew = true;
+
+    /// Renewal period; unset = lease / 3. Must be in (0, lease).
+    std::optional<std::chrono::milliseconds> renew_every;
+
+    /// Cap on the total holding time: renewal stops so that the lease ends this long after the
+    /// grant, however long the holder keeps it. `forever` = no cap.
+    std::chrono::milliseconds max_hold = forever;
+
+    /// Attempts limit while contended (the seed articles' "retry count"); unset = no limit.
+    /// Reaching it is errc::attempts_exhausted. Must be >= 1.
+    std::optional<unsigned> max_attempts;
+
+    /// Called once, from the client's background thread, when the grant is lost (renewal failed
+    /// until the lease deadline, the key is gone or holds another token). Runs with no dlock lock
+    /// held; an exception escaping it goes to the client's error handler.
+    std::function<void(std::error_code why)> on_lost;
+};
+
+}  // namespace dlock

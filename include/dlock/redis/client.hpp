@@ -1,0 +1,91 @@
+// `dlock::redis::client`: the single-instance Redis lock service (SET NX PX + Lua release, the
+// redis.io "distlock" pattern) and a small command interface to the same server. It implements
+// dlock::backend, so dlock::mutex and the rest of the lock family run on it.
+//
+// What one client owns: a pool of command connections (one per concurrently running call, reused),
+// one subscriber connection shared by every waiting lock (release notifications), and ONE
+// background thread that renews every held lease in pipelined batches and watches for loss.
+//
+// Sharing: thread-safe. Create one per process and share it by reference; every member may be
+// called from any thread at once. It must outlive the mutexes that use it; leases keep what they
+// need alive, but once the client is destroyed they are no longer renewed.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <dlock/backend.hpp>
+#include <dlock/event.hpp>
+#include <dlock/options.hpp>
+#include <dlock/redis/reply.hpp>
+
+namespace dlock::redis {
+
+/// The longest lock name accepted, in bytes (Redis keys may be larger, but a lock name that long
+/// is a bug in the caller).
+inline constexpr std::size_t max_name_length = 1024;
+
+struct client_options {
+    /// `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`.
+    /// Percent-escapes are decoded in user and password. `rediss://` is rejected with
+    /// errc::unsupported: this build has no TLS transport.
+    std::string url = "redis://127.0.0.1:6379";
+    /// Bound on establishing a connection (TCP connect plus AUTH and SELECT).
+    std::chrono::milliseconds connect_timeout = 1s;
+    /// Bound on one command's round trip. Keep it well below your leases.
+    std::chrono::milliseconds command_timeout = 1s;
+    /// Every key is `<key_prefix>:{<name>}...`: the hash tag keeps one lock's keys in one Redis
+    /// Cluster slot. Must not be empty or contain '{' or '}'.
+    std::string key_prefix = "dlock";
+    /// Lock events (acquired, renewed, released, lost, ...). Silent when unset.
+    dlock::observer observer;
+    /// Failures with no caller to throw to: a failed unlock() or destructor release, a renewal
+    /// error, an exception escaping a callback. Unset: one line on stderr.
+    std::function<void(std::error_code, std::string_view what)> error_handler;
+};
+
+class client final : public dlock::backend {
+public:
+    /// Validates the options and parses the URL (errc::invalid_argument / errc::unsupported);
+    /// connects lazily, on first use.
+    explicit client(client_options options);
+    client(client&&) noexcept;
+    client& operator=(client&&) noexcept;
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+    /// Stops the background thread and closes every connection. Leases still alive stop being
+    /// renewed; their release still works.
+    ~client();
+
+    /// See dlock::backend::acquire_until. One round trip when the lock is free: a script does
+    /// SET NX PX and increments the lock's fence counter atomically.
+    [[nodiscard]] lease acquire_until(std::string_view name, const lock_options& options,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      std::error_code& ec) noexcept override;
+    using dlock::backend::acquire;
+
+    /// Runs one Redis command on a pooled connection (e.g. {"INCRBY", "stock", "-1"}), bounded by
+    /// command_timeout. An error reply is returned as reply::kind::error, not thrown; transport
+    /// failures throw dlock::error.
+    reply command(const std::vector<std::string>& args);
+    reply command(const std::vector<std::string>& args, std::error_code& ec) noexcept;
+
+    /// Round trip to the server (PING); throws on failure. Useful as a readiness check.
+    void ping();
+
+    /// The server-side key names used for lock `name` (for inspection tools and tests).
+    std::string lock_key(std::string_view name) const;
+    std::string fence_key(std::string_view name) const;
+    std::string release_channel(std::string_view name) const;
+
+private:
+    class impl;
+    std::shared_ptr<impl> impl_;
+};
+
+}  // namespace dlock::redis

@@ -1,0 +1,71 @@
+#include "core/lease_core.hpp"
+
+#include <exception>
+#include <utility>
+
+namespace dlock::detail {
+
+lease_core::lease_core(std::shared_ptr<lease_owner> owner, std::string name, std::string token,
+                       std::uint64_t fencing_token, const lock_options& options,
+                       steady::time_point granted, steady::time_point valid_until)
+    : owner_(std::move(owner)),
+      name_(std::move(name)),
+      token_(std::move(token)),
+      fencing_token_(fencing_token),
+      plan_(make_renewal_plan(options)),
+      granted_(granted),
+      on_lost_(options.on_lost),
+      valid_until_(valid_until.time_since_epoch().count()) {}
+
+steady::time_point lease_core::valid_until() const noexcept {
+    return steady::time_point(steady::duration(valid_until_.load()));
+}
+
+lock_state lease_core::state(steady::time_point now) const noexcept {
+    const auto s = state_.load();
+    if (s == lock_state::lost || now >= valid_until()) return lock_state::lost;
+    return s;
+}
+
+void lease_core::renewed(steady::time_point new_valid_until) noexcept {
+    if (state_.load() == lock_state::lost) return;
+    // Never move validity backwards: a late reply to an older renewal must not shorten it.
+    auto current = valid_until_.load();
+    const auto wanted = new_valid_until.time_since_epoch().count();
+    while (current < wanted && !valid_until_.compare_exchange_weak(current, wanted)) {
+    }
+    auto expected = lock_state::uncertain;
+    state_.compare_exchange_strong(expected, lock_state::held);
+}
+
+void lease_core::renewal_failed() noexcept {
+    auto expected = lock_state::held;
+    state_.compare_exchange_strong(expected, lock_state::uncertain);
+}
+
+bool lease_core::lose(std::error_code why) noexcept {
+    if (state_.exchange(lock_state::lost) == lock_state::lost) return false;
+    lost_.request_stop();
+    owner_->notify({event_kind::lost, name_, fencing_token_, why, steady::now()});
+    if (on_lost_ && !released_.load()) {
+        try {
+            on_lost_(why);
+        } catch (const std::exception& e) {
+            owner_->report_error(make_error_code(errc::lock_lost),
+                                 std::string("on_lost callback of \"") + name_ + "\" threw: " + e.what());
+        } catch (...) {
+            owner_->report_error(make_error_code(errc::lock_lost),
+                                 "on_lost callback of \"" + name_ + "\" threw a non-standard exception");
+        }
+    }
+    return true;
+}
+
+bool lease_core::mark_released() noexcept {
+    if (released_.exchange(true)) return false;
+    state_.store(lock_state::lost);
+    lost_.request_stop();
+    return true;
+}
+
+}  // namespace dlock::detail

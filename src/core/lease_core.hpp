@@ -1,0 +1,87 @@
+// The shared state of one grant: what dlock::lease points to and what a backend's watchdog
+// renews. Backend-neutral and free of I/O; the backend plugs in through `lease_owner`.
+//
+// State machine (docs/redis-lock.md):
+//   held --renew failed--> uncertain --renewed--> held
+//   held/uncertain --expired | key gone | other token | released--> lost   (final; fires lost_token)
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <system_error>
+
+#include <dlock/error.hpp>
+#include <dlock/event.hpp>
+#include <dlock/lease.hpp>
+#include <dlock/options.hpp>
+
+#include "core/renewal.hpp"
+
+namespace dlock::detail {
+
+class lease_core;
+
+/// What a backend implements for the leases it grants.
+class lease_owner {
+public:
+    virtual ~lease_owner() = default;
+    /// Stops renewing and deletes the lock on the server only if it still holds `lease`'s token.
+    /// errc::lock_lost if it did not (nothing else is touched); a backend errc if it could not tell.
+    virtual void release(lease_core& lease, std::error_code& ec) noexcept = 0;
+    /// Reports a failure nobody can be thrown to (destructor release, callbacks).
+    virtual void report_error(std::error_code ec, std::string_view what) noexcept = 0;
+    /// Sends an event to the observer, if any.
+    virtual void notify(const lock_event& event) noexcept = 0;
+};
+
+class lease_core {
+public:
+    lease_core(std::shared_ptr<lease_owner> owner, std::string name, std::string token,
+               std::uint64_t fencing_token, const lock_options& options, steady::time_point granted,
+               steady::time_point valid_until);
+
+    const std::string& name() const noexcept { return name_; }
+    const std::string& token() const noexcept { return token_; }
+    std::uint64_t fencing_token() const noexcept { return fencing_token_; }
+    const renewal_plan& plan() const noexcept { return plan_; }
+    steady::time_point granted_at() const noexcept { return granted_; }
+    lease_owner& owner() const noexcept { return *owner_; }
+
+    steady::time_point valid_until() const noexcept;
+    /// The state at `now`: lost once valid_until() has passed, even before the watchdog noticed.
+    lock_state state(steady::time_point now) const noexcept;
+    std::stop_token lost_token() const noexcept { return lost_.get_token(); }
+
+    /// A renewal sent before `new_valid_until` was confirmed by the server.
+    void renewed(steady::time_point new_valid_until) noexcept;
+    /// A renewal could not be confirmed (server unreachable); valid_until() is unchanged.
+    void renewal_failed() noexcept;
+    /// Moves to lost (once), fires lost_token and runs on_lost with `why`. true on the transition.
+    bool lose(std::error_code why) noexcept;
+    /// Marks a deliberate release: lost_token fires, on_lost does not run. true the first time.
+    bool mark_released() noexcept;
+    bool released() const noexcept { return released_.load(); }
+
+private:
+    std::shared_ptr<lease_owner> owner_;
+    const std::string name_;
+    const std::string token_;
+    const std::uint64_t fencing_token_;
+    const renewal_plan plan_;
+    const steady::time_point granted_;
+    std::function<void(std::error_code)> on_lost_;
+    std::atomic<steady::rep> valid_until_;
+    std::atomic<lock_state> state_{lock_state::held};
+    std::atomic<bool> released_{false};
+    std::stop_source lost_;
+};
+
+struct lease_access {
+    static lease make(std::shared_ptr<lease_core> core) noexcept { return lease(std::move(core)); }
+    static lease_core* core(const lease& l) noexcept { return l.core_.get(); }
+};
+
+}  // namespace dlock::detail

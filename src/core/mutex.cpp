@@ -1,0 +1,82 @@
+#include <dlock/mutex.hpp>
+
+#include "core/status.hpp"
+#include "core/time.hpp"
+#include "core/validate.hpp"
+
+namespace dlock {
+
+lease backend::acquire(std::string_view name, const lock_options& options) {
+    std::error_code ec;
+    auto grant = acquire(name, options, ec);
+    detail::throw_if(ec);
+    return grant;
+}
+
+lease backend::acquire(std::string_view name, const lock_options& options, std::error_code& ec) noexcept {
+    return acquire_until(name, options, detail::deadline_after(detail::steady::now(), options.wait), ec);
+}
+
+mutex::mutex(backend& backend, std::string name, lock_options options)
+    : backend_(backend), name_(std::move(name)), options_(std::move(options)) {
+    std::error_code ec;
+    detail::validate_lock_options(options_, ec);
+    detail::throw_if(ec);
+}
+
+mutex::~mutex() { unlock(); }
+
+void mutex::lock() {
+    std::error_code ec;
+    auto grant = backend_.acquire_until(name_, options_, detail::steady::time_point::max(), ec);
+    detail::throw_if(ec);
+    adopt(std::move(grant));
+}
+
+bool mutex::try_lock() { return try_lock_until_steady(detail::steady::time_point::min()); }
+
+bool mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
+    std::error_code ec;
+    auto grant = backend_.acquire_until(name_, options_, deadline, ec);
+    if (is_contention(ec)) return false;
+    detail::throw_if(ec);
+    adopt(std::move(grant));
+    return true;
+}
+
+void mutex::adopt(lease&& grant) {
+    std::lock_guard guard(lease_mutex_);
+    lease_ = std::move(grant);
+}
+
+void mutex::unlock() noexcept {
+    lease held;
+    {
+        std::lock_guard guard(lease_mutex_);
+        held = std::move(lease_);
+    }
+    // held's destructor releases outside lease_mutex_; failures go to the client's error handler.
+}
+
+std::uint64_t mutex::fencing_token() const {
+    std::lock_guard guard(lease_mutex_);
+    if (!lease_) throw error(errc::not_owner, "fencing_token() of \"" + name_ + "\", which is not locked");
+    return lease_.fencing_token();
+}
+
+std::chrono::milliseconds mutex::expires_in() const noexcept {
+    std::lock_guard guard(lease_mutex_);
+    return lease_.expires_in();
+}
+
+lock_state mutex::state() const noexcept {
+    std::lock_guard guard(lease_mutex_);
+    return lease_.state();
+}
+
+std::stop_token mutex::lost_token() const noexcept {
+    std::lock_guard guard(lease_mutex_);
+    return lease_.lost_token();
+}
+
+}  // namespace dlock

@@ -1,0 +1,45 @@
+#include "core/validate.hpp"
+
+#include <string>
+
+#include "core/status.hpp"
+
+namespace dlock::detail {
+namespace {
+std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
+}  // namespace
+
+void validate_lock_name(std::string_view name, std::size_t max_length, std::error_code& ec) noexcept {
+    ec.clear();
+    if (name.empty()) return fail(ec, errc::invalid_argument, "lock name is empty");
+    if (name.size() > max_length) {
+        return fail(ec, errc::invalid_argument,
+                    "lock name is " + std::to_string(name.size()) + " bytes; the limit is " +
+                        std::to_string(max_length));
+    }
+}
+
+void validate_lock_options(const lock_options& o, std::error_code& ec) noexcept {
+    ec.clear();
+    if (o.lease <= std::chrono::milliseconds::zero()) {
+        return fail(ec, errc::invalid_argument, "lock_options.lease must be > 0, got " + ms(o.lease));
+    }
+    if (o.lease > max_lease) {
+        return fail(ec, errc::invalid_argument,
+                    "lock_options.lease " + ms(o.lease) + " is over the limit of " + ms(max_lease) +
+                        " (use renewal for long holds)");
+    }
+    if (o.renew_every && (*o.renew_every <= std::chrono::milliseconds::zero() || *o.renew_every >= o.lease)) {
+        return fail(ec, errc::invalid_argument,
+                    "lock_options.renew_every must be in (0, lease=" + ms(o.lease) + "), got " +
+                        ms(*o.renew_every));
+    }
+    if (o.max_hold <= std::chrono::milliseconds::zero()) {
+        return fail(ec, errc::invalid_argument, "lock_options.max_hold must be > 0, got " + ms(o.max_hold));
+    }
+    if (o.max_attempts && *o.max_attempts == 0) {
+        return fail(ec, errc::invalid_argument, "lock_options.max_attempts must be >= 1, got 0");
+    }
+}
+
+}  // namespace dlock::detail

@@ -1,0 +1,198 @@
+#include "redis/subscriber.hpp"
+
+#include <algorithm>
+
+namespace dlock::redis::detail {
+namespace {
+
+constexpr std::chrono::milliseconds min_backoff{50};
+constexpr std::chrono::milliseconds max_backoff{2000};
+
+template <class Pred>
+void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, steady::time_point deadline,
+                Pred pred) {
+    if (deadline == steady::time_point::max()) {
+        cv.wait(lock, pred);
+    } else {
+        cv.wait_until(lock, deadline, pred);
+    }
+}
+
+}  // namespace
+
+subscriber::subscriber(const connection_settings& settings, std::function<void()> wake)
+    : settings_(settings), wake_(std::move(wake)), conn_(settings_) {}
+
+subscriber::registration::registration(subscriber& owner, std::string channel)
+    : owner_(owner), channel_(std::move(channel)) {
+    bool first = false;
+    {
+        std::lock_guard lock(owner_.mutex_);
+        auto& ch = owner_.channels_[channel_];
+        first = ++ch.waiters == 1;
+        if (first) owner_.dirty_ = true;
+    }
+    if (first) owner_.wake_();
+}
+
+subscriber::registration::~registration() {
+    bool last = false;
+    {
+        std::lock_guard lock(owner_.mutex_);
+        auto& ch = owner_.channels_[channel_];
+        last = --ch.waiters == 0;
+        if (last) owner_.dirty_ = true;
+    }
+    if (last) owner_.wake_();
+}
+
+std::uint64_t subscriber::registration::generation() const {
+    std::lock_guard lock(owner_.mutex_);
+    return owner_.channels_[channel_].generation;
+}
+
+void subscriber::registration::wait_subscribed(steady::time_point deadline) const {
+    std::unique_lock lock(owner_.mutex_);
+    wait_until(owner_.changed_, lock, deadline, [&] { return owner_.channels_[channel_].subscribed; });
+}
+
+void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadline) const {
+    std::unique_lock lock(owner_.mutex_);
+    wait_until(owner_.changed_, lock, deadline, [&] { return owner_.channels_[channel_].generation != seen; });
+}
+
+int subscriber::service(steady::time_point now) {
+    std::vector<std::string> subscribe, unsubscribe;
+    bool reconnected = false;
+    {
+        std::lock_guard lock(mutex_);
+        const bool wanted = std::any_of(channels_.begin(), channels_.end(),
+                                        [](const auto& kv) { return kv.second.waiters > 0; });
+        if (!conn_.is_open()) {
+            if (!wanted || now < reconnect_at_) return -1;
+            dirty_ = true;
+        }
+        if (!dirty_) return conn_.native_handle();
+    }
+    if (!conn_.is_open()) {
+        std::error_code ec;
+        conn_.open(ec);  // bounded by connect_timeout
+        std::lock_guard lock(mutex_);
+        if (ec) {
+            backoff_ = std::clamp(backoff_ * 2, min_backoff, max_backoff);
+            reconnect_at_ = steady::now() + backoff_;
+            return -1;
+        }
+        backoff_ = std::chrono::milliseconds{0};
+        reconnected = true;
+    }
+    {
+        std::lock_guard lock(mutex_);
+        dirty_ = false;
+        for (auto it = channels_.begin(); it != channels_.end();) {
+            auto& [name, ch] = *it;
+            if (reconnected) {
+                ch.subscribed = false;
+                ch.requested = false;
+                ++ch.generation;  // messages may have been lost while disconnected: retry now
+            }
+            if (ch.waiters > 0 && !ch.subscribed && !ch.requested) {
+                subscribe.push_back(name);
+                ch.requested = true;
+            } else if (ch.waiters == 0 && ch.subscribed) {
+                unsubscribe.push_back(name);
+                ch.subscribed = false;
+            } else if (ch.waiters == 0 && !ch.requested && !ch.subscribed) {
+                it = channels_.erase(it);
+                continue;
+            }
+            ++it;
+        }
+    }
+    if (reconnected) changed_.notify_all();
+    std::error_code ec;
+    for (const auto* list : {&subscribe, &unsubscribe}) {
+        if (list->empty() || ec) continue;
+        command_args cmd{list == &subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE"};
+        for (const auto& c : *list) cmd.push_back(c);
+        conn_.send(cmd, ec);
+    }
+    if (ec) {
+        reset_connection();
+        return -1;
+    }
+    return conn_.native_handle();
+}
+
+void subscriber::on_readable() {
+    for (;;) {
+        reply r;
+        std::error_code ec;
+        if (!conn_.receive(r, steady::now(), ec)) {
+            if (ec) reset_connection();
+            return;
+        }
+        dispatch(r);
+    }
+}
+
+void subscriber::dispatch(const reply& r) {
+    if (r.type != reply::kind::array || r.elements.size() < 3) return;
+    const auto& kind = r.elements[0].text;
+    const auto& name = r.elements[1].text;
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = channels_.find(name);
+        if (it == channels_.end()) return;
+        auto& ch = it->second;
+        if (kind == "message") {
+            ++ch.generation;
+        } else if (kind == "subscribe") {
+            ch.requested = false;
+            ch.subscribed = true;
+            if (ch.waiters == 0) dirty_ = true;  // the waiter left meanwhile: unsubscribe
+        } else if (kind == "unsubscribe") {
+            if (ch.waiters > 0) dirty_ = true;  // a waiter came back meanwhile: subscribe again
+        } else {
+            return;
+        }
+    }
+    changed_.notify_all();
+}
+
+void subscriber::reset_connection() {
+    conn_.close();
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [name, ch] : channels_) {
+            ch.subscribed = false;
+            ch.requested = false;
+            ++ch.generation;  // wake waiters: they retry now and fall back on the lease bound
+        }
+        dirty_ = true;
+        backoff_ = std::clamp(backoff_ * 2, min_backoff, max_backoff);
+        reconnect_at_ = steady::now() + backoff_;
+    }
+    changed_.notify_all();
+}
+
+steady::time_point subscriber::next_retry() const {
+    std::lock_guard lock(mutex_);
+    if (conn_.is_open() || channels_.empty()) return steady::time_point::max();
+    return reconnect_at_;
+}
+
+void subscriber::wake_all() {
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [name, ch] : channels_) ++ch.generation;
+    }
+    changed_.notify_all();
+}
+
+std::size_t subscriber::channel_count() const {
+    std::lock_guard lock(mutex_);
+    return channels_.size();
+}
+
+}  // namespace dlock::redis::detail
