@@ -1,0 +1,226 @@
+// oversell: several processes sell from one stock count kept in Redis, first without a lock and
+// then under a dlock::mutex. Each sale reads the count, pauses briefly (the work between check and
+// write that every real shop has), and writes count - 1. Without the lock, processes overwrite
+// each other's writes and sell more than there was; with it, they sell exactly the stock.
+//
+//   oversell --url redis://127.0.0.1:6379 [--workers 4] [--stock 50] [--mode both|unlocked|locked]
+//
+// Exit status: 0 when the locked run sold exactly the stock (an unlocked-only run just reports),
+// 1 when it did not or a worker failed, 2 on bad arguments or when Redis cannot be used.
+#include <dlock/dlock.hpp>
+#include <dlock/redis/client.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct settings {
+    std::string url;
+    int workers = 4;
+    long long stock = 50;
+    std::string mode = "both";  // parent: both|unlocked|locked; worker: unlocked|locked
+    bool worker = false;        // set when the parent re-executes itself as a worker process
+    std::string run_id;         // names this run's keys; chosen by the parent
+};
+
+struct run_keys {
+    std::string stock, sold, lock;
+};
+
+run_keys keys_for(const std::string& run_id, const std::string& mode) {
+    return {"oversell:stock:" + run_id, "oversell:sold:" + run_id + ":" + mode,
+            "oversell:" + run_id};
+}
+
+settings parse(int argc, char** argv) {
+    settings s;
+    const auto number = [](std::string_view flag, const char* text, long long lo, long long hi) {
+        char* end = nullptr;
+        const long long value = std::strtoll(text, &end, 10);
+        if (*text == '\0' || *end != '\0' || value < lo || value > hi) {
+            throw std::invalid_argument(std::string(flag) + " must be a number in [" +
+                                        std::to_string(lo) + ", " + std::to_string(hi) +
+                                        "], got \"" + text + "\"");
+        }
+        return value;
+    };
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view flag = argv[i];
+        if (flag == "--worker") {
+            s.worker = true;
+            continue;
+        }
+        if (i + 1 >= argc) throw std::invalid_argument(std::string(flag) + " needs a value");
+        const char* value = argv[++i];
+        if (flag == "--url") s.url = value;
+        else if (flag == "--workers") s.workers = static_cast<int>(number(flag, value, 1, 64));
+        else if (flag == "--stock") s.stock = number(flag, value, 0, 1'000'000);
+        else if (flag == "--mode") s.mode = value;
+        else if (flag == "--run") s.run_id = value;
+        else throw std::invalid_argument("unknown option " + std::string(flag));
+    }
+    if (s.url.empty()) throw std::invalid_argument("--url is required");
+    if (s.mode != "both" && s.mode != "unlocked" && s.mode != "locked") {
+        throw std::invalid_argument("--mode must be both, unlocked or locked");
+    }
+    if (s.worker && (s.mode == "both" || s.run_id.empty())) {
+        throw std::invalid_argument("--worker needs --run and --mode unlocked|locked");
+    }
+    return s;
+}
+
+// Commands answer errors as replies (not exceptions); a shop that ignored them would sell blind.
+dlock::redis::reply checked(dlock::redis::client& redis, const std::vector<std::string>& args) {
+    auto reply = redis.command(args);
+    if (reply.is_error()) {
+        throw dlock::error(dlock::errc::server_error, args.front() + ": " + reply.text);
+    }
+    return reply;
+}
+
+long long read_count(dlock::redis::client& redis, const std::string& key) {
+    const auto reply = checked(redis, {"GET", key});
+    return reply.is_nil() ? 0 : std::stoll(reply.text);
+}
+
+// One sale; false once sold out. `guard` is the held mutex in locked mode, null otherwise.
+bool sell_one(dlock::redis::client& redis, const run_keys& keys, const dlock::mutex* guard) {
+    const long long stock = read_count(redis, keys.stock);
+    if (stock <= 0) return false;
+    std::this_thread::sleep_for(2ms);  // the pause between check and write: the race window
+    // A holder paused past its lease must not write. Redis here cannot check a fencing token, so
+    // the sale checks the lease itself; a real store would reject guard->fencing_token() if stale.
+    if (guard && guard->state() == dlock::lock_state::lost) {
+        throw dlock::error(dlock::errc::lock_lost, "lock lost before writing the stock");
+    }
+    checked(redis, {"SET", keys.stock, std::to_string(stock - 1)});
+    checked(redis, {"INCR", keys.sold});
+    return true;
+}
+
+int run_worker(const settings& s) {
+    dlock::redis::client redis({.url = s.url});
+    const auto keys = keys_for(s.run_id, s.mode);
+    if (s.mode == "unlocked") {
+        while (sell_one(redis, keys, nullptr)) {}
+        return 0;
+    }
+    dlock::mutex m(redis, keys.lock, {.lease = 10s});
+    for (;;) {
+        std::unique_lock lk(m);
+        if (!sell_one(redis, keys, &m)) return 0;
+    }
+}
+
+// Shell-quotes one argument for std::system: '...' with each ' written as '\''.
+std::string shell_quoted(std::string_view arg) {
+    std::string out = "'";
+    for (const char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+struct outcome {
+    std::string mode;
+    long long sold = 0, oversold = 0, final_stock = 0;
+    std::chrono::milliseconds wall{};
+    int failed_workers = 0;
+};
+
+outcome run_mode(dlock::redis::client& redis, const settings& s, const std::string& mode) {
+    const auto keys = keys_for(s.run_id, mode);
+    checked(redis, {"SET", keys.stock, std::to_string(s.stock)});
+    checked(redis, {"DEL", keys.sold});
+
+    // Workers are separate processes, like the shop's servers: each one re-executes this binary.
+    // std::system keeps the example to the standard library; one thread waits on each process.
+    const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const std::string command = shell_quoted(self) + " --worker --url " + shell_quoted(s.url) +
+                                " --mode " + mode + " --run " + shell_quoted(s.run_id);
+    std::vector<int> status(static_cast<std::size_t>(s.workers), 0);
+    const auto started = std::chrono::steady_clock::now();
+    {
+        std::vector<std::jthread> waiters;
+        for (auto& st : status) {
+            waiters.emplace_back([&st, &command] { st = std::system(command.c_str()); });
+        }
+    }  // the jthreads join here: every worker has exited
+    outcome o{.mode = mode};
+    o.wall = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    for (const int st : status) o.failed_workers += st != 0;
+    o.sold = read_count(redis, keys.sold);
+    o.oversold = std::max(0LL, o.sold - s.stock);
+    o.final_stock = read_count(redis, keys.stock);
+    // Leave nothing behind on a shared server: the counters and this lock's fence counter.
+    checked(redis, {"DEL", keys.stock, keys.sold, redis.fence_key(keys.lock)});
+    return o;
+}
+
+int run_parent(settings s) {
+    // Random, so that runs sharing a server (or a rerun after a crash) never share keys.
+    s.run_id = std::to_string(std::random_device{}());
+    dlock::redis::client redis({.url = s.url});
+    redis.ping();  // fail here, once, with a clear message rather than in every worker
+
+    std::vector<outcome> results;
+    if (s.mode != "locked") results.push_back(run_mode(redis, s, "unlocked"));
+    if (s.mode != "unlocked") results.push_back(run_mode(redis, s, "locked"));
+
+    std::printf("%d workers, stock %lld\n", s.workers, s.stock);
+    std::printf("%-9s %6s %9s %12s %10s\n", "mode", "sold", "oversold", "final stock", "wall time");
+    int status = 0;
+    for (const auto& o : results) {
+        std::printf("%-9s %6lld %9lld %12lld %8lldms\n", o.mode.c_str(), o.sold, o.oversold,
+                    o.final_stock, static_cast<long long>(o.wall.count()));
+        if (o.failed_workers > 0) {
+            std::fprintf(stderr, "oversell: %d %s worker(s) failed\n", o.failed_workers,
+                         o.mode.c_str());
+            status = 1;
+        }
+        if (o.mode == "locked" && o.sold != s.stock) {  // more is overselling, less is a lost sale
+            std::fprintf(stderr,
+                         "oversell: the locked run sold %lld of %lld: mutual exclusion failed\n",
+                         o.sold, s.stock);
+            status = 1;
+        }
+    }
+    return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    settings s;
+    try {
+        s = parse(argc, argv);
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(
+            stderr,
+            "oversell: %s\nusage: oversell --url redis://HOST:PORT [--workers N] [--stock N] "
+            "[--mode both|unlocked|locked]\n",
+            e.what());
+        return 2;
+    }
+    try {
+        return s.worker ? run_worker(s) : run_parent(s);
+    } catch (const dlock::error& e) {
+        std::fprintf(stderr, "oversell%s: %s\n", s.worker ? " worker" : "", e.what());
+        return 2;
+    } catch (const std::exception& e) {  // e.g. a stock key that does not hold a number
+        std::fprintf(stderr, "oversell%s: %s\n", s.worker ? " worker" : "", e.what());
+        return 1;
+    }
+}

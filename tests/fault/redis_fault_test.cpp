@@ -1,0 +1,150 @@
+// Faults against the single-instance Redis lock: paused holders, stopped, restarted and paused
+// servers. Each test records what the holder saw and asserts that no two holders overlapped.
+#include <dlock/dlock.hpp>
+#include <dlock/redis/client.hpp>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "child_process.hpp"
+#include "redis_server.hpp"
+#include "shared_redis.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using dlock::test::shared_redis;
+using dlock::test::unique_name;
+
+/// The protected resource: accepts a write only with a fencing token above every token it has
+/// seen (the check a real store does with a conditional update).
+long long fenced_write(dlock::redis::client& redis, const std::string& resource, std::uint64_t token) {
+    static const std::string script =
+        "local seen = tonumber(redis.call('GET', KEYS[1]) or '0') "
+        "if tonumber(ARGV[1]) > seen then redis.call('SET', KEYS[1], ARGV[1]) return 1 end return 0";
+    return redis.command({"EVAL", script, "1", resource, std::to_string(token)}).integer;
+}
+
+const bool paused_holder = dlock::test::register_child("paused_holder", [](const std::vector<std::string>& args) {
+    // args: url, lock name, lease ms, marker key, resource key
+    dlock::redis::client redis({.url = args.at(0), .command_timeout = 500ms});
+    auto grant = redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
+    if (fenced_write(redis, args.at(4), grant.fencing_token()) != 1) return 10;
+    redis.command({"SET", args.at(3), std::to_string(grant.fencing_token())});
+    // Here the parent SIGSTOPs us past our lease, lets another client take the lock, then SIGCONTs.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!grant.lost_token().stop_requested() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(5ms);
+    }
+    if (!grant.lost_token().stop_requested()) return 11;        // never noticed the loss
+    if (grant.state() != dlock::lock_state::lost) return 12;
+    if (fenced_write(redis, args.at(4), grant.fencing_token()) != 0) return 13;  // stale token accepted
+    return 0;
+});
+
+TEST(RedisFault, HolderPausedPastItsLeaseSeesLostAndItsTokenIsRejected) {
+    ASSERT_TRUE(paused_holder);
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name();
+    const auto marker = unique_name("marker");
+    const auto resource = unique_name("resource");
+    const auto lease = scaled(1200ms);
+    dlock::test::child_process holder("paused_holder",
+                                      {shared_redis().url(), name, std::to_string(lease.count()), marker, resource});
+    ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
+    holder.stop_signal(SIGSTOP);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    dlock::mutex m(redis, name);
+    ASSERT_TRUE(m.try_lock_for(lease + scaled(2s))) << "the paused holder's lease runs out";
+    EXPECT_GE(std::chrono::steady_clock::now() - stopped_at, scaled(1200ms) / 3) << "not before its last renewal ran out";
+    EXPECT_EQ(fenced_write(redis, resource, m.fencing_token()), 1);
+    holder.stop_signal(SIGCONT);
+    EXPECT_EQ(holder.wait(scaled(30s)), 0) << "10: first write, 11: never saw lost, 12: state, 13: stale token accepted";
+    m.unlock();
+}
+
+TEST(RedisFault, ServerStoppedPastTheLeaseMakesTheHolderLoseIt) {
+    dlock::test::redis_server server;
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
+    const auto lease = scaled(1200ms);
+    std::atomic<bool> on_lost_called{false};
+    auto grant = redis.acquire(unique_name(), {.lease = lease, .on_lost = [&](std::error_code) { on_lost_called = true; }});
+    const auto granted_at = std::chrono::steady_clock::now();
+    server.stop();
+    EXPECT_TRUE(eventually([&] { return grant.state() != dlock::lock_state::held; }, lease)) << "uncertain first";
+    ASSERT_TRUE(eventually([&] { return grant.lost_token().stop_requested(); }, lease + scaled(1s)));
+    EXPECT_LE(std::chrono::steady_clock::now() - granted_at, lease + scaled(1s));
+    EXPECT_TRUE(on_lost_called.load());
+    EXPECT_EQ(grant.expires_in(), 0ms);
+    server.start();
+}
+
+TEST(RedisFault, ShortOutageWithinTheLeaseIsRidden) {
+    dlock::test::redis_server server({.appendonly = true});
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
+    const auto lease = scaled(3s);
+    auto grant = redis.acquire(unique_name(), {.lease = lease});
+    server.stop();   // appendfsync always: the key survives the restart
+    server.start();
+    // The watchdog's next renewal reconnects and extends the same grant.
+    EXPECT_TRUE(eventually([&] { return grant.state() == dlock::lock_state::held && grant.expires_in() > lease / 2; },
+                           lease));
+    std::this_thread::sleep_for(lease);  // past the original lease: still held thanks to renewal
+    EXPECT_EQ(grant.state(), dlock::lock_state::held);
+    EXPECT_NO_THROW(grant.release());
+}
+
+TEST(RedisFault, RestartWithoutPersistenceLosesTheLockAndSaysSo) {
+    dlock::test::redis_server server;  // no persistence: a restart forgets every key
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
+    auto grant = redis.acquire(unique_name(), {.lease = scaled(1500ms)});
+    server.kill9();
+    server.start();
+    EXPECT_TRUE(eventually([&] { return grant.lost_token().stop_requested(); }, scaled(3s)))
+        << "renewal finds the key gone and reports the loss at once";
+}
+
+TEST(RedisFault, WaiterGetsAnErrorWhenTheServerGoesAway) {
+    dlock::test::redis_server server;
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
+    const auto name = unique_name();
+    auto holder = redis.acquire(name, {.lease = 60s});
+    std::atomic<bool> failed{false};
+    std::error_code seen;
+    std::jthread waiter([&] {
+        dlock::mutex m(redis, name);
+        try {
+            m.lock();
+        } catch (const dlock::error& e) {
+            seen = e.code();
+            failed = true;
+        }
+    });
+    ASSERT_TRUE(eventually([&] { return server.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).find("\n1") != std::string::npos; }, 5s));
+    server.stop();
+    EXPECT_TRUE(eventually([&] { return failed.load(); }, scaled(5s))) << "lock() reports the backend failure";
+    waiter.join();
+    EXPECT_EQ(seen, dlock::errc::connection_failed);
+    server.start();
+}
+
+TEST(RedisFault, WritesPausedPastTheLeaseMakeTheHolderLoseIt) {
+    dlock::test::redis_server server;
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(200ms)});
+    const auto lease = scaled(1000ms);
+    auto grant = redis.acquire(unique_name(), {.lease = lease});
+    server.command({"CLIENT", "PAUSE", std::to_string(scaled(3000ms).count()), "WRITE"});
+    const auto paused_at = std::chrono::steady_clock::now();
+    ASSERT_TRUE(eventually([&] { return grant.lost_token().stop_requested(); }, lease + scaled(1s)));
+    EXPECT_LE(std::chrono::steady_clock::now() - paused_at, lease + scaled(500ms)) << "lost no later than its deadline";
+    server.command({"CLIENT", "UNPAUSE"});
+}
+
+}  // namespace

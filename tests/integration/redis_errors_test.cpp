@@ -1,0 +1,201 @@
+// Bad input gets a clear error that names the bad value: never a crash, hang or silent success.
+#include <dlock/dlock.hpp>
+#include <dlock/redis/client.hpp>
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "redis_server.hpp"
+#include "shared_redis.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::scaled;
+using dlock::test::shared_redis;
+using dlock::test::unique_name;
+
+/// Runs `f`, expecting dlock::error with `code` and a message containing `needle`.
+template <class F>
+void expect_error(F&& f, dlock::errc code, const std::string& needle) {
+    try {
+        f();
+        ADD_FAILURE() << "expected dlock::error " << make_error_code(code).message();
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), code) << e.what();
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message \"" << e.what()
+                                                                          << "\" should mention \"" << needle << "\"";
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that accepts connections and answers every read with `answer`
+/// (or never answers when `answer` is empty): a server that is not Redis.
+class fake_server {
+public:
+    explicit fake_server(std::string answer) : answer_(std::move(answer)) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof addr;
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 16) != 0 ||
+            ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+            throw std::runtime_error("fake_server: cannot listen");
+        }
+        port_ = ntohs(addr.sin_port);
+        thread_ = std::jthread([this](std::stop_token stop) { serve(stop); });
+    }
+    ~fake_server() {
+        thread_.request_stop();
+        ::shutdown(fd_, SHUT_RDWR);
+        thread_.join();
+        ::close(fd_);
+    }
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+private:
+    void serve(std::stop_token stop) {
+        std::vector<int> clients;
+        while (!stop.stop_requested()) {
+            const int c = ::accept(fd_, nullptr, nullptr);
+            if (c < 0) break;
+            clients.push_back(c);
+            if (!answer_.empty()) {
+                char buf[512];
+                if (::recv(c, buf, sizeof buf, 0) > 0) {
+                    [[maybe_unused]] auto n = ::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+                }
+            }
+        }
+        for (int c : clients) ::close(c);
+    }
+    std::string answer_;
+    int fd_ = -1;
+    std::uint16_t port_ = 0;
+    std::jthread thread_;
+};
+
+TEST(RedisErrors, EmptyAndOversizedNames) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    expect_error([&] { (void)redis.acquire(""); }, dlock::errc::invalid_argument, "empty");
+    const std::string huge(dlock::redis::max_name_length + 1, 'x');
+    expect_error([&] { (void)redis.acquire(huge); }, dlock::errc::invalid_argument, "1025");
+    std::error_code ec;
+    auto grant = redis.acquire("", {}, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    EXPECT_FALSE(grant);
+    dlock::mutex empty_name(redis, "");
+    expect_error([&] { empty_name.lock(); }, dlock::errc::invalid_argument, "empty");
+}
+
+TEST(RedisErrors, NonPositiveAndAbsurdLeases) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    expect_error([&] { (void)redis.acquire(unique_name(), {.lease = 0ms}); }, dlock::errc::invalid_argument, "lease");
+    expect_error([&] { (void)redis.acquire(unique_name(), {.lease = -5s}); }, dlock::errc::invalid_argument, "-5000ms");
+    expect_error([&] { (void)redis.acquire(unique_name(), {.lease = std::chrono::hours(25)}); },
+                 dlock::errc::invalid_argument, "90000000ms");
+    expect_error([&] { dlock::mutex m(redis, unique_name(), {.lease = 0ms}); }, dlock::errc::invalid_argument, "lease");
+    expect_error([&] { dlock::mutex m(redis, unique_name(), {.renew_every = 40s}); }, dlock::errc::invalid_argument,
+                 "renew_every");
+}
+
+TEST(RedisErrors, MalformedUrlsAndUnknownSchemes) {
+    expect_error([] { dlock::redis::client c({.url = "127.0.0.1:6379"}); }, dlock::errc::invalid_argument, "127.0.0.1:6379");
+    expect_error([] { dlock::redis::client c({.url = "http://127.0.0.1"}); }, dlock::errc::invalid_argument, "http");
+    expect_error([] { dlock::redis::client c({.url = "redis://127.0.0.1:99999"}); }, dlock::errc::invalid_argument, "99999");
+    expect_error([] { dlock::redis::client c({.url = "redis://:6379"}); }, dlock::errc::invalid_argument, "host");
+    expect_error([] { dlock::redis::client c({.url = "rediss://127.0.0.1:6379"}); }, dlock::errc::unsupported, "TLS");
+    expect_error([] { dlock::redis::client c({.url = shared_redis().url(), .connect_timeout = 0ms}); },
+                 dlock::errc::invalid_argument, "connect_timeout");
+    expect_error([] { dlock::redis::client c({.url = shared_redis().url(), .key_prefix = "a{b"}); },
+                 dlock::errc::invalid_argument, "key_prefix");
+}
+
+TEST(RedisErrors, ConnectionRefused) {
+    const auto port = dlock::test::free_port();  // nothing listens there
+    dlock::redis::client redis({.url = "redis://127.0.0.1:" + std::to_string(port)});
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::connection_failed, std::to_string(port));
+    dlock::mutex m(redis, unique_name());
+    expect_error([&] { m.lock(); }, dlock::errc::connection_failed, "refused");
+    expect_error([&] { (void)m.try_lock(); }, dlock::errc::connection_failed, "refused");
+}
+
+TEST(RedisErrors, ServerThatNeverAnswersTimesOut) {
+    fake_server silent("");
+    dlock::redis::client redis({.url = silent.url(), .command_timeout = scaled(300ms)});
+    const auto start = std::chrono::steady_clock::now();
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::server_timeout, "in time");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, scaled(3s)) << "bounded by command_timeout, no hang";
+}
+
+TEST(RedisErrors, ServerThatAnswersGarbage) {
+    fake_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
+    dlock::redis::client redis({.url = http.url(), .command_timeout = scaled(1s)});
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::protocol_error, "invalid reply");
+}
+
+TEST(RedisErrors, WrongPasswordAndMissingPassword) {
+    dlock::test::redis_server secured({.extra_args = {"--requirepass", "s3cret"}});
+    const auto authority = "127.0.0.1:" + std::to_string(secured.port());
+    {
+        dlock::redis::client wrong({.url = "redis://:wrong@" + authority});
+        expect_error([&] { (void)wrong.acquire(unique_name()); }, dlock::errc::auth_failed, "AUTH");
+    }
+    {
+        dlock::redis::client none({.url = "redis://" + authority});
+        expect_error([&] { (void)none.acquire(unique_name()); }, dlock::errc::auth_failed, "NOAUTH");
+    }
+    {
+        dlock::redis::client right({.url = "redis://:s3cret@" + authority + "/2"});
+        auto grant = right.acquire(unique_name(), {.wait = 0s});
+        EXPECT_EQ(grant.state(), dlock::lock_state::held);
+    }
+}
+
+TEST(RedisErrors, AclUserAndDatabaseSelection) {
+    dlock::test::redis_server server;
+    server.command({"ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all"});
+    dlock::redis::client redis({.url = "redis://locker:pw@127.0.0.1:" + std::to_string(server.port()) + "/3"});
+    const auto name = unique_name();
+    auto grant = redis.acquire(name, {.wait = 0s});
+    EXPECT_NE(redis.command({"CLIENT", "INFO"}).text.find(" db=3 "), std::string::npos);
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 1) << "the lock lives in db 3";
+    dlock::redis::client bad({.url = "redis://locker:nope@127.0.0.1:" + std::to_string(server.port())});
+    expect_error([&] { (void)bad.acquire(unique_name()); }, dlock::errc::auth_failed, "WRONGPASS");
+}
+
+TEST(RedisErrors, LockKeyHoldingAList) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name();
+    redis.command({"RPUSH", redis.lock_key(name), "not-a-lock"});
+    expect_error([&] { (void)redis.acquire(name, {.wait = 0s}); }, dlock::errc::unexpected_reply, "list");
+    dlock::mutex m(redis, name);
+    expect_error([&] { (void)m.try_lock(); }, dlock::errc::unexpected_reply, "WRONGTYPE");
+    EXPECT_EQ(redis.command({"LLEN", redis.lock_key(name)}).integer, 1) << "nothing was overwritten";
+
+    const auto fenced = unique_name("fence");
+    redis.command({"SET", redis.fence_key(fenced), "not-a-number"});
+    expect_error([&] { (void)redis.acquire(fenced, {.wait = 0s}); }, dlock::errc::unexpected_reply, "fence");
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(fenced)}).integer, 0) << "no half-taken lock is left";
+}
+
+TEST(RedisErrors, PausedServerTimesOutInsteadOfHanging) {
+    dlock::test::redis_server server;
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
+    redis.ping();
+    server.pause();
+    const auto start = std::chrono::steady_clock::now();
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::server_timeout, "in time");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, scaled(3s));
+    server.resume();
+    EXPECT_NO_THROW(redis.ping());
+}
+
+}  // namespace

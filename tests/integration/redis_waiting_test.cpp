@@ -1,0 +1,161 @@
+// Waiting without polling: waiters sleep on the client's one subscriber connection and are woken
+// by the release's PUBLISH; a crashed holder (no message) costs at most its remaining lease.
+#include <dlock/dlock.hpp>
+#include <dlock/redis/client.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_process.hpp"
+#include "shared_redis.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using dlock::test::shared_redis;
+using dlock::test::unique_name;
+
+/// Lines of CLIENT LIST whose name= field equals `name`.
+int connections_named(const std::string& name) {
+    std::istringstream lines(shared_redis().command({"CLIENT", "LIST"}));
+    int count = 0;
+    for (std::string line; std::getline(lines, line);) {
+        if (line.find(" name=" + name + " ") != std::string::npos) ++count;
+    }
+    return count;
+}
+
+TEST(RedisWaiting, UnlockWakesWaiterLongBeforeTheLeaseRunsOut) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name();
+    dlock::mutex holder(redis, name, {.lease = 60s});  // the TTL fallback would take a minute
+    holder.lock();
+    std::atomic<bool> acquired{false};
+    std::jthread waiter([&] {
+        dlock::mutex m(redis, name, {.lease = 60s});
+        m.lock();
+        acquired = true;
+        m.unlock();
+    });
+    EXPECT_TRUE(eventually([&] { return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).elements.at(1).integer == 1; }, 5s))
+        << "the waiter subscribes to the release channel";
+    EXPECT_FALSE(acquired.load());
+    holder.unlock();
+    EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s)) << "woken by the release notification";
+}
+
+TEST(RedisWaiting, WaiterInAnotherClientIsWokenToo) {
+    dlock::redis::client holder_client({.url = shared_redis().url()});
+    dlock::redis::client waiter_client({.url = shared_redis().url()});
+    const auto name = unique_name();
+    auto grant = holder_client.acquire(name, {.lease = 60s});
+    std::atomic<bool> acquired{false};
+    std::jthread waiter([&] {
+        auto mine = waiter_client.acquire(name, {.lease = 60s});
+        acquired = true;
+    });
+    ASSERT_TRUE(eventually([&] { return waiter_client.command({"PUBSUB", "NUMSUB", waiter_client.release_channel(name)}).elements.at(1).integer == 1; }, 5s));
+    grant.release();
+    EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s));
+}
+
+TEST(RedisWaiting, MissedNotificationCostsAtMostTheHoldersLease) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name();
+    const auto lease = scaled(1200ms);
+    // A holder whose key just expires (no release, so no PUBLISH): like a crashed holder.
+    redis.command({"SET", redis.lock_key(name), "crashed-holder", "PX", std::to_string(lease.count())});
+    const auto start = std::chrono::steady_clock::now();
+    dlock::mutex m(redis, name);
+    ASSERT_TRUE(m.try_lock_for(lease + scaled(2s)));
+    EXPECT_GE(std::chrono::steady_clock::now() - start, lease - 100ms);
+    m.unlock();
+}
+
+TEST(RedisWaiting, ManyWaitersShareOneSubscriberConnection) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    constexpr int locks = 4;
+    constexpr int waiters_per_lock = 5;
+    std::vector<std::string> names;
+    std::vector<dlock::lease> held;
+    for (int i = 0; i < locks; ++i) {
+        names.push_back(unique_name(std::to_string(i)));
+        held.push_back(redis.acquire(names.back(), {.lease = 60s}));
+    }
+    std::atomic<int> acquired{0};
+    std::vector<std::jthread> waiters;
+    for (int i = 0; i < locks; ++i) {
+        for (int w = 0; w < waiters_per_lock; ++w) {
+            waiters.emplace_back([&, i] {
+                dlock::mutex m(redis, names[i], {.lease = 60s});
+                std::unique_lock guard(m);
+                ++acquired;
+            });
+        }
+    }
+    ASSERT_TRUE(eventually([&] {
+        for (const auto& n : names) {
+            if (redis.command({"PUBSUB", "NUMSUB", redis.release_channel(n)}).elements.at(1).integer != 1) return false;
+        }
+        return true;
+    }, 10s)) << "each lock's channel has exactly one subscriber: this client's shared connection";
+    EXPECT_EQ(connections_named("dlock:sub"), 1) << "one subscriber connection for all " << locks * waiters_per_lock << " waiters";
+    held.clear();  // release all: the waiters take turns
+    EXPECT_TRUE(eventually([&] { return acquired.load() == locks * waiters_per_lock; }, 20s));
+    waiters.clear();
+}
+
+const bool crashing_holder = dlock::test::register_child("crashing_holder", [](const std::vector<std::string>& args) {
+    dlock::redis::client redis({.url = args.at(0)});
+    auto grant = redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
+    redis.command({"SET", args.at(3), "held"});
+    std::this_thread::sleep_for(1h);
+    return 0;
+});
+
+TEST(RedisWaiting, BlockedWaiterGetsLockAfterHolderCrash) {
+    ASSERT_TRUE(crashing_holder);
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name();
+    const auto marker = unique_name("marker");
+    const auto lease = scaled(1500ms);
+    dlock::test::child_process holder("crashing_holder", {shared_redis().url(), name, std::to_string(lease.count()), marker});
+    ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
+    std::atomic<bool> acquired{false};
+    std::jthread waiter([&] {
+        dlock::mutex m(redis, name);
+        m.lock();  // blocks: no notification will ever come from the dead holder
+        acquired = true;
+        m.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).elements.at(1).integer == 1; }, 5s));
+    holder.kill9();
+    EXPECT_TRUE(eventually([&] { return acquired.load(); }, lease + scaled(2s)));
+}
+
+TEST(RedisWaiting, AttemptsLimitGivesUpWithItsOwnError) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name();
+    auto grant = redis.acquire(name);
+    std::error_code ec;
+    auto second = redis.acquire(name, {.wait = 10s, .max_attempts = 2}, ec);
+    EXPECT_EQ(ec, dlock::errc::attempts_exhausted);
+    EXPECT_FALSE(second);
+    dlock::mutex m(redis, name, {.max_attempts = 1});
+    EXPECT_FALSE(m.try_lock_for(5s)) << "contention is not an error for try_lock_for";
+    try {
+        m.lock();
+        FAIL() << "lock() must report the exhausted attempts";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::attempts_exhausted);
+    }
+}
+
+}  // namespace

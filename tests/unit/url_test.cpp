@@ -1,0 +1,253 @@
+// parse_redis_url: every accepted spelling, and every rejection with a message that names the
+// problem and quotes the URL.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <dlock/error.hpp>
+
+#include "core/status.hpp"
+#include "core/url.hpp"
+
+namespace {
+
+using dlock::detail::parse_redis_url;
+using dlock::detail::redis_endpoint;
+using transport = redis_endpoint::transport;
+
+redis_endpoint parse_ok(std::string_view url) {
+    std::error_code ec = make_error_code(dlock::errc::timeout);  // must be cleared on success
+    auto ep = parse_redis_url(url, ec);
+    EXPECT_FALSE(ec) << url << ": " << ec.message() << " / " << dlock::detail::message_for(ec);
+    return ep;
+}
+
+// Parses an invalid URL; returns the message stored for the error.
+std::string parse_bad(std::string_view url) {
+    std::error_code ec;
+    (void)parse_redis_url(url, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
+    const auto message = dlock::detail::message_for(ec);
+    EXPECT_NE(message.find(std::string(url)), std::string::npos)
+        << "message does not quote the URL: " << message;
+    return message;
+}
+
+TEST(ParseRedisUrl, HostOnlyUsesDefaults) {
+    const auto ep = parse_ok("redis://cache.local");
+    EXPECT_EQ(ep.kind, transport::tcp);
+    EXPECT_EQ(ep.host, "cache.local");
+    EXPECT_EQ(ep.port, 6379);
+    EXPECT_EQ(ep.db, 0);
+    EXPECT_TRUE(ep.user.empty());
+    EXPECT_TRUE(ep.password.empty());
+    EXPECT_FALSE(ep.has_password);
+    EXPECT_EQ(ep.describe(), "cache.local:6379");
+}
+
+TEST(ParseRedisUrl, HostAndPort) {
+    const auto ep = parse_ok("redis://127.0.0.1:6380");
+    EXPECT_EQ(ep.host, "127.0.0.1");
+    EXPECT_EQ(ep.port, 6380);
+    EXPECT_EQ(ep.describe(), "127.0.0.1:6380");
+}
+
+TEST(ParseRedisUrl, PortBounds) {
+    EXPECT_EQ(parse_ok("redis://h:1").port, 1);
+    EXPECT_EQ(parse_ok("redis://h:65535").port, 65535);
+}
+
+TEST(ParseRedisUrl, Database) {
+    const auto ep = parse_ok("redis://h:7000/5");
+    EXPECT_EQ(ep.host, "h");
+    EXPECT_EQ(ep.port, 7000);
+    EXPECT_EQ(ep.db, 5);
+    EXPECT_EQ(parse_ok("redis://h/12").db, 12);
+    EXPECT_EQ(parse_ok("redis://h/").db, 0);  // empty path: default db
+}
+
+TEST(ParseRedisUrl, UserAndPassword) {
+    const auto ep = parse_ok("redis://alice:s3cret@h:6390/2");
+    EXPECT_EQ(ep.user, "alice");
+    EXPECT_EQ(ep.password, "s3cret");
+    EXPECT_TRUE(ep.has_password);
+    EXPECT_EQ(ep.host, "h");
+    EXPECT_EQ(ep.port, 6390);
+    EXPECT_EQ(ep.db, 2);
+}
+
+TEST(ParseRedisUrl, EmptyUserWithPassword) {
+    const auto ep = parse_ok("redis://:s3cret@h");
+    EXPECT_TRUE(ep.user.empty());
+    EXPECT_EQ(ep.password, "s3cret");
+    EXPECT_TRUE(ep.has_password);
+}
+
+TEST(ParseRedisUrl, PasswordOnlySpelling) {
+    const auto ep = parse_ok("redis://secret@h");
+    EXPECT_TRUE(ep.user.empty()) << ep.user;
+    EXPECT_EQ(ep.password, "secret");
+    EXPECT_TRUE(ep.has_password);
+    EXPECT_EQ(ep.host, "h");
+}
+
+TEST(ParseRedisUrl, PercentEscapesInUserAndPassword) {
+    const auto ep = parse_ok("redis://us%40er%3a1:p%40ss%3Aw%2Fd%25@h");
+    EXPECT_EQ(ep.user, "us@er:1");
+    EXPECT_EQ(ep.password, "p@ss:w/d%");
+    EXPECT_EQ(ep.host, "h");
+}
+
+TEST(ParseRedisUrl, PercentEscapeInPasswordOnlySpelling) {
+    const auto ep = parse_ok("redis://p%40ss@h");
+    EXPECT_TRUE(ep.user.empty());
+    EXPECT_EQ(ep.password, "p@ss");
+}
+
+TEST(ParseRedisUrl, UnescapedAtInPasswordSplitsAtTheLastAt) {
+    const auto ep = parse_ok("redis://u:p@ss@h");
+    EXPECT_EQ(ep.user, "u");
+    EXPECT_EQ(ep.password, "p@ss");
+    EXPECT_EQ(ep.host, "h");
+}
+
+TEST(ParseRedisUrl, BadPercentEscapes) {
+    EXPECT_NE(parse_bad("redis://u:pw%4@h").find("password"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://u:pw%zz@h").find("percent"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://u:%4x@h").find("password"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://u%zz:pw@h").find("user"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://u%4:pw@h").find("percent"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://u:%@h").find("percent"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, Ipv6) {
+    const auto ep = parse_ok("redis://[::1]:6380");
+    EXPECT_EQ(ep.kind, transport::tcp);
+    EXPECT_EQ(ep.host, "::1");
+    EXPECT_EQ(ep.port, 6380);
+    EXPECT_EQ(ep.describe(), "[::1]:6380");
+
+    const auto bare = parse_ok("redis://[fe80::1]/3");
+    EXPECT_EQ(bare.host, "fe80::1");
+    EXPECT_EQ(bare.port, 6379);
+    EXPECT_EQ(bare.db, 3);
+
+    const auto with_auth = parse_ok("redis://u:p@[::1]:7000");
+    EXPECT_EQ(with_auth.host, "::1");
+    EXPECT_EQ(with_auth.port, 7000);
+    EXPECT_EQ(with_auth.password, "p");
+}
+
+TEST(ParseRedisUrl, UnixSocket) {
+    const auto ep = parse_ok("unix:///var/run/redis.sock");
+    EXPECT_EQ(ep.kind, transport::unix_socket);
+    EXPECT_EQ(ep.path, "/var/run/redis.sock");
+    EXPECT_EQ(ep.db, 0);
+    EXPECT_EQ(ep.describe(), "/var/run/redis.sock");
+}
+
+TEST(ParseRedisUrl, UnixSocketWithDb) {
+    const auto ep = parse_ok("unix:///tmp/r.sock?db=3");
+    EXPECT_EQ(ep.kind, transport::unix_socket);
+    EXPECT_EQ(ep.path, "/tmp/r.sock");
+    EXPECT_EQ(ep.db, 3);
+}
+
+TEST(ParseRedisUrl, UnixSocketBadQuery) {
+    EXPECT_NE(parse_bad("unix:///tmp/r.sock?db=").find("db=N"), std::string::npos);
+    EXPECT_NE(parse_bad("unix:///tmp/r.sock?db=x").find("db=N"), std::string::npos);
+    EXPECT_NE(parse_bad("unix:///tmp/r.sock?timeout=1").find("db=N"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, RelativeUnixPath) {
+    EXPECT_NE(parse_bad("unix://tmp/r.sock").find("absolute"), std::string::npos);
+    EXPECT_NE(parse_bad("unix://").find("absolute"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, TlsSchemeParses) {
+    const auto ep = parse_ok("rediss://u:p@secure.example:6380/1");
+    EXPECT_EQ(ep.kind, transport::tls);
+    EXPECT_EQ(ep.host, "secure.example");
+    EXPECT_EQ(ep.port, 6380);
+    EXPECT_EQ(ep.db, 1);
+}
+
+TEST(ParseRedisUrl, MissingScheme) {
+    const auto m = parse_bad("localhost:6379");
+    EXPECT_NE(m.find("redis://"), std::string::npos) << m;
+}
+
+TEST(ParseRedisUrl, UnknownScheme) {
+    const auto m = parse_bad("http://localhost:6379");
+    EXPECT_NE(m.find("scheme"), std::string::npos) << m;
+    EXPECT_NE(m.find("\"http\""), std::string::npos) << m;
+}
+
+TEST(ParseRedisUrl, EmptyHost) {
+    EXPECT_NE(parse_bad("redis://").find("host"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://:6379").find("host"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://u:p@/0").find("host"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://[]:6379").find("host"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, BadPorts) {
+    EXPECT_NE(parse_bad("redis://h:0").find("port \"0\""), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h:65536").find("port \"65536\""), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h:abc").find("port \"abc\""), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h:-1").find("port"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h:99999999999999999999").find("port"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h:63 79").find("port"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, EmptyPort) {
+    EXPECT_NE(parse_bad("redis://h:").find("empty port"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h:/1").find("empty port"), std::string::npos);
+    EXPECT_NE(parse_bad("redis://[::1]:").find("empty port"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, BadDatabase) {
+    EXPECT_NE(parse_bad("redis://h/-1").find("database \"-1\""), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h/x").find("database \"x\""), std::string::npos);
+    EXPECT_NE(parse_bad("redis://h:6379/1/2").find("database"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, UnclosedBracket) {
+    EXPECT_NE(parse_bad("redis://[::1:6379").find("unclosed '['"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, JunkAfterBracket) {
+    EXPECT_NE(parse_bad("redis://[::1]6379").find("']'"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, FailureResetsEndpoint) {
+    std::error_code ec;
+    const auto ep = parse_redis_url("redis://u:pw@h:0", ec);
+    ASSERT_EQ(ec, dlock::errc::invalid_argument);
+    EXPECT_TRUE(ep.host.empty());
+    EXPECT_TRUE(ep.password.empty());
+    EXPECT_FALSE(ep.has_password);
+}
+
+TEST(ParseRedisUrl, SuccessClearsPreviousError) {
+    std::error_code ec;
+    (void)parse_redis_url("nope", ec);
+    ASSERT_TRUE(ec);
+    (void)parse_redis_url("redis://h", ec);
+    EXPECT_FALSE(ec);
+}
+
+TEST(RedisEndpointDescribe, NeverContainsThePassword) {
+    for (const auto* url : {"redis://alice:hunter2pw@h:6380/1", "redis://hunter2pw@h",
+                            "rediss://:hunter2pw@[::1]:7000", "redis://u:hunter2%40pw@h"}) {
+        const auto ep = parse_ok(url);
+        ASSERT_TRUE(ep.has_password) << url;
+        const auto d = ep.describe();
+        EXPECT_EQ(d.find("hunter2"), std::string::npos) << url << " -> " << d;
+        EXPECT_EQ(d.find('@'), std::string::npos) << url << " -> " << d;
+        EXPECT_FALSE(d.empty());
+    }
+}
+
+}  // namespace
