@@ -21,6 +21,7 @@ done
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-redis.XXXXXX")
 server_pid=
+# shellcheck disable=SC2317  # reached through the EXIT trap
 cleanup() {
   if [[ -n $server_pid ]]; then
     kill "$server_pid" 2>/dev/null || true
@@ -44,19 +45,25 @@ free_port() {
 # A dead child stays a zombie until we wait for it, so `kill -0` would still succeed: read its state.
 server_alive() {
   local state
-  read -r _ _ state _ <"/proc/$server_pid/stat" 2>/dev/null || return 1
+  read -r _ _ state _ 2>/dev/null <"/proc/$server_pid/stat" || return 1
   [[ $state != Z ]]
 }
 
 # The port may be taken between choosing it and the server binding it: then try another one.
-for attempt in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   port=$(free_port)
+  log="$dir/redis-$port.log"  # one per attempt, so an earlier attempt's "Ready" cannot fool us
   redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
-    --logfile "$dir/redis.log" &
+    --logfile "$log" &
   server_pid=$!
   for ((i = 0; i < 200; i++)); do  # up to 10 s; it is usually ready within 200 ms
-    if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then break 2; fi
-    server_alive || break
+    server_alive || break  # e.g. the port was taken meanwhile: it exits at once
+    # Our server logs "Ready" only once it listens, so a PONG after that is from it and not from
+    # whoever else might hold the port; `timeout` guards against a listener that never answers.
+    if grep -q "Ready to accept connections" "$log" 2>/dev/null &&
+      timeout 2 redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
+      break 2
+    fi
     sleep 0.05
   done
   kill "$server_pid" 2>/dev/null || true
@@ -64,8 +71,8 @@ for attempt in 1 2 3 4 5; do
   server_pid=
 done
 if [[ -z $server_pid ]]; then
-  echo "run_with_redis.sh: redis-server did not start; its log:" >&2
-  cat "$dir/redis.log" >&2 || true
+  echo "run_with_redis.sh: redis-server did not start; its logs:" >&2
+  cat "$dir"/redis-*.log >&2 || true
   exit 2
 fi
 

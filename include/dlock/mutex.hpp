@@ -25,7 +25,8 @@ namespace dlock {
 
 class mutex {
 public:
-    /// Validates `name` and `options` (errc::invalid_argument); contacts no server.
+    /// Validates `options` and that `name` is not empty (errc::invalid_argument; the backend checks
+    /// its own length limit on first use). Contacts no server.
     mutex(backend& backend, std::string name, lock_options options = {});
     mutex(const mutex&) = delete;
     mutex& operator=(const mutex&) = delete;
@@ -51,10 +52,20 @@ public:
     /// attempt.
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-        if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-            return try_lock_until_steady(deadline);
+        using steady = std::chrono::steady_clock;
+        if constexpr (std::is_same_v<Clock, steady>) {
+            // Exact, but clamped: a coarse extreme deadline would overflow in nanoseconds.
+            if (deadline >= std::chrono::floor<Duration>(steady::time_point::max())) {
+                return try_lock_until_steady(steady::time_point::max());
+            }
+            if (deadline <= std::chrono::ceil<Duration>(steady::time_point::min())) {
+                return try_lock_until_steady(steady::time_point::min());
+            }
+            return try_lock_until_steady(std::chrono::time_point_cast<steady::duration>(deadline));
         } else {
-            return try_lock_until_steady(steady_deadline_after(deadline - Clock::now()));
+            // Subtract in the caller's unit, for the same reason.
+            const auto left = deadline - std::chrono::time_point_cast<Duration>(Clock::now());
+            return try_lock_until_steady(steady_deadline_after(left));
         }
     }
 

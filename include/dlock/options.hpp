@@ -16,13 +16,17 @@ using namespace std::chrono_literals;
 /// "No bound". Never use 0 for that: 0 means "do not wait at all".
 inline constexpr std::chrono::milliseconds forever = std::chrono::milliseconds::max();
 
+/// The shortest lease accepted: below it the client's own drift margin (lease/100 + 2 ms) and a
+/// loopback round trip eat the whole lease.
+inline constexpr std::chrono::milliseconds min_lease{10};
+
 /// The longest lease accepted. Longer leases turn a crashed holder into a day-long outage; use
 /// renewal instead.
 inline constexpr std::chrono::milliseconds max_lease = std::chrono::hours(24);
 
 struct lock_options {
     /// Server-side lifetime of a grant. A holder that stops renewing loses the lock this long after
-    /// its last successful renewal. Must be in (0, max_lease].
+    /// its last successful renewal. Must be in [min_lease, max_lease].
     std::chrono::milliseconds lease = 30s;
 
     /// How long acquire() may block while someone else holds the lock. 0 = one attempt;
@@ -34,8 +38,9 @@ struct lock_options {
     /// watchdog). false = a fixed lease that simply expires.
     bool renew = true;
 
-    /// Renewal period; unset = lease / 3. Must be in (0, lease).
-    std::optional<std::chrono::milliseconds> renew_every;
+    /// Renewal period; unset = lease / 3. Must be > 0 and shorter than the lease minus the drift
+    /// margin (lease/100 + 2 ms), or the lease would run out before its first renewal.
+    std::optional<std::chrono::milliseconds> renew_every{};
 
     /// Cap on the total holding time: renewal stops so that the lease ends this long after the
     /// grant, however long the holder keeps it. `forever` = no cap.
@@ -43,12 +48,12 @@ struct lock_options {
 
     /// Attempts limit while contended (the seed articles' "retry count"); unset = no limit.
     /// Reaching it is errc::attempts_exhausted. Must be >= 1.
-    std::optional<unsigned> max_attempts;
+    std::optional<unsigned> max_attempts{};
 
     /// Called once, from the client's background thread, when the grant is lost (renewal failed
     /// until the lease deadline, the key is gone or holds another token). Runs with no dlock lock
     /// held; an exception escaping it goes to the client's error handler.
-    std::function<void(std::error_code why)> on_lost;
+    std::function<void(std::error_code why)> on_lost{};
 };
 
 }  // namespace dlock

@@ -20,7 +20,8 @@ lease backend::acquire(std::string_view name, const lock_options& options, std::
 mutex::mutex(backend& backend, std::string name, lock_options options)
     : backend_(backend), name_(std::move(name)), options_(std::move(options)) {
     std::error_code ec;
-    detail::validate_lock_options(options_, ec);
+    if (name_.empty()) detail::fail(ec, errc::invalid_argument, "lock name is empty");
+    if (!ec) detail::validate_lock_options(options_, ec);
     detail::throw_if(ec);
 }
 

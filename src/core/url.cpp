@@ -38,6 +38,22 @@ bool percent_decode(std::string_view in, std::string& out) {
     return true;
 }
 
+/// `url` with its password replaced by "***", so error messages can quote it.
+std::string redacted(std::string_view url) {
+    std::string out(url);
+    const auto start = out.find("://");
+    if (start == std::string::npos) return out;
+    const auto authority_begin = start + 3;
+    const auto authority_end = out.find('/', authority_begin);
+    const auto at = out.rfind('@', authority_end == std::string::npos ? out.size() : authority_end);
+    if (at == std::string::npos || at < authority_begin) return out;
+    const auto colon = out.find(':', authority_begin);
+    // "user:password@" keeps the user; a lone "secret@" is a password.
+    const auto secret_begin = (colon != std::string::npos && colon < at) ? colon + 1 : authority_begin;
+    out.replace(secret_begin, at - secret_begin, "***");
+    return out;
+}
+
 }  // namespace
 
 std::string redis_endpoint::describe() const {
@@ -50,7 +66,7 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
     ec.clear();
     redis_endpoint ep;
     const auto bad = [&](const std::string& why) {
-        fail(ec, errc::invalid_argument, "client_options.url \"" + std::string(url) + "\": " + why);
+        fail(ec, errc::invalid_argument, "client_options.url \"" + redacted(url) + "\": " + why);
         return redis_endpoint{};
     };
     const auto scheme_end = url.find("://");
@@ -93,7 +109,7 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
         authority = authority.substr(at + 1);
         const auto colon = userinfo.find(':');
         std::string decoded;
-        if (!percent_decode(userinfo.substr(0, colon), decoded)) return bad("bad percent-escape in user");
+        if (!percent_decode(userinfo.substr(0, colon), decoded)) return bad("bad percent-escape in the user or password");
         ep.user = decoded;
         if (colon != std::string_view::npos) {
             if (!percent_decode(userinfo.substr(colon + 1), decoded)) {

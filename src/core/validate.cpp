@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/renewal.hpp"
 #include "core/status.hpp"
 
 namespace dlock::detail {
@@ -24,15 +25,21 @@ void validate_lock_options(const lock_options& o, std::error_code& ec) noexcept 
     if (o.lease <= std::chrono::milliseconds::zero()) {
         return fail(ec, errc::invalid_argument, "lock_options.lease must be > 0, got " + ms(o.lease));
     }
+    if (o.lease < min_lease) {
+        return fail(ec, errc::invalid_argument,
+                    "lock_options.lease " + ms(o.lease) + " is under the minimum of " + ms(min_lease));
+    }
     if (o.lease > max_lease) {
         return fail(ec, errc::invalid_argument,
                     "lock_options.lease " + ms(o.lease) + " is over the limit of " + ms(max_lease) +
                         " (use renewal for long holds)");
     }
-    if (o.renew_every && (*o.renew_every <= std::chrono::milliseconds::zero() || *o.renew_every >= o.lease)) {
+    // A period at or past the validity margin would let the lease lapse before its first renewal.
+    const auto renew_limit = o.lease - drift_for(o.lease);
+    if (o.renew_every && (*o.renew_every <= std::chrono::milliseconds::zero() || *o.renew_every >= renew_limit)) {
         return fail(ec, errc::invalid_argument,
-                    "lock_options.renew_every must be in (0, lease=" + ms(o.lease) + "), got " +
-                        ms(*o.renew_every));
+                    "lock_options.renew_every must be in (0, " + ms(renew_limit) + ") for lease=" +
+                        ms(o.lease) + ", got " + ms(*o.renew_every));
     }
     if (o.max_hold <= std::chrono::milliseconds::zero()) {
         return fail(ec, errc::invalid_argument, "lock_options.max_hold must be > 0, got " + ms(o.max_hold));

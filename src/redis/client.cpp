@@ -145,6 +145,16 @@ void client::impl::stop() noexcept {
         wake();
         worker_.join();
     }
+    // Nobody renews or watches the leases still alive: they can no longer be guaranteed.
+    std::vector<std::shared_ptr<lease_core>> orphaned;
+    {
+        std::lock_guard lock(registry_mutex_);
+        for (auto& [ptr, t] : registry_) {
+            if (auto lease = t.lease.lock()) orphaned.push_back(std::move(lease));
+        }
+        registry_.clear();
+    }
+    for (auto& lease : orphaned) lease->lose(make_error_code(errc::lock_lost));
     if (subscriber_) subscriber_->wake_all();
     if (wake_fd_ >= 0) {
         ::close(wake_fd_);
@@ -378,6 +388,7 @@ steady::time_point client::impl::renew_due(steady::time_point now) {
         std::error_code ec;
         const auto replies = run_scripts(*renew_conn_, calls, ec);
         std::vector<std::pair<std::shared_ptr<lease_core>, std::error_code>> lost;
+        std::vector<std::pair<std::shared_ptr<lease_core>, reply>> reply_errors;  // e.g. OOM, WRONGTYPE
         {
             std::lock_guard lock(registry_mutex_);
             for (std::size_t i = 0; i < due.size(); ++i) {
@@ -392,6 +403,7 @@ steady::time_point client::impl::renew_due(steady::time_point now) {
                     lost.emplace_back(lease, make_error_code(errc::lock_lost));  // gone or another token
                     registry_.erase(it);
                 } else {
+                    if (!ec) reply_errors.emplace_back(lease, replies[i]);
                     lease->renewal_failed();
                     const auto retry = now + dlock::detail::renewal_retry_delay(lease->plan());
                     it->second.next_renewal = std::min(retry, lease->valid_until());
@@ -406,6 +418,12 @@ steady::time_point client::impl::renew_due(steady::time_point now) {
         if (ec) {
             report_error(ec, "lease renewal failed: " + dlock::detail::message_for(ec));
             for (const auto& d : due) notify({event_kind::error, d.lease->name(), d.lease->fencing_token(), ec, steady::now()});
+        }
+        for (const auto& [lease, r] : reply_errors) {
+            std::error_code reply_ec;
+            script_error({&renew_script(), {key(lease->name())}, {}}, r, *renew_conn_, reply_ec);
+            report_error(reply_ec, "renewal of \"" + lease->name() + "\": " + dlock::detail::message_for(reply_ec));
+            notify({event_kind::error, lease->name(), lease->fencing_token(), reply_ec, steady::now()});
         }
         for (auto& [lease, why] : lost) lease->lose(why);
     }

@@ -63,6 +63,10 @@ void connection::open(std::error_code& ec) {
 
 std::vector<reply> connection::pipeline(const std::vector<command_args>& commands, std::error_code& ec) {
     std::vector<reply> replies;
+    // Between requests nothing may be pending. If something is, the server closed the connection
+    // while it idled in the pool (restart, timeout): reconnect now, before a request is sent on it
+    // and its outcome becomes unknowable.
+    if (is_open() && transport_->idle_stream_broken()) close();
     open(ec);
     if (ec) return replies;
     const auto deadline = deadline_after(steady::now(), settings_.command_timeout);

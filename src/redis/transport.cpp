@@ -117,6 +117,11 @@ public:
         }
     }
 
+    bool idle_stream_broken() const noexcept override {
+        pollfd p{fd_, POLLIN, 0};
+        return ::poll(&p, 1, 0) != 0;  // readable, hung up, error: none is right for an idle stream
+    }
+
     int native_handle() const noexcept override { return fd_; }
 
     void close() noexcept override {

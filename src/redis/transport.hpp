@@ -24,6 +24,9 @@ public:
     /// errc::server_timeout at the deadline; sets errc::connection_failed when the peer closed.
     virtual std::size_t read_some(char* buffer, std::size_t size, steady::time_point deadline,
                                   std::error_code& ec) = 0;
+    /// True if an idle stream has something pending (EOF, reset, stray bytes): the server closed it
+    /// (restart, idle timeout) and the next request would fail. Non-blocking.
+    virtual bool idle_stream_broken() const noexcept = 0;
     /// The pollable descriptor, or -1 when closed.
     virtual int native_handle() const noexcept = 0;
     virtual void close() noexcept = 0;

@@ -91,8 +91,9 @@ TEST(RedisErrors, EmptyAndOversizedNames) {
     auto grant = redis.acquire("", {}, ec);
     EXPECT_EQ(ec, dlock::errc::invalid_argument);
     EXPECT_FALSE(grant);
-    dlock::mutex empty_name(redis, "");
-    expect_error([&] { empty_name.lock(); }, dlock::errc::invalid_argument, "empty");
+    expect_error([&] { dlock::mutex empty_name(redis, ""); }, dlock::errc::invalid_argument, "empty");
+    dlock::mutex oversized(redis, huge);  // the length limit is the backend's, checked on use
+    expect_error([&] { oversized.lock(); }, dlock::errc::invalid_argument, "limit");
 }
 
 TEST(RedisErrors, NonPositiveAndAbsurdLeases) {

@@ -20,6 +20,8 @@ namespace dlock::test {
 
 using child_fn = std::function<int(const std::vector<std::string>& args)>;
 
+/// A role runs without gtest initialised: it reports through its exit code
+/// (EXPECT_*/ASSERT_* inside a role do not change it).
 /// Registers role `name` (call from a static initializer). Returns true; registering a name twice
 /// aborts with a message, because which one would run is otherwise unclear.
 bool register_child(std::string name, child_fn fn);

@@ -21,7 +21,8 @@ namespace dlock::test {
 struct redis_server_options {
     /// Appended to the redis-server command line (so they override the defaults), e.g.
     /// {"--requirepass", "s3cret"}.
-    std::vector<std::string> extra_args;
+    std::vector<std::string>
+        extra_args{};  // `{}` keeps g++ 12's -Wmissing-field-initializers quiet
     /// `--appendonly yes --appendfsync always` instead of `--appendonly no`.
     bool appendonly = false;
 };
@@ -76,9 +77,9 @@ public:
                         std::chrono::milliseconds timeout) const;
 
 private:
-    void spawn();                   // fork + exec on port_, sets pid_
+    void spawn();                       // fork + exec on port_, sets pid_
     bool wait_ready(std::string& why);  // true once PING answers from *our* pid
-    void reap_after_kill(int sig);  // signal + waitpid
+    void reap_after_kill(int sig);      // signal + waitpid
     std::string log_tail() const;
 
     redis_server_options options_;

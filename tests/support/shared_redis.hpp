@@ -13,3 +13,9 @@ namespace dlock::test {
 redis_server& shared_redis();
 
 }  // namespace dlock::test
+
+namespace dlock::test::detail {
+/// The shared server if shared_redis() has started it, else nullptr (used by the end-of-binary
+/// leak check in dlock_test_main).
+redis_server* shared_redis_if_started();
+}  // namespace dlock::test::detail

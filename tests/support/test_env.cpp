@@ -57,9 +57,9 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
 std::string unique_name(std::string_view hint) {
     static std::atomic<unsigned long> counter{0};
     std::string name;
-    const testing::TestInfo* info =
-        testing::UnitTest::GetInstance() ? testing::UnitTest::GetInstance()->current_test_info()
-                                         : nullptr;
+    const testing::TestInfo* info = testing::UnitTest::GetInstance()
+                                        ? testing::UnitTest::GetInstance()->current_test_info()
+                                        : nullptr;
     if (info != nullptr) {
         name.append(info->test_suite_name()).append(".").append(info->name());
     } else {

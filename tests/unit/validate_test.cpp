@@ -70,10 +70,10 @@ TEST(ValidateLockOptions, DefaultsAreValid) {
 
 TEST(ValidateLockOptions, BoundaryValuesAreValid) {
     for (const auto& o : {
-             dlock::lock_options{.lease = 1ms},
+             dlock::lock_options{.lease = dlock::min_lease},
              dlock::lock_options{.lease = dlock::max_lease},
              dlock::lock_options{.lease = 3s, .renew_every = 1ms},
-             dlock::lock_options{.lease = 3s, .renew_every = 2999ms},
+             dlock::lock_options{.lease = 3s, .renew_every = 2967ms},  // just inside lease - drift
              dlock::lock_options{.max_hold = 1ms},
              dlock::lock_options{.max_attempts = 1u},
              dlock::lock_options{.wait = -5s},  // negative wait counts as 0, not an error
@@ -86,7 +86,7 @@ TEST(ValidateLockOptions, BoundaryValuesAreValid) {
 }
 
 TEST(ValidateLockOptions, LeaseMustBePositive) {
-    for (const auto lease : {0ms, -1ms, -30s}) {
+    for (const std::chrono::milliseconds lease : {0ms, -1ms, -30000ms}) {
         const auto m = options_error({.lease = lease});
         expect_has(m, "lock_options.lease");
         expect_has(m, std::to_string(lease.count()) + "ms");
@@ -102,7 +102,7 @@ TEST(ValidateLockOptions, LeaseOverMaxLease) {
 }
 
 TEST(ValidateLockOptions, RenewEveryMustBeInsideLease) {
-    for (const auto every : {0ms, -1ms, 10s, 11s}) {
+    for (const std::chrono::milliseconds every : {0ms, -1ms, 10000ms, 11000ms}) {
         const auto m = options_error({.lease = 10s, .renew_every = every});
         expect_has(m, "lock_options.renew_every");
         expect_has(m, std::to_string(every.count()) + "ms");

@@ -43,10 +43,10 @@ struct client_options {
     /// Cluster slot. Must not be empty or contain '{' or '}'.
     std::string key_prefix = "dlock";
     /// Lock events (acquired, renewed, released, lost, ...). Silent when unset.
-    dlock::observer observer;
+    dlock::observer observer{};
     /// Failures with no caller to throw to: a failed unlock() or destructor release, a renewal
     /// error, an exception escaping a callback. Unset: one line on stderr.
-    std::function<void(std::error_code, std::string_view what)> error_handler;
+    std::function<void(std::error_code, std::string_view what)> error_handler{};
 };
 
 class client final : public dlock::backend {

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs what dlock needs to build and test (Debian 12 packages) and builds one tree.
+#
+#   scripts/setup.sh                      packages + plain build in build/   (RelWithDebInfo, Ninja)
+#   scripts/setup.sh --sanitize address   packages + ASan/UBSan build in build-asan/
+#   scripts/setup.sh --sanitize thread    packages + TSan build in build-tsan/
+#   scripts/setup.sh --deps-only          packages only
+#
+# Idempotent: apt runs only when a package is missing (then `apt-get update` once), and build
+# trees are reused (incremental). Needs root or sudo only when something must be installed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PACKAGES=(build-essential cmake ninja-build pkg-config redis-server redis-tools libhiredis-dev
+          googletest libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev nlohmann-json3-dev
+          libcli11-dev gnuplot-nox)
+
+sanitize=""
+build=1
+usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+  case "$1" in
+    --sanitize) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; sanitize=$2; shift 2 ;;
+    --sanitize=*) sanitize=${1#--sanitize=}; shift ;;
+    --deps-only) build=0; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+case "$sanitize" in
+  "") dir="build" ;;
+  address) dir="build-asan" ;;
+  thread) dir="build-tsan" ;;
+  *) echo "setup.sh: --sanitize takes 'address' or 'thread', not '$sanitize'" >&2; exit 2 ;;
+esac
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- packages -------------------------------------------------------------------------------
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii'; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  say "packages: all ${#PACKAGES[@]} installed"
+else
+  say "packages: installing ${missing[*]}"
+  sudo=()
+  if [[ $(id -u) != 0 ]]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 -qq update
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 -qq -y \
+    install --no-install-recommends "${missing[@]}" >/dev/null
+  say "packages: done"
+fi
+((build)) || exit 0
+
+# --- configure + build ------------------------------------------------------------------------
+jobs=$(nproc)
+mkdir -p "$ROOT/$dir"
+log="$ROOT/$dir/setup-configure.log"
+generator=()
+[[ -f "$ROOT/$dir/CMakeCache.txt" ]] || generator=(-G Ninja)   # keep an existing tree's generator
+say "configure $dir/ (RelWithDebInfo${sanitize:+, DLOCK_SANITIZE=$sanitize})"
+if ! cmake -S "$ROOT" -B "$ROOT/$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       "-DDLOCK_SANITIZE=$sanitize" >"$log" 2>&1; then
+  cat "$log" >&2
+  say "configure $dir/ FAILED" >&2
+  exit 1
+fi
+start=$SECONDS
+say "build $dir/ with $jobs jobs"
+if [[ -f "$ROOT/$dir/build.ninja" ]]; then
+  ninja -C "$ROOT/$dir" -j "$jobs" --quiet
+else
+  cmake --build "$ROOT/$dir" -j "$jobs"
+fi
+say "build $dir/ done in $((SECONDS - start)) s"
