@@ -20,10 +20,9 @@ namespace dlock::test {
 
 using child_fn = std::function<int(const std::vector<std::string>& args)>;
 
-/// A role runs without gtest initialised: it reports through its exit code
-/// (EXPECT_*/ASSERT_* inside a role do not change it).
 /// Registers role `name` (call from a static initializer). Returns true; registering a name twice
-/// aborts with a message, because which one would run is otherwise unclear.
+/// aborts with a message, because which one would run is otherwise unclear. A role runs without
+/// gtest initialised and reports only through its exit code (EXPECT_* inside it change nothing).
 bool register_child(std::string name, child_fn fn);
 
 /// Used by dlock_test_main: runs `role` with `args` and returns its exit code; 99 for an unknown
