@@ -63,9 +63,11 @@ public:
             }
             return try_lock_until_steady(std::chrono::time_point_cast<steady::duration>(deadline));
         } else {
-            // Subtract in the caller's unit, for the same reason.
-            const auto left = deadline - std::chrono::time_point_cast<Duration>(Clock::now());
-            return try_lock_until_steady(steady_deadline_after(left));
+            // Subtract in the caller's unit, for the same reason, and only a later deadline from
+            // an earlier now (min() - now would overflow too).
+            const auto now = std::chrono::time_point_cast<Duration>(Clock::now());
+            if (deadline <= now) return try_lock_until_steady(steady::now());
+            return try_lock_until_steady(steady_deadline_after(deadline - now));
         }
     }
 

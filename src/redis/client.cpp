@@ -385,8 +385,11 @@ steady::time_point client::impl::renew_due(steady::time_point now) {
             calls.push_back({&renew_script(), {key(d.lease->name())}, {d.lease->token(), ms_text(d.request)}});
         }
         const auto sent = steady::now();
+        // Never block past the earliest lease deadline in the batch: its loss must be reported on time.
+        auto latest = steady::time_point::max();
+        for (const auto& d : due) latest = std::min(latest, d.lease->valid_until());
         std::error_code ec;
-        const auto replies = run_scripts(*renew_conn_, calls, ec);
+        const auto replies = run_scripts(*renew_conn_, calls, ec, latest);
         std::vector<std::pair<std::shared_ptr<lease_core>, std::error_code>> lost;
         std::vector<std::pair<std::shared_ptr<lease_core>, reply>> reply_errors;  // e.g. OOM, WRONGTYPE
         {

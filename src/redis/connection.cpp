@@ -1,5 +1,8 @@
 #include "redis/connection.hpp"
 
+#include <poll.h>
+
+#include <algorithm>
 #include <array>
 
 #include "core/status.hpp"
@@ -22,78 +25,209 @@ connection::connection(const connection_settings& settings) : settings_(settings
 void connection::close() noexcept {
     if (transport_) transport_->close();
     decoder_.reset();
+    phase_ = phase::closed;
+    out_.clear();
+    out_sent_ = 0;
+    handshake_left_ = 0;
+    handshake_names_.clear();
+    expected_ = 0;
+    replies_.clear();
+    streaming_ = false;
 }
 
-void connection::open(std::error_code& ec) {
-    if (is_open()) return;
-    const auto& ep = settings_.endpoint;
-    if (!transport_) {
-        transport_ = make_transport(ep, ec);
-        if (ec) return;
-    }
-    decoder_.reset();
-    const auto deadline = deadline_after(steady::now(), settings_.connect_timeout);
-    transport_->connect(deadline, ec);
-    if (ec) return close();
-
-    std::vector<command_args> hello;
-    const std::string db = std::to_string(ep.db);
-    if (ep.has_password) {
-        if (ep.user.empty()) hello.push_back({"AUTH", ep.password});
-        else hello.push_back({"AUTH", ep.user, ep.password});
-    }
-    if (ep.db != 0) hello.push_back({"SELECT", db});
-    if (!settings_.client_name.empty()) hello.push_back({"CLIENT", "SETNAME", settings_.client_name});
-    if (hello.empty()) return;
-
-    out_buffer_.clear();
-    for (const auto& c : hello) append_command(out_buffer_, c);
-    transport_->write_all(out_buffer_, deadline, ec);
-    if (ec) return close();
-    for (std::size_t i = 0; i < hello.size(); ++i) {
-        reply r;
-        if (!read_reply(r, deadline, true, ec)) return close();
-        if (!r.is_error()) continue;
-        const auto what = "redis " + ep.describe() + ": " + std::string(hello[i][0]) + ": " + r.text;
-        close();
-        if (is_auth_error(r)) return fail(ec, errc::auth_failed, what);
-        return fail(ec, errc::server_error, what);
-    }
-}
-
-std::vector<reply> connection::pipeline(const std::vector<command_args>& commands, std::error_code& ec) {
-    std::vector<reply> replies;
-    // Between requests nothing may be pending. If something is, the server closed the connection
+void connection::begin(const std::vector<command_args>& commands, std::error_code& ec) {
+    // Between exchanges nothing may be pending. If something is, the server closed the connection
     // while it idled in the pool (restart, timeout): reconnect now, before a request is sent on it
     // and its outcome becomes unknowable.
-    if (is_open() && transport_->idle_stream_broken()) close();
-    open(ec);
-    if (ec) return replies;
-    const auto deadline = deadline_after(steady::now(), settings_.command_timeout);
-    out_buffer_.clear();
-    for (const auto& c : commands) append_command(out_buffer_, c);
-    transport_->write_all(out_buffer_, deadline, ec);
-    if (ec) {
-        close();
-        return replies;
-    }
-    replies.resize(commands.size());
-    for (auto& r : replies) {
-        if (!read_reply(r, deadline, true, ec)) {
-            close();
-            replies.clear();
-            return replies;
+    if (phase_ == phase::ready && !streaming_ && transport_->idle_stream_broken()) close();
+    replies_.clear();
+    if (phase_ == phase::closed) {
+        if (!transport_) {
+            transport_ = make_transport(settings_.endpoint, ec);
+            if (ec) return;
         }
+        decoder_.reset();
+        phase_ = transport_->start_connect(ec) ? phase::ready : phase::connecting;
+        if (ec) return close();
+        const auto& ep = settings_.endpoint;
+        std::vector<command_args> hello;
+        const std::string db = std::to_string(ep.db);
+        if (ep.has_password) {
+            if (ep.user.empty()) hello.push_back({"AUTH", ep.password});
+            else hello.push_back({"AUTH", ep.user, ep.password});
+        }
+        if (ep.db != 0) hello.push_back({"SELECT", db});
+        if (!settings_.client_name.empty()) hello.push_back({"CLIENT", "SETNAME", settings_.client_name});
+        for (const auto& c : hello) {
+            append_command(out_, c);
+            handshake_names_.emplace_back(c.front());
+        }
+        handshake_left_ = hello.size();
+    }
+    for (const auto& c : commands) append_command(out_, c);
+    expected_ += commands.size();
+}
+
+short connection::wanted_events() const noexcept {
+    if (phase_ == phase::connecting) return POLLOUT;
+    return static_cast<short>(POLLIN | (out_sent_ < out_.size() ? POLLOUT : 0));
+}
+
+bool connection::flush(std::error_code& ec) {
+    while (out_sent_ < out_.size()) {
+        const auto n = transport_->write_some(std::string_view(out_).substr(out_sent_), ec);
+        if (ec) return false;
+        if (n == 0) return true;  // would block: wait for POLLOUT
+        out_sent_ += n;
+    }
+    out_.clear();
+    out_sent_ = 0;
+    return true;
+}
+
+bool connection::read_available(std::error_code& ec) {
+    std::array<char, 16 * 1024> buffer;
+    for (;;) {
+        reply r;
+        while (decoder_.next(r, ec)) {
+            if (handshake_left_ > 0) {
+                const auto name = handshake_names_[handshake_names_.size() - handshake_left_];
+                --handshake_left_;
+                if (r.is_error()) {
+                    const auto what = "redis " + settings_.endpoint.describe() + ": " + name + ": " + r.text;
+                    fail(ec, is_auth_error(r) ? errc::auth_failed : errc::server_error, what);
+                    return false;
+                }
+                continue;
+            }
+            if (streaming_) {
+                replies_.push_back(std::move(r));
+                continue;
+            }
+            if (expected_ == 0) {
+                fail(ec, errc::protocol_error, "redis " + settings_.endpoint.describe() + ": unsolicited reply");
+                return false;
+            }
+            --expected_;
+            replies_.push_back(std::move(r));
+        }
+        if (ec) {
+            fail(ec, errc::protocol_error, "redis " + settings_.endpoint.describe() + ": " + dlock::detail::message_for(ec));
+            return false;
+        }
+        const auto n = transport_->read_some(buffer.data(), buffer.size(), ec);
+        if (ec) return false;
+        if (n == 0) return true;
+        decoder_.feed({buffer.data(), n}, ec);
+        if (ec) return false;
+    }
+}
+
+bool connection::advance(std::error_code& ec) {
+    if (phase_ == phase::closed) {
+        fail(ec, errc::connection_failed, "redis " + settings_.endpoint.describe() + ": not connected");
+        return false;
+    }
+    if (phase_ == phase::connecting) {
+        if (!transport_->finish_connect(ec)) {
+            if (ec) close();
+            return false;
+        }
+        phase_ = phase::ready;
+    }
+    if (!flush(ec) || !read_available(ec)) {
+        close();
+        return false;
+    }
+    return handshake_left_ == 0 && expected_ == 0 && out_.empty();
+}
+
+void connection::expire(std::error_code& ec) {
+    const bool connecting = phase_ == phase::connecting;
+    close();
+    fail(ec, errc::server_timeout,
+         "redis " + settings_.endpoint.describe() + (connecting ? ": connect timed out" : ": no reply in time"));
+}
+
+void exchange_all(std::span<exchange> exchanges) {
+    std::vector<exchange*> active;
+    for (auto& x : exchanges) {
+        x.ec.clear();
+        x.conn->begin(x.commands, x.ec);
+        // Write at once where the socket is ready: requests leave before any reply is awaited.
+        if (!x.ec && x.conn->advance(x.ec)) {
+            x.replies = x.conn->take_replies();
+        } else if (x.ec) {
+            x.error = dlock::detail::message_for(x.ec);
+        } else {
+            active.push_back(&x);
+        }
+    }
+    std::vector<pollfd> fds;
+    while (!active.empty()) {
+        const auto now = steady::now();
+        auto next_deadline = steady::time_point::max();
+        fds.clear();
+        for (auto it = active.begin(); it != active.end();) {
+            auto& x = **it;
+            if (now >= x.deadline) {
+                x.conn->expire(x.ec);
+                x.error = dlock::detail::message_for(x.ec);
+                it = active.erase(it);
+                continue;
+            }
+            next_deadline = std::min(next_deadline, x.deadline);
+            fds.push_back({x.conn->native_handle(), x.conn->wanted_events(), 0});
+            ++it;
+        }
+        if (active.empty()) break;
+        int timeout_ms = -1;
+        if (next_deadline != steady::time_point::max()) {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now).count();
+            timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+        }
+        const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+        if (n <= 0) continue;  // timeout (deadlines are checked above) or EINTR
+        for (std::size_t i = 0, j = 0; i < fds.size(); ++i) {
+            auto& x = *active[j];
+            if (fds[i].revents == 0) {
+                ++j;
+                continue;
+            }
+            if (x.conn->advance(x.ec)) {
+                x.replies = x.conn->take_replies();
+                active.erase(active.begin() + static_cast<std::ptrdiff_t>(j));
+            } else if (x.ec) {
+                x.error = dlock::detail::message_for(x.ec);
+                active.erase(active.begin() + static_cast<std::ptrdiff_t>(j));
+            } else {
+                ++j;
+            }
+        }
+    }
+}
+
+std::vector<reply> connection::pipeline(const std::vector<command_args>& commands, std::error_code& ec,
+                                        steady::time_point latest) {
+    const auto now = steady::now();
+    const bool connecting = !is_open();
+    const auto bound = deadline_after(deadline_after(now, settings_.command_timeout),
+                                      connecting ? settings_.connect_timeout : std::chrono::milliseconds::zero());
+    exchange x{this, commands, std::min(bound, latest)};
+    exchange_all({&x, 1});
+    if (x.ec) {
+        fail(ec, x.ec, x.error);
+        return {};
+    }
+    for (const auto& r : x.replies) {
         if (is_auth_error(r)) {
             // The server demands credentials we lack (or our user lost a permission).
-            const auto what = "redis " + settings_.endpoint.describe() + ": " + r.text;
             close();
-            replies.clear();
-            fail(ec, errc::auth_failed, what);
-            return replies;
+            fail(ec, errc::auth_failed, "redis " + settings_.endpoint.describe() + ": " + r.text);
+            return {};
         }
     }
-    return replies;
+    return std::move(x.replies);
 }
 
 reply connection::execute(const command_args& command, std::error_code& ec) {
@@ -102,41 +236,49 @@ reply connection::execute(const command_args& command, std::error_code& ec) {
     return std::move(replies.front());
 }
 
+void connection::open(std::error_code& ec) {
+    if (is_open()) return;
+    pipeline({}, ec);
+}
+
 void connection::send(const command_args& command, std::error_code& ec) {
     open(ec);
     if (ec) return;
-    out_buffer_.clear();
-    append_command(out_buffer_, command);
-    transport_->write_all(out_buffer_, deadline_after(steady::now(), settings_.command_timeout), ec);
-    if (ec) close();
+    streaming_ = true;
+    append_command(out_, command);
+    const auto deadline = deadline_after(steady::now(), settings_.command_timeout);
+    while (!flush(ec) || out_sent_ < out_.size()) {
+        if (ec) return close();
+        pollfd p{native_handle(), POLLOUT, 0};
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()).count();
+        if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) == 0) {
+            close();
+            return fail(ec, errc::server_timeout, "redis " + settings_.endpoint.describe() + ": write timed out");
+        }
+    }
 }
 
 bool connection::receive(reply& out, steady::time_point deadline, std::error_code& ec) {
-    if (!is_open()) {
-        fail(ec, errc::connection_failed, "redis " + settings_.endpoint.describe() + ": not connected");
-        return false;
-    }
-    if (read_reply(out, deadline, false, ec)) return true;
-    if (ec) close();
-    return false;
-}
-
-bool connection::read_reply(reply& out, steady::time_point deadline, bool timeout_is_error, std::error_code& ec) {
-    std::array<char, 16 * 1024> buffer;
     for (;;) {
-        if (decoder_.next(out, ec)) return true;
-        if (ec) {
-            dlock::detail::fail(ec, errc::protocol_error,
-                                "redis " + settings_.endpoint.describe() + ": " + dlock::detail::message_for(ec));
+        if (!replies_.empty()) {
+            out = std::move(replies_.front());
+            replies_.erase(replies_.begin());
+            return true;
+        }
+        if (!is_open()) {
+            fail(ec, errc::connection_failed, "redis " + settings_.endpoint.describe() + ": not connected");
             return false;
         }
-        const auto n = transport_->read_some(buffer.data(), buffer.size(), deadline, ec);
-        if (ec) {
-            if (ec == errc::server_timeout && !timeout_is_error) ec.clear();
+        if (!read_available(ec)) {
+            close();
             return false;
         }
-        decoder_.feed({buffer.data(), n}, ec);
-        if (ec) return false;
+        if (!replies_.empty()) continue;
+        const auto now = steady::now();
+        if (now >= deadline) return false;
+        pollfd p{native_handle(), POLLIN, 0};
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+        ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left, 0, 60'000)));
     }
 }
 

@@ -1,9 +1,14 @@
-// One connection to a Redis server: a transport plus the RESP codec, opened lazily with AUTH,
-// SELECT and CLIENT SETNAME pipelined in one round trip, and reopened on the next use after any
-// failure (that is how a restarted server is survived). Not thread-safe: the client pools them.
+// One connection to a Redis server: a non-blocking transport plus the RESP codec. It connects
+// lazily, sends AUTH / SELECT / CLIENT SETNAME in the same write as the first request (no extra
+// round trip), and is reopened on the next use after any failure (that is how a restarted server
+// is survived). An exchange is begun, then advanced on poll(2) readiness; `exchange_all` drives
+// exchanges with several servers from one thread at once, and `pipeline` is the one-server case.
+// Not thread-safe: clients pool them.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -31,35 +36,74 @@ public:
     explicit connection(const connection_settings& settings);
 
     bool is_open() const noexcept { return transport_ && transport_->native_handle() >= 0; }
-    /// Connects and authenticates if not open. Errors: connection_failed, server_timeout, auth_failed.
-    void open(std::error_code& ec);
     void close() noexcept;
-
-    /// Sends `commands` in one write and reads one reply each, bounded by command_timeout.
-    /// Error replies come back as replies; transport and protocol failures set ec and close.
-    std::vector<reply> pipeline(const std::vector<command_args>& commands, std::error_code& ec);
-    reply execute(const command_args& command, std::error_code& ec);
-
-    /// Subscriber use: send without waiting, and take replies as they come.
-    void send(const command_args& command, std::error_code& ec);
-    /// true and `out` set when a reply arrived before `deadline`; false at the deadline (the
-    /// connection stays open) or on failure (ec set, connection closed).
-    bool receive(reply& out, steady::time_point deadline, std::error_code& ec);
+    const connection_settings& settings() const noexcept { return settings_; }
     int native_handle() const noexcept { return transport_ ? transport_->native_handle() : -1; }
 
-    const connection_settings& settings() const noexcept { return settings_; }
+    // --- one exchange: begin, then advance on readiness until done ---
+    /// Queues `commands` (after the handshake if the connection must be opened first; a pooled
+    /// connection the server closed while idle is reopened). Sets ec if connecting failed at once.
+    void begin(const std::vector<command_args>& commands, std::error_code& ec);
+    /// poll(2) events the exchange waits for.
+    short wanted_events() const noexcept;
+    /// Makes progress without blocking; true once every reply of the exchange is in. A failure
+    /// (including a refused handshake: auth_failed) sets ec and closes the connection.
+    bool advance(std::error_code& ec);
+    /// The replies of the finished exchange, in command order.
+    std::vector<reply> take_replies() noexcept { return std::move(replies_); }
+    /// Gives up on the exchange at its deadline: closes (the stream is out of step) and sets ec.
+    void expire(std::error_code& ec);
+
+    // --- blocking helpers ---
+    /// Sends `commands` in one write and waits for all replies, bounded by command_timeout (plus
+    /// connect_timeout when it must connect first). Error replies come back as replies, except
+    /// those meaning "wrong or missing credentials", which set errc::auth_failed. `latest` cuts
+    /// the bound further (the watchdog must not block past a lease's deadline).
+    std::vector<reply> pipeline(const std::vector<command_args>& commands, std::error_code& ec,
+                                steady::time_point latest = steady::time_point::max());
+    reply execute(const command_args& command, std::error_code& ec);
+    /// Connects and authenticates if not open (subscriber use).
+    void open(std::error_code& ec);
+    /// Subscriber use: queue a command whose replies arrive as a stream, and write it out.
+    void send(const command_args& command, std::error_code& ec);
+    /// true and `out` set when a reply is available before `deadline`; false at the deadline (the
+    /// connection stays open) or on failure (ec set, connection closed).
+    bool receive(reply& out, steady::time_point deadline, std::error_code& ec);
 
 private:
-    bool read_reply(reply& out, steady::time_point deadline, bool timeout_is_error, std::error_code& ec);
+    enum class phase { closed, connecting, ready };
+    bool flush(std::error_code& ec);
+    bool read_available(std::error_code& ec);
 
     const connection_settings& settings_;
     std::unique_ptr<transport> transport_;
     reply_decoder decoder_;
-    std::string out_buffer_;
+    phase phase_ = phase::closed;
+    std::string out_;             // bytes queued for the server
+    std::size_t out_sent_ = 0;
+    std::size_t handshake_left_ = 0;  // handshake replies still to come (they precede the others)
+    std::vector<std::string> handshake_names_;
+    std::size_t expected_ = 0;        // replies of the current exchange still to come
+    std::vector<reply> replies_;
+    bool streaming_ = false;          // subscriber mode: replies are taken with receive()
 };
 
-/// Maps an error reply that means "wrong credentials" (WRONGPASS, NOAUTH, ...) to auth_failed;
-/// true if it did.
+/// One server's part in exchange_all.
+struct exchange {
+    connection* conn = nullptr;
+    std::vector<command_args> commands{};
+    steady::time_point deadline{};
+    std::vector<reply> replies{};  ///< set on success
+    std::error_code ec{};          ///< set on failure
+    std::string error{};           ///< the failure's message (names the server)
+};
+
+/// Runs every exchange at once from this thread: all requests are written before any reply is
+/// awaited, so the whole fan-out costs about one round trip, and a dead or slow server costs only
+/// its own deadline. Returns when each exchange has its replies, failed, or reached its deadline.
+void exchange_all(std::span<exchange> exchanges);
+
+/// true for error replies that mean "wrong or missing credentials" (WRONGPASS, NOAUTH, ...).
 bool is_auth_error(const reply& r) noexcept;
 
 }  // namespace dlock::redis::detail

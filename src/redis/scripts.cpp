@@ -38,12 +38,13 @@ bool is_noscript(const reply& r) noexcept { return r.is_error() && r.text.starts
 
 }  // namespace
 
-std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec) {
+std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec,
+                               steady::time_point latest) {
     std::vector<std::string> nkeys(calls.size());
     std::vector<command_args> commands;
     commands.reserve(calls.size());
     for (std::size_t i = 0; i < calls.size(); ++i) commands.push_back(eval_command(calls[i], nkeys[i], true));
-    auto replies = conn.pipeline(commands, ec);
+    auto replies = conn.pipeline(commands, ec, latest);
     if (ec) return replies;
 
     std::vector<std::size_t> missing;
@@ -54,7 +55,7 @@ std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>&
     // The server forgot the script (SCRIPT FLUSH, restart, failover): EVAL caches it again.
     commands.clear();
     for (const auto i : missing) commands.push_back(eval_command(calls[i], nkeys[i], false));
-    auto retried = conn.pipeline(commands, ec);
+    auto retried = conn.pipeline(commands, ec, latest);
     if (ec) return {};
     for (std::size_t j = 0; j < missing.size(); ++j) replies[missing[j]] = std::move(retried[j]);
     return replies;

@@ -32,7 +32,8 @@ struct script_call {
 
 /// Runs every call in one pipeline; calls answered NOSCRIPT are re-sent with EVAL in a second one.
 /// Error replies (e.g. WRONGTYPE) are returned as replies.
-std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec);
+std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec,
+                               steady::time_point latest = steady::time_point::max());
 reply run_script(connection& conn, const script_call& call, std::error_code& ec);
 
 /// Maps a script's error reply to an errc with a message naming the script and the server's text:

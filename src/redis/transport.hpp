@@ -1,5 +1,7 @@
-// Byte streams to a Redis server with deadlines: TCP and Unix sockets, non-blocking under poll(2).
-// The protocol lives in codec.hpp; a TLS stream would be one more transport.
+// Byte streams to a Redis server, non-blocking: TCP and Unix sockets. Callers wait for readiness
+// with poll(2) themselves (connection.cpp), which is what lets one thread drive exchanges with
+// many servers at once (Redlock's parallel fan-out). The protocol lives in codec.hpp; a TLS
+// stream would be one more transport.
 #pragma once
 
 #include <cstddef>
@@ -17,13 +19,16 @@ using dlock::detail::steady;
 class transport {
 public:
     virtual ~transport() = default;
-    /// Opens the stream; errc::connection_failed, errc::server_timeout at the deadline.
-    virtual void connect(steady::time_point deadline, std::error_code& ec) = 0;
-    virtual void write_all(std::string_view bytes, steady::time_point deadline, std::error_code& ec) = 0;
-    /// Reads what is available (waiting until the deadline for the first byte). Returns 0 and sets
-    /// errc::server_timeout at the deadline; sets errc::connection_failed when the peer closed.
-    virtual std::size_t read_some(char* buffer, std::size_t size, steady::time_point deadline,
-                                  std::error_code& ec) = 0;
+    /// Starts connecting without blocking. true when already connected; false when in progress
+    /// (wait for POLLOUT, then finish_connect). Sets errc::connection_failed when refused at once.
+    virtual bool start_connect(std::error_code& ec) = 0;
+    /// Completes a connect after POLLOUT. true when connected; false when another address of the
+    /// host is being tried (wait for POLLOUT again). Sets errc::connection_failed on failure.
+    virtual bool finish_connect(std::error_code& ec) = 0;
+    /// Writes what the socket accepts now; 0 when it would block.
+    virtual std::size_t write_some(std::string_view bytes, std::error_code& ec) = 0;
+    /// Reads what is available now; 0 when nothing is. errc::connection_failed when the peer closed.
+    virtual std::size_t read_some(char* buffer, std::size_t size, std::error_code& ec) = 0;
     /// True if an idle stream has something pending (EOF, reset, stray bytes): the server closed it
     /// (restart, idle timeout) and the next request would fail. Non-blocking.
     virtual bool idle_stream_broken() const noexcept = 0;

@@ -45,9 +45,7 @@ TEST(Mutex, ConstructorValidatesOptions) {
     EXPECT_EQ(b.attempts, 0);  // contacts no server
 }
 
-// mutex.hpp promises the constructor validates `name` too; an empty name is invalid on every
-// backend. Disabled: mutex::mutex (src/core/mutex.cpp) only validates the options, so an empty
-// name is accepted here and only rejected by the backend on the first lock().
+// An empty name is invalid on every backend, so the constructor rejects it before any lock().
 TEST(Mutex, ConstructorRejectsEmptyName) {
     fake_backend b;
     try {
@@ -252,8 +250,7 @@ TEST(MutexDeadline, TryLockUntilOtherClockConvertsOnce) {
 }
 
 // "A past deadline means one non-blocking attempt" (STYLE.md §5) must hold for the most distant
-// past too. Disabled: mutex::try_lock_until (include/dlock/mutex.hpp) computes
-// `deadline - Clock::now()`, a signed overflow (UB) for time_point::min(); UBSan reports it.
+// past too: `deadline - Clock::now()` would be a signed overflow for time_point::min() (UBSan).
 TEST(MutexDeadline, TryLockUntilInfinitePastOnOtherClockIsOneAttempt) {
     fake_backend b;
     dlock::mutex m(b, "a");
@@ -261,11 +258,8 @@ TEST(MutexDeadline, TryLockUntilInfinitePastOnOtherClockIsOneAttempt) {
         b, [&] { EXPECT_TRUE(m.try_lock_until(std::chrono::system_clock::time_point::min())); }, 0ns, 0ns);
 }
 
-// The far future in a coarse unit must stay far future. Disabled: fails today. For another clock
-// `deadline - Clock::now()` converts seconds::max() to nanoseconds, and for steady_clock the
-// implicit time_point<steady_clock, seconds> -> steady_clock::time_point conversion does the same;
-// both overflow (UBSan: chrono.h "9223372036854775807 * 1000000000"), giving a deadline near
-// now (system_clock) or before the epoch (steady_clock): one attempt instead of waiting.
+// The far future in a coarse unit must stay far future: converting seconds::max() to nanoseconds
+// would overflow (UBSan) and turn "wait forever" into one attempt.
 TEST(MutexDeadline, TryLockUntilCoarseFarFutureDoesNotOverflow) {
     using namespace std::chrono;
     fake_backend b;

@@ -195,11 +195,9 @@ TEST(RenewalPlan, UsualPlansRenewBeforeValidityEnds) {
     }
 }
 
-// Disabled: fails today. validate_lock_options accepts renew_every anywhere in (0, lease), but a
-// period in [lease - drift_for(lease), lease) first falls due after valid_until(), so the grant is
-// always declared lost before its first renewal (e.g. lease 1000ms, renew_every 990ms: renewal
-// at +990ms, validity ends at +988ms). Likewise lease 1ms or 2ms passes validation, but the
-// default period lease/3 is 0ms and valid_until() == sent: lost at once, renewing in a loop.
+// Every plan that validation accepts renews before its validity ends: a period in
+// [lease - drift_for(lease), lease) would fall due after valid_until() (lease 1000ms, every 990ms:
+// renewal at +990ms, validity ends at +988ms), and a 1-2 ms lease would have a 0 ms period.
 TEST(RenewalPlan, EveryAcceptedPlanRenewsBeforeValidityEnds) {
     for (const milliseconds lease : {milliseconds(1), milliseconds(2), milliseconds(1s), milliseconds(30s)}) {
         for (const milliseconds every : {lease - 1ms, lease - drift_for(lease), lease / 3}) {
