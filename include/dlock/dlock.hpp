@@ -8,3 +8,4 @@
 #include <dlock/lease.hpp>
 #include <dlock/mutex.hpp>
 #include <dlock/options.hpp>
+#include <dlock/redlock/client.hpp>

@@ -36,6 +36,9 @@ enum class errc {
     server_error,
     /// The requested feature is not available in this build (e.g. rediss:// without TLS).
     unsupported,
+    /// Fewer servers than a quorum answered (Redlock); the message names each failed server.
+    /// Distinct from timeout: nobody was seen holding the lock.
+    quorum_unreachable,
 };
 
 /// The category of dlock::errc; its name() is "dlock".

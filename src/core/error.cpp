@@ -22,6 +22,7 @@ public:
             case errc::unexpected_reply: return "the server's reply has an unexpected type";
             case errc::server_error: return "the server answered with an error";
             case errc::unsupported: return "not supported by this build";
+            case errc::quorum_unreachable: return "no quorum of servers could be reached";
         }
         return "unknown dlock error";
     }

@@ -149,6 +149,30 @@ void connection::expire(std::error_code& ec) {
          "redis " + settings_.endpoint.describe() + (connecting ? ": connect timed out" : ": no reply in time"));
 }
 
+namespace {
+
+/// Takes the replies of a finished exchange; a reply meaning "wrong or missing credentials" fails
+/// the whole exchange with auth_failed (the server demands credentials we lack, or our ACL user
+/// lost a permission).
+void finish(exchange& x) {
+    x.replies = x.conn->take_replies();
+    for (const auto& r : x.replies) {
+        if (!is_auth_error(r)) continue;
+        x.conn->close();
+        fail(x.ec, errc::auth_failed, "redis " + x.conn->settings().endpoint.describe() + ": " + r.text);
+        x.error = dlock::detail::message_for(x.ec);
+        x.replies.clear();
+        return;
+    }
+}
+
+}  // namespace
+
+steady::time_point connection::default_deadline() const noexcept {
+    const auto bound = deadline_after(steady::now(), settings_.command_timeout);
+    return is_open() ? bound : deadline_after(bound, settings_.connect_timeout);
+}
+
 void exchange_all(std::span<exchange> exchanges) {
     std::vector<exchange*> active;
     for (auto& x : exchanges) {
@@ -156,7 +180,7 @@ void exchange_all(std::span<exchange> exchanges) {
         x.conn->begin(x.commands, x.ec);
         // Write at once where the socket is ready: requests leave before any reply is awaited.
         if (!x.ec && x.conn->advance(x.ec)) {
-            x.replies = x.conn->take_replies();
+            finish(x);
         } else if (x.ec) {
             x.error = dlock::detail::message_for(x.ec);
         } else {
@@ -195,7 +219,7 @@ void exchange_all(std::span<exchange> exchanges) {
                 continue;
             }
             if (x.conn->advance(x.ec)) {
-                x.replies = x.conn->take_replies();
+                finish(x);
                 active.erase(active.begin() + static_cast<std::ptrdiff_t>(j));
             } else if (x.ec) {
                 x.error = dlock::detail::message_for(x.ec);
@@ -209,23 +233,11 @@ void exchange_all(std::span<exchange> exchanges) {
 
 std::vector<reply> connection::pipeline(const std::vector<command_args>& commands, std::error_code& ec,
                                         steady::time_point latest) {
-    const auto now = steady::now();
-    const bool connecting = !is_open();
-    const auto bound = deadline_after(deadline_after(now, settings_.command_timeout),
-                                      connecting ? settings_.connect_timeout : std::chrono::milliseconds::zero());
-    exchange x{this, commands, std::min(bound, latest)};
+    exchange x{this, commands, std::min(default_deadline(), latest)};
     exchange_all({&x, 1});
     if (x.ec) {
         fail(ec, x.ec, x.error);
         return {};
-    }
-    for (const auto& r : x.replies) {
-        if (is_auth_error(r)) {
-            // The server demands credentials we lack (or our user lost a permission).
-            close();
-            fail(ec, errc::auth_failed, "redis " + settings_.endpoint.describe() + ": " + r.text);
-            return {};
-        }
     }
     return std::move(x.replies);
 }
@@ -236,9 +248,9 @@ reply connection::execute(const command_args& command, std::error_code& ec) {
     return std::move(replies.front());
 }
 
-void connection::open(std::error_code& ec) {
+void connection::open(std::error_code& ec, steady::time_point latest) {
     if (is_open()) return;
-    pipeline({}, ec);
+    pipeline({}, ec, latest);
 }
 
 void connection::send(const command_args& command, std::error_code& ec) {

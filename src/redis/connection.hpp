@@ -40,6 +40,9 @@ public:
     const connection_settings& settings() const noexcept { return settings_; }
     int native_handle() const noexcept { return transport_ ? transport_->native_handle() : -1; }
 
+    /// now + command_timeout, plus connect_timeout when the connection must be opened first.
+    steady::time_point default_deadline() const noexcept;
+
     // --- one exchange: begin, then advance on readiness until done ---
     /// Queues `commands` (after the handshake if the connection must be opened first; a pooled
     /// connection the server closed while idle is reopened). Sets ec if connecting failed at once.
@@ -62,8 +65,8 @@ public:
     std::vector<reply> pipeline(const std::vector<command_args>& commands, std::error_code& ec,
                                 steady::time_point latest = steady::time_point::max());
     reply execute(const command_args& command, std::error_code& ec);
-    /// Connects and authenticates if not open (subscriber use).
-    void open(std::error_code& ec);
+    /// Connects and authenticates if not open (subscriber use), by `latest` at the latest.
+    void open(std::error_code& ec, steady::time_point latest = steady::time_point::max());
     /// Subscriber use: queue a command whose replies arrive as a stream, and write it out.
     void send(const command_args& command, std::error_code& ec);
     /// true and `out` set when a reply is available before `deadline`; false at the deadline (the
@@ -101,6 +104,7 @@ struct exchange {
 /// Runs every exchange at once from this thread: all requests are written before any reply is
 /// awaited, so the whole fan-out costs about one round trip, and a dead or slow server costs only
 /// its own deadline. Returns when each exchange has its replies, failed, or reached its deadline.
+/// A reply meaning "wrong or missing credentials" fails its exchange with errc::auth_failed.
 void exchange_all(std::span<exchange> exchanges);
 
 /// true for error replies that mean "wrong or missing credentials" (WRONGPASS, NOAUTH, ...).

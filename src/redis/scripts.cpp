@@ -4,7 +4,8 @@
 
 namespace dlock::redis::detail {
 namespace lua {
-extern const std::string_view acquire, acquire_sha1, release, release_sha1, renew, renew_sha1;
+extern const std::string_view acquire, acquire_sha1, release, release_sha1, renew, renew_sha1, raise_fence,
+    raise_fence_sha1;
 }  // namespace lua
 
 const script& acquire_script() noexcept {
@@ -19,9 +20,14 @@ const script& renew_script() noexcept {
     static const script s{"renew", lua::renew, lua::renew_sha1};
     return s;
 }
+const script& raise_fence_script() noexcept {
+    static const script s{"raise_fence", lua::raise_fence, lua::raise_fence_sha1};
+    return s;
+}
 
 namespace {
 
+/// EVALSHA/EVAL command for `call`; `nkeys` keeps the key count's text alive.
 command_args eval_command(const script_call& call, std::string& nkeys, bool by_sha) {
     nkeys = std::to_string(call.keys.size());
     command_args c;
@@ -38,27 +44,60 @@ bool is_noscript(const reply& r) noexcept { return r.is_error() && r.text.starts
 
 }  // namespace
 
+void run_everywhere(std::span<script_batch> batches) {
+    std::vector<std::vector<std::string>> nkeys(batches.size());
+    std::vector<exchange> first(batches.size());
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+        auto& batch = batches[b];
+        nkeys[b].resize(batch.calls.size());
+        first[b].conn = batch.conn;
+        first[b].deadline = batch.deadline;
+        for (std::size_t i = 0; i < batch.calls.size(); ++i) {
+            first[b].commands.push_back(eval_command(batch.calls[i], nkeys[b][i], true));
+        }
+    }
+    exchange_all(first);
+
+    // The server forgot a script (SCRIPT FLUSH, restart, failover): EVAL caches it again.
+    std::vector<exchange> second;
+    std::vector<std::pair<std::size_t, std::vector<std::size_t>>> retried;  // batch, call indexes
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+        auto& batch = batches[b];
+        batch.ec = first[b].ec;
+        batch.error = std::move(first[b].error);
+        batch.replies = std::move(first[b].replies);
+        if (batch.ec) continue;
+        std::vector<std::size_t> missing;
+        for (std::size_t i = 0; i < batch.replies.size(); ++i) {
+            if (is_noscript(batch.replies[i])) missing.push_back(i);
+        }
+        if (missing.empty()) continue;
+        exchange x{batch.conn, {}, batch.deadline};
+        for (const auto i : missing) x.commands.push_back(eval_command(batch.calls[i], nkeys[b][i], false));
+        second.push_back(std::move(x));
+        retried.emplace_back(b, std::move(missing));
+    }
+    if (second.empty()) return;
+    exchange_all(second);
+    for (std::size_t k = 0; k < second.size(); ++k) {
+        auto& batch = batches[retried[k].first];
+        if (second[k].ec) {
+            batch.ec = second[k].ec;
+            batch.error = std::move(second[k].error);
+            batch.replies.clear();
+            continue;
+        }
+        const auto& missing = retried[k].second;
+        for (std::size_t j = 0; j < missing.size(); ++j) batch.replies[missing[j]] = std::move(second[k].replies[j]);
+    }
+}
+
 std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec,
                                steady::time_point latest) {
-    std::vector<std::string> nkeys(calls.size());
-    std::vector<command_args> commands;
-    commands.reserve(calls.size());
-    for (std::size_t i = 0; i < calls.size(); ++i) commands.push_back(eval_command(calls[i], nkeys[i], true));
-    auto replies = conn.pipeline(commands, ec, latest);
-    if (ec) return replies;
-
-    std::vector<std::size_t> missing;
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-        if (is_noscript(replies[i])) missing.push_back(i);
-    }
-    if (missing.empty()) return replies;
-    // The server forgot the script (SCRIPT FLUSH, restart, failover): EVAL caches it again.
-    commands.clear();
-    for (const auto i : missing) commands.push_back(eval_command(calls[i], nkeys[i], false));
-    auto retried = conn.pipeline(commands, ec, latest);
-    if (ec) return {};
-    for (std::size_t j = 0; j < missing.size(); ++j) replies[missing[j]] = std::move(retried[j]);
-    return replies;
+    script_batch batch{&conn, calls, std::min(conn.default_deadline(), latest)};
+    run_everywhere({&batch, 1});
+    if (batch.ec) dlock::detail::fail(ec, batch.ec, batch.error);
+    return std::move(batch.replies);
 }
 
 reply run_script(connection& conn, const script_call& call, std::error_code& ec) {
@@ -71,8 +110,7 @@ void script_error(const script_call& call, const reply& r, const connection& con
     const auto where = "redis " + conn.settings().endpoint.describe() + ": " + std::string(call.which->name) +
                        " script on \"" + (call.keys.empty() ? std::string() : call.keys.front()) + "\": ";
     if (!r.is_error()) {
-        return dlock::detail::fail(ec, errc::unexpected_reply,
-                                   where + "unexpected " + to_string(r.type) + " reply");
+        return dlock::detail::fail(ec, errc::unexpected_reply, where + "unexpected " + to_string(r.type) + " reply");
     }
     // Script errors arrive wrapped ("ERR Error running script ... WRONGTYPE ..."), so search.
     if (r.text.find("WRONGTYPE") != std::string::npos) {

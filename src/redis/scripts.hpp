@@ -1,8 +1,9 @@
-// The Lua scripts of the Redis lock (src/redis/lua/*.lua, embedded at build time with their SHA1)
+// The Lua scripts of the Redis locks (src/redis/lua/*.lua, embedded at build time with their SHA1)
 // and their execution: EVALSHA first, EVAL on NOSCRIPT, so SCRIPT FLUSH and restarts are survived
-// without an extra round trip in the common case.
+// without an extra round trip in the common case. Scripts can run on several servers at once.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -23,6 +24,7 @@ struct script {
 const script& acquire_script() noexcept;
 const script& release_script() noexcept;
 const script& renew_script() noexcept;
+const script& raise_fence_script() noexcept;
 
 struct script_call {
     const script* which;
@@ -30,14 +32,28 @@ struct script_call {
     std::vector<std::string> args;
 };
 
-/// Runs every call in one pipeline; calls answered NOSCRIPT are re-sent with EVAL in a second one.
+/// One server's batch of script calls in run_everywhere.
+struct script_batch {
+    connection* conn = nullptr;
+    std::vector<script_call> calls{};
+    steady::time_point deadline{};
+    std::vector<reply> replies{};  ///< one per call, on success
+    std::error_code ec{};          ///< transport/protocol/auth failure
+    std::string error{};           ///< its message, naming the server
+};
+
+/// Runs every batch at once (one pipeline per server, all written before any reply is awaited);
+/// calls answered NOSCRIPT are re-sent with EVAL in a second round on those servers only.
 /// Error replies (e.g. WRONGTYPE) are returned as replies.
+void run_everywhere(std::span<script_batch> batches);
+
+/// One server: run_everywhere with one batch. `latest` cuts the connection's default deadline.
 std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec,
                                steady::time_point latest = steady::time_point::max());
 reply run_script(connection& conn, const script_call& call, std::error_code& ec);
 
-/// Maps a script's error reply to an errc with a message naming the script and the server's text:
-/// WRONGTYPE -> unexpected_reply, anything else -> server_error.
+/// Maps a script's error reply to an errc with a message naming the server, the script and the
+/// server's text: WRONGTYPE -> unexpected_reply, anything else -> server_error.
 void script_error(const script_call& call, const reply& r, const connection& conn, std::error_code& ec);
 
 }  // namespace dlock::redis::detail

@@ -20,8 +20,8 @@ void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
 
 }  // namespace
 
-subscriber::subscriber(const connection_settings& settings, std::function<void()> wake)
-    : settings_(settings), wake_(std::move(wake)), conn_(settings_) {}
+subscriber::subscriber(std::vector<connection_settings> servers, std::function<void()> wake)
+    : servers_(std::move(servers)), wake_(std::move(wake)), conn_(std::make_unique<connection>(servers_.at(0))) {}
 
 subscriber::registration::registration(subscriber& owner, std::string channel)
     : owner_(owner), channel_(std::move(channel)) {
@@ -61,22 +61,26 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
     wait_until(owner_.changed_, lock, deadline, [&] { return owner_.channels_[channel_].generation != seen; });
 }
 
-int subscriber::service(steady::time_point now) {
+int subscriber::service(steady::time_point now, steady::time_point latest) {
     std::vector<std::string> subscribe, unsubscribe;
     bool reconnected = false;
     {
         std::lock_guard lock(mutex_);
         const bool wanted = std::any_of(channels_.begin(), channels_.end(),
                                         [](const auto& kv) { return kv.second.waiters > 0; });
-        if (!conn_.is_open()) {
+        if (!conn_->is_open()) {
             if (!wanted || now < reconnect_at_) return -1;
             dirty_ = true;
         }
-        if (!dirty_) return conn_.native_handle();
+        if (!dirty_) return conn_->native_handle();
     }
-    if (!conn_.is_open()) {
+    if (!conn_->is_open()) {
         std::error_code ec;
-        conn_.open(ec);  // bounded by connect_timeout
+        conn_->open(ec, latest);  // bounded by connect_timeout and by the caller
+        if (ec && servers_.size() > 1) {
+            server_ = (server_ + 1) % servers_.size();
+            conn_ = std::make_unique<connection>(servers_[server_]);
+        }
         std::lock_guard lock(mutex_);
         if (ec) {
             backoff_ = std::clamp(backoff_ * 2, min_backoff, max_backoff);
@@ -115,20 +119,20 @@ int subscriber::service(steady::time_point now) {
         if (list->empty() || ec) continue;
         command_args cmd{list == &subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE"};
         for (const auto& c : *list) cmd.push_back(c);
-        conn_.send(cmd, ec);
+        conn_->send(cmd, ec);
     }
     if (ec) {
         reset_connection();
         return -1;
     }
-    return conn_.native_handle();
+    return conn_->native_handle();
 }
 
 void subscriber::on_readable() {
     for (;;) {
         reply r;
         std::error_code ec;
-        if (!conn_.receive(r, steady::now(), ec)) {
+        if (!conn_->receive(r, steady::now(), ec)) {
             if (ec) reset_connection();
             return;
         }
@@ -161,7 +165,11 @@ void subscriber::dispatch(const reply& r) {
 }
 
 void subscriber::reset_connection() {
-    conn_.close();
+    conn_->close();
+    if (servers_.size() > 1) {  // try the next server: any of them carries every release
+        server_ = (server_ + 1) % servers_.size();
+        conn_ = std::make_unique<connection>(servers_[server_]);
+    }
     {
         std::lock_guard lock(mutex_);
         for (auto& [name, ch] : channels_) {
@@ -178,7 +186,7 @@ void subscriber::reset_connection() {
 
 steady::time_point subscriber::next_retry() const {
     std::lock_guard lock(mutex_);
-    if (conn_.is_open() || channels_.empty()) return steady::time_point::max();
+    if (conn_->is_open() || channels_.empty()) return steady::time_point::max();
     return reconnect_at_;
 }
 

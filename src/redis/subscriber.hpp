@@ -1,5 +1,6 @@
 // Release notifications for waiters: ONE pub/sub connection per client, shared by every waiting
-// lock. Waiters register a channel before their retry attempt (so a release in between is not
+// lock. With several servers (Redlock: releases publish on all of them) it subscribes on one and
+// moves to the next when that connection fails. Waiters register a channel before their retry attempt (so a release in between is not
 // missed) and sleep until a message bumps the channel's generation or their own deadline passes.
 // Pub/sub is lossy, so waiters also always carry a deadline (the holder's remaining lease).
 //
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "redis/connection.hpp"
 
@@ -22,7 +24,7 @@ namespace dlock::redis::detail {
 class subscriber {
 public:
     /// `wake` is called (with no lock held) when the background thread must act on new requests.
-    subscriber(const connection_settings& settings, std::function<void()> wake);
+    subscriber(std::vector<connection_settings> servers, std::function<void()> wake);
 
     /// RAII registration of one waiter on one channel.
     class registration {
@@ -44,9 +46,9 @@ public:
     };
 
     // --- background thread side ---
-    /// Sends pending (UN)SUBSCRIBEs, reconnecting first if needed (with backoff). Returns the
-    /// descriptor to poll for messages, or -1 when idle or disconnected.
-    int service(steady::time_point now);
+    /// Sends pending (UN)SUBSCRIBEs, reconnecting first if needed (with backoff), blocking no later
+    /// than `latest`. Returns the descriptor to poll for messages, or -1 when idle or disconnected.
+    int service(steady::time_point now, steady::time_point latest);
     /// Reads and dispatches every message already available.
     void on_readable();
     /// When service() wants to be called again at the latest (reconnect backoff).
@@ -66,9 +68,10 @@ private:
     void dispatch(const reply& r);
     void reset_connection();
 
-    connection_settings settings_;
+    const std::vector<connection_settings> servers_;
     std::function<void()> wake_;
-    connection conn_;  // used by the background thread only
+    std::size_t server_ = 0;                 // background thread only
+    std::unique_ptr<connection> conn_;       // background thread only
 
     mutable std::mutex mutex_;  // guards channels_, dirty_, reconnect_at_, backoff_
     mutable std::condition_variable changed_;

@@ -55,6 +55,7 @@ public:
     /// connects lazily, on first use.
     explicit client(client_options options);
     client(client&&) noexcept;
+    /// Move-assigning stops this client's background thread first (see ~client).
     client& operator=(client&&) noexcept;
     client(const client&) = delete;
     client& operator=(const client&) = delete;
@@ -77,6 +78,9 @@ public:
 
     /// Round trip to the server (PING); throws on failure. Useful as a readiness check.
     void ping();
+
+    /// The options this client was made with (e.g. to build a dlock::redlock::client from clients).
+    const client_options& options() const noexcept;
 
     /// The server-side key names used for lock `name` (for inspection tools and tests).
     std::string lock_key(std::string_view name) const;

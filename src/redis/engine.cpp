@@ -1,0 +1,537 @@
+#include "redis/engine.hpp"
+
+#include <dlock/redis/client.hpp>
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "core/status.hpp"
+#include "core/token.hpp"
+#include "core/validate.hpp"
+
+namespace dlock::redis::detail {
+
+using dlock::detail::deadline_after;
+using dlock::detail::fail;
+using dlock::detail::lease_core;
+
+namespace {
+
+std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()); }
+
+/// The reply of the acquire script: {1, fencing token} or {0, holder's remaining ms}.
+bool is_acquire_reply(const reply& r) noexcept {
+    return r.type == reply::kind::array && r.elements.size() == 2 && r.elements[0].type == reply::kind::integer &&
+           r.elements[1].type == reply::kind::integer;
+}
+
+}  // namespace
+
+struct engine::server {
+    connection_settings commands;
+    connection_settings renewals;
+    std::mutex pool_mutex;  // guards idle
+    std::vector<std::unique_ptr<connection>> idle;
+    std::unique_ptr<connection> renew_conn;  // background thread only
+};
+
+engine::pooled::pooled(server& s) : server_(&s) {
+    {
+        std::lock_guard lock(s.pool_mutex);
+        if (!s.idle.empty()) {
+            conn_ = std::move(s.idle.back());
+            s.idle.pop_back();
+            return;
+        }
+    }
+    conn_ = std::make_unique<connection>(s.commands);
+}
+
+engine::pooled::~pooled() {
+    if (!conn_) return;
+    constexpr std::size_t max_idle = 32;  // beyond this, a burst's extra connections are closed
+    std::lock_guard lock(server_->pool_mutex);
+    if (server_->idle.size() < max_idle) server_->idle.push_back(std::move(conn_));
+}
+
+struct engine::attempt_outcome {
+    bool granted = false;
+    std::uint64_t fencing_token = 0;
+    std::size_t granting = 0;     // servers whose SET NX succeeded
+    std::size_t holding = 0;      // servers where someone else holds the lock
+    std::int64_t holder_ms = -1;  // smallest remaining lease among holding servers; -1 unknown
+    std::error_code error;        // the first failure (all of it when there is one server)
+    std::string failures;         // every failed server and why
+};
+
+engine::engine(engine_config config) : config_(std::move(config)) {
+    const auto positive = [](std::chrono::milliseconds d, const char* field) {
+        if (d <= std::chrono::milliseconds::zero()) {
+            throw error(errc::invalid_argument,
+                        std::string("client_options.") + field + " must be > 0, got " + ms_text(d) + "ms");
+        }
+    };
+    positive(config_.connect_timeout, "connect_timeout");
+    positive(config_.command_timeout, "command_timeout");
+    if (config_.node_timeout) positive(*config_.node_timeout, "node_timeout");
+    if (config_.key_prefix.empty() || config_.key_prefix.find_first_of("{}") != std::string::npos) {
+        throw error(errc::invalid_argument,
+                    "client_options.key_prefix \"" + config_.key_prefix + "\" must be non-empty and free of '{' '}'");
+    }
+    if (config_.servers.empty()) throw error(errc::invalid_argument, "client_options: no servers given");
+    std::vector<connection_settings> subscriber_settings;
+    for (const auto& endpoint : config_.servers) {
+        std::error_code ec;
+        make_transport(endpoint, ec);  // refuses rediss:// up front, with its reason
+        dlock::detail::throw_if(ec);
+        auto s = std::make_unique<server>();
+        s->commands = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:cmd"};
+        s->renewals = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:renew"};
+        s->renew_conn = std::make_unique<connection>(s->renewals);
+        subscriber_settings.push_back({endpoint, config_.connect_timeout, config_.command_timeout, "dlock:sub"});
+        servers_.push_back(std::move(s));
+    }
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+    subscriber_ = std::make_unique<subscriber>(std::move(subscriber_settings), [this] { wake(); });
+}
+
+engine::~engine() { stop(); }
+
+void engine::start() {
+    worker_ = std::jthread([this](std::stop_token st) { run(st); });
+}
+
+void engine::stop() noexcept {
+    if (worker_.joinable()) {
+        worker_.request_stop();
+        wake();
+        worker_.join();
+    }
+    // Nobody renews or watches the leases still alive: they can no longer be guaranteed.
+    std::vector<std::shared_ptr<lease_core>> orphaned;
+    {
+        std::lock_guard lock(registry_mutex_);
+        for (auto& [ptr, t] : registry_) {
+            if (auto lease = t.lease.lock()) orphaned.push_back(std::move(lease));
+        }
+        registry_.clear();
+    }
+    for (auto& lease : orphaned) lease->lose(make_error_code(errc::lock_lost));
+    if (subscriber_) subscriber_->wake_all();
+    if (wake_fd_ >= 0) {
+        ::close(wake_fd_);
+        wake_fd_ = -1;
+    }
+}
+
+void engine::wake() noexcept {
+    if (wake_fd_ < 0) return;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void engine::report_error(std::error_code ec, std::string_view what) noexcept {
+    try {
+        if (config_.error_handler) {
+            config_.error_handler(ec, what);
+            return;
+        }
+    } catch (...) {
+        // The handler itself failed: fall through to stderr rather than lose the report.
+    }
+    std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(what.size()), what.data());
+}
+
+void engine::notify(const lock_event& event) noexcept {
+    if (!config_.observer) return;
+    try {
+        config_.observer(event);
+    } catch (const std::exception& e) {
+        report_error(make_error_code(errc::invalid_argument), std::string("observer threw: ") + e.what());
+    } catch (...) {
+        report_error(make_error_code(errc::invalid_argument), "observer threw a non-standard exception");
+    }
+}
+
+reply engine::command(const std::vector<std::string>& args, std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        if (args.empty()) {
+            fail(ec, errc::invalid_argument, "command: no arguments");
+            return {};
+        }
+        pooled conn(*servers_.front());
+        const command_args view(args.begin(), args.end());
+        return conn.get()->execute(view, ec);
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+        return {};
+    }
+}
+
+std::chrono::milliseconds engine::node_timeout_for(std::chrono::milliseconds lease) const noexcept {
+    if (config_.node_timeout) return *config_.node_timeout;
+    return std::clamp(lease / 200, std::chrono::milliseconds(5), std::chrono::milliseconds(50));
+}
+
+engine::attempt_outcome engine::attempt(std::string_view name, const std::string& token,
+                                        std::chrono::milliseconds lease, std::chrono::milliseconds node_timeout) {
+    const auto sent = steady::now();
+    const bool single = servers_.size() == 1;
+    std::vector<pooled> conns;
+    std::vector<script_batch> batches;
+    conns.reserve(servers_.size());
+    batches.reserve(servers_.size());
+    for (auto& s : servers_) {
+        conns.emplace_back(*s);
+        auto* conn = conns.back().get();
+        // One server: its own timeouts. Several: each gets node_timeout, far below the lease, so a
+        // dead or slow server costs only that (docs/redlock.md).
+        const auto deadline = single ? conn->default_deadline() : deadline_after(sent, node_timeout);
+        batches.push_back({conn, {{&acquire_script(), {key(name), fence(name)}, {token, ms_text(lease)}}}, deadline});
+    }
+    run_everywhere(batches);
+
+    attempt_outcome out;
+    std::vector<std::int64_t> counters(servers_.size(), -1);
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+        auto& b = batches[i];
+        if (!b.ec && !is_acquire_reply(b.replies.front())) script_error(b.calls.front(), b.replies.front(), *b.conn, b.ec);
+        if (b.ec) {
+            if (b.error.empty()) b.error = dlock::detail::message_for(b.ec);
+            if (!out.error) out.error = b.ec;
+            out.failures += (out.failures.empty() ? "" : "; ") + b.error;
+            continue;
+        }
+        const auto& r = b.replies.front();
+        if (r.elements[0].integer == 1) {
+            ++out.granting;
+            counters[i] = r.elements[1].integer;
+        } else {
+            ++out.holding;
+            const auto ttl = r.elements[1].integer;
+            if (ttl >= 0 && (out.holder_ms < 0 || ttl < out.holder_ms)) out.holder_ms = ttl;
+        }
+    }
+    if (out.granting >= quorum()) {
+        const auto token_value = *std::max_element(counters.begin(), counters.end());
+        auto at_token = static_cast<std::size_t>(std::count(counters.begin(), counters.end(), token_value));
+        if (at_token < quorum()) {
+            // Fencing write-back: the grant counts only once a quorum holds a counter >= token
+            // (docs/redlock.md, "Fencing tokens across independent counters").
+            std::vector<script_batch> raises;
+            for (std::size_t i = 0; i < servers_.size(); ++i) {
+                if (counters[i] == token_value) continue;
+                raises.push_back({batches[i].conn,
+                                  {{&raise_fence_script(), {key(name), fence(name)}, {token, std::to_string(token_value)}}},
+                                  deadline_after(steady::now(), node_timeout)});
+            }
+            run_everywhere(raises);
+            for (const auto& r : raises) {
+                if (!r.ec && r.replies.front().type == reply::kind::integer && r.replies.front().integer == 1) ++at_token;
+            }
+        }
+        const bool valid = steady::now() < dlock::detail::valid_until(sent, lease);
+        if (at_token >= quorum() && valid) {
+            out.granted = true;
+            out.fencing_token = static_cast<std::uint64_t>(token_value);
+            return out;
+        }
+    }
+    // Not granted: undo whatever landed, on every server, including those that did not answer
+    // (their SET may have arrived after our deadline). Compare-and-delete touches only our token.
+    if (out.granting > 0 || !out.failures.empty()) release_everywhere(name, token);
+    return out;
+}
+
+void engine::release_everywhere(std::string_view name, const std::string& token) {
+    std::vector<pooled> conns;
+    std::vector<script_batch> batches;
+    const auto deadline = deadline_after(steady::now(), servers_.size() == 1 ? config_.command_timeout
+                                                                             : node_timeout_for(config_.command_timeout));
+    for (auto& s : servers_) {
+        conns.emplace_back(*s);
+        batches.push_back({conns.back().get(), {{&release_script(), {key(name)}, {token, channel(name)}}}, deadline});
+    }
+    run_everywhere(batches);
+}
+
+dlock::lease engine::acquire_until(std::string_view name, const lock_options& options, steady::time_point deadline,
+                                   std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (!ec) dlock::detail::validate_lock_options(options, ec);
+        if (ec) return {};
+        const auto plan = dlock::detail::make_renewal_plan(options);
+        const auto node_timeout = node_timeout_for(options.lease);
+        std::optional<subscriber::registration> waiting;
+        unsigned attempts = 0;
+        for (;;) {
+            // Read the generation BEFORE the attempt: a release after a failed attempt bumps it.
+            const auto seen = waiting ? waiting->generation() : 0;
+            const auto token = dlock::detail::random_token();
+            const auto sent = steady::now();
+            const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
+            const auto result = attempt(name, token, lease_ms, node_timeout);
+            ++attempts;
+            if (result.granted) {
+                auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token,
+                                                         result.fencing_token, options, sent,
+                                                         dlock::detail::valid_until(sent, lease_ms));
+                track(core);
+                notify({event_kind::acquired, name, result.fencing_token, {}, steady::now()});
+                return dlock::detail::lease_access::make(std::move(core));
+            }
+            if (result.granting + result.holding < quorum()) {
+                // Not contention: too few servers answered for any quorum.
+                if (servers_.size() == 1) {
+                    fail(ec, result.error, result.failures);
+                } else {
+                    fail(ec, errc::quorum_unreachable,
+                         "lock \"" + std::string(name) + "\": no quorum (" + std::to_string(quorum()) + " of " +
+                             std::to_string(servers_.size()) + ") could be reached: " + result.failures);
+                }
+                notify({event_kind::error, name, 0, ec, steady::now()});
+                return {};
+            }
+            const auto now = steady::now();
+            if (options.max_attempts && attempts >= *options.max_attempts) {
+                fail(ec, errc::attempts_exhausted,
+                     "lock \"" + std::string(name) + "\" still held after " + std::to_string(attempts) + " attempts");
+                return {};
+            }
+            if (now >= deadline) {
+                fail(ec, errc::timeout, "lock \"" + std::string(name) + "\" is held by someone else");
+                return {};
+            }
+            if (!waiting) {
+                // Register for the release notification, then attempt again at once: a release
+                // between the first attempt and the subscription is caught by that attempt.
+                notify({event_kind::wait_started, name, 0, {}, now});
+                waiting.emplace(*subscriber_, channel(name));
+                waiting->wait_subscribed(std::min(deadline, deadline_after(now, config_.command_timeout)));
+                continue;
+            }
+            // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
+            // bounds the sleep. Unknown expiry (a key set without one): re-check after our lease.
+            const auto fallback = result.holder_ms >= 0 ? std::chrono::milliseconds(result.holder_ms) : lease_ms;
+            auto retry_at = deadline_after(now, fallback) +
+                            std::chrono::nanoseconds(dlock::detail::random_jitter_ns(2'000'000));
+            if (result.granting > 0) {
+                // A split vote between contenders: retry after a random delay so they do not
+                // split again in lock step.
+                const auto spread = std::chrono::duration_cast<std::chrono::nanoseconds>(2 * node_timeout).count();
+                retry_at = std::min(retry_at, now + std::chrono::nanoseconds(dlock::detail::random_jitter_ns(spread)));
+            }
+            waiting->wait(seen, std::min(deadline, retry_at));
+        }
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+    } catch (const std::system_error& e) {
+        fail(ec, e.code(), e.what());
+    }
+    return {};
+}
+
+void engine::release(lease_core& lease, std::error_code& ec) noexcept {
+    ec.clear();
+    {
+        std::lock_guard lock(registry_mutex_);
+        registry_.erase(&lease);
+    }
+    try {
+        std::vector<pooled> conns;
+        std::vector<script_batch> batches;
+        for (auto& s : servers_) {
+            conns.emplace_back(*s);
+            auto* conn = conns.back().get();
+            batches.push_back({conn,
+                               {{&release_script(), {key(lease.name())}, {lease.token(), channel(lease.name())}}},
+                               conn->default_deadline()});
+        }
+        run_everywhere(batches);
+        lease.mark_released();
+        std::size_t deleted = 0;
+        std::string failures;
+        for (auto& b : batches) {
+            if (!b.ec && b.replies.front().type != reply::kind::integer) {
+                script_error(b.calls.front(), b.replies.front(), *b.conn, b.ec);
+                b.error = dlock::detail::message_for(b.ec);
+            }
+            if (b.ec) {
+                if (!ec) ec = b.ec;
+                failures += (failures.empty() ? "" : "; ") + b.error;
+            } else if (b.replies.front().integer == 1) {
+                ++deleted;
+            }
+        }
+        if (deleted > 0) {
+            // Servers that could not be reached keep our key until it expires; nobody else is hurt.
+            ec.clear();
+            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
+            return;
+        }
+        if (ec) {
+            if (servers_.size() == 1) fail(ec, ec, failures);
+            else fail(ec, errc::quorum_unreachable, "release of \"" + lease.name() + "\" reached no server: " + failures);
+        } else {
+            fail(ec, errc::lock_lost,
+                 "lock \"" + lease.name() + "\" was no longer held by this owner (expired or taken over)");
+        }
+        notify({event_kind::error, lease.name(), lease.fencing_token(), ec, steady::now()});
+    } catch (...) {
+        lease.mark_released();
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "release: out of memory");
+    }
+}
+
+void engine::track(const std::shared_ptr<lease_core>& lease) {
+    const auto next = std::min(dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), lease->granted_at()),
+                               lease->valid_until());
+    {
+        std::lock_guard lock(registry_mutex_);
+        registry_[lease.get()] = {lease, next};
+    }
+    // Only wake the background thread if it would otherwise sleep past this lease's first due time.
+    if (next.time_since_epoch().count() < worker_wakes_at_.load()) wake();
+}
+
+steady::time_point engine::renew_due(steady::time_point now) {
+    struct due_lease {
+        std::shared_ptr<lease_core> lease;
+        std::chrono::milliseconds request;
+    };
+    std::vector<due_lease> due;
+    std::vector<std::shared_ptr<lease_core>> expired;
+    {
+        std::lock_guard lock(registry_mutex_);
+        for (auto it = registry_.begin(); it != registry_.end();) {
+            auto lease = it->second.lease.lock();
+            if (!lease || lease->released()) {
+                it = registry_.erase(it);
+                continue;
+            }
+            if (now >= lease->valid_until()) {
+                expired.push_back(std::move(lease));
+                it = registry_.erase(it);
+                continue;
+            }
+            // Renew a little early so leases that fall due close together share one pipeline.
+            const auto slack = lease->plan().every / 8;
+            if (it->second.next_renewal <= now + slack) {
+                const auto request = dlock::detail::lease_to_request(lease->plan(), lease->granted_at(), now);
+                if (request && lease->plan().renew) {
+                    due.push_back({std::move(lease), *request});
+                } else {
+                    it->second.next_renewal = lease->valid_until();  // max_hold reached: let it run out
+                }
+            }
+            ++it;
+        }
+    }
+    for (auto& lease : expired) lease->lose(make_error_code(errc::lock_lost));
+    if (!due.empty()) {
+        const auto sent = steady::now();
+        // Never block past the earliest lease deadline in the batch: its loss must be reported on time.
+        auto latest = steady::time_point::max();
+        for (const auto& d : due) latest = std::min(latest, d.lease->valid_until());
+        std::vector<script_batch> batches;
+        for (auto& s : servers_) {
+            script_batch b{s->renew_conn.get(), {}, std::min(s->renew_conn->default_deadline(), latest)};
+            b.calls.reserve(due.size());
+            for (const auto& d : due) {
+                b.calls.push_back({&renew_script(), {key(d.lease->name())}, {d.lease->token(), ms_text(d.request)}});
+            }
+            batches.push_back(std::move(b));
+        }
+        run_everywhere(batches);
+        std::string failures;
+        for (const auto& b : batches) {
+            if (b.ec) failures += (failures.empty() ? "" : "; ") + b.error;
+        }
+        std::vector<std::shared_ptr<lease_core>> lost, renewed;
+        std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
+        {
+            std::lock_guard lock(registry_mutex_);
+            for (std::size_t i = 0; i < due.size(); ++i) {
+                auto& lease = due[i].lease;
+                const auto it = registry_.find(lease.get());
+                if (it == registry_.end()) continue;  // released meanwhile
+                std::size_t extended = 0, not_ours = 0;
+                std::string why = failures;
+                for (const auto& b : batches) {
+                    if (b.ec) continue;
+                    const auto& r = b.replies[i];
+                    if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
+                        why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() + ": " + r.text;
+                        continue;
+                    }
+                    (r.integer == 1 ? extended : not_ours) += 1;
+                }
+                if (extended >= quorum()) {
+                    lease->renewed(dlock::detail::valid_until(sent, due[i].request));
+                    it->second.next_renewal = std::min(
+                        dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), sent), lease->valid_until());
+                    renewed.push_back(lease);
+                } else if (not_ours > servers_.size() - quorum()) {
+                    lost.push_back(lease);  // gone or another token on enough servers: no quorum can hold it
+                    registry_.erase(it);
+                } else {
+                    lease->renewal_failed();
+                    const auto retry = now + dlock::detail::renewal_retry_delay(lease->plan());
+                    it->second.next_renewal = std::min(retry, lease->valid_until());
+                    failed.emplace_back(lease, std::move(why));
+                }
+            }
+        }
+        for (const auto& lease : renewed) {
+            notify({event_kind::renewed, lease->name(), lease->fencing_token(), {}, steady::now()});
+        }
+        for (const auto& [lease, why] : failed) {
+            const auto code = servers_.size() > 1        ? make_error_code(errc::quorum_unreachable)
+                              : batches.front().ec       ? batches.front().ec
+                                                         : make_error_code(errc::server_error);
+            report_error(code, "renewal of \"" + lease->name() + "\" failed; retrying until its lease runs out: " + why);
+            notify({event_kind::error, lease->name(), lease->fencing_token(), code, steady::now()});
+        }
+        for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
+    }
+    std::lock_guard lock(registry_mutex_);
+    auto next = steady::time_point::max();
+    for (const auto& [ptr, t] : registry_) next = std::min(next, t.next_renewal);
+    // Published under registry_mutex_: a lease tracked after this sees it and wakes us if sooner.
+    worker_wakes_at_.store(next.time_since_epoch().count());
+    return next;
+}
+
+void engine::run(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+        auto next = renew_due(steady::now());
+        const int sub_fd = subscriber_->service(steady::now(), next);
+        next = std::min(next, subscriber_->next_retry());
+
+        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sub_fd, POLLIN, 0}};
+        int timeout_ms = -1;
+        if (next != steady::time_point::max()) {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - steady::now()).count();
+            timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+        }
+        const int n = ::poll(fds, sub_fd >= 0 ? 2 : 1, timeout_ms);
+        worker_wakes_at_.store(steady::time_point::min().time_since_epoch().count());
+        if (n <= 0) continue;
+        if (fds[0].revents & POLLIN) {
+            std::uint64_t count = 0;
+            [[maybe_unused]] const auto r = ::read(wake_fd_, &count, sizeof count);
+        }
+        if (sub_fd >= 0 && fds[1].revents != 0) subscriber_->on_readable();
+    }
+}
+
+}  // namespace dlock::redis::detail

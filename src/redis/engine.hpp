@@ -1,0 +1,113 @@
+// The lock engine behind dlock::redis::client (one server) and dlock::redlock::client (N
+// independent servers, majority quorum): acquire, release and renewal scripts run on every server
+// at once (run_everywhere), one background thread renews every lease and serves the shared
+// subscriber, and leases are dlock::detail::lease_core objects it owns through lease_owner.
+// With one server the quorum is 1 and the fencing write-back never runs, so the single-instance
+// lock is exactly docs/redis-lock.md; docs/redlock.md covers what N > 1 adds.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <dlock/event.hpp>
+#include <dlock/lease.hpp>
+#include <dlock/options.hpp>
+#include <dlock/redis/reply.hpp>
+
+#include "core/lease_core.hpp"
+#include "core/url.hpp"
+#include "redis/connection.hpp"
+#include "redis/scripts.hpp"
+#include "redis/subscriber.hpp"
+
+namespace dlock::redis::detail {
+
+struct engine_config {
+    std::vector<dlock::detail::redis_endpoint> servers;
+    std::chrono::milliseconds connect_timeout{};
+    std::chrono::milliseconds command_timeout{};
+    /// Per-server bound on an acquire attempt with several servers; unset = lease/200 clamped to
+    /// [5 ms, 50 ms]. One server uses command_timeout.
+    std::optional<std::chrono::milliseconds> node_timeout{};
+    std::string key_prefix;
+    dlock::observer observer{};
+    std::function<void(std::error_code, std::string_view)> error_handler{};
+};
+
+class engine final : public dlock::detail::lease_owner, public std::enable_shared_from_this<engine> {
+public:
+    /// Validates the config (errc::invalid_argument naming the field). Call start() next.
+    explicit engine(engine_config config);
+    ~engine() override;
+
+    void start();
+    /// Joins the background thread; leases still alive are reported lost (nobody renews them).
+    void stop() noexcept;
+
+    dlock::lease acquire_until(std::string_view name, const lock_options& options, steady::time_point deadline,
+                               std::error_code& ec) noexcept;
+    /// Runs a command on server 0 (the single-instance client's command()).
+    reply command(const std::vector<std::string>& args, std::error_code& ec) noexcept;
+
+    std::string key(std::string_view name) const { return config_.key_prefix + ":{" + std::string(name) + "}"; }
+    std::string fence(std::string_view name) const { return key(name) + ":fence"; }
+    std::string channel(std::string_view name) const { return key(name) + ":released"; }
+    std::size_t size() const noexcept { return servers_.size(); }
+    std::size_t quorum() const noexcept { return servers_.size() / 2 + 1; }
+
+    // lease_owner
+    void release(dlock::detail::lease_core& lease, std::error_code& ec) noexcept override;
+    void report_error(std::error_code ec, std::string_view what) noexcept override;
+    void notify(const lock_event& event) noexcept override;
+
+private:
+    struct server;
+    /// A pooled command connection of one server, returned to its pool when it goes out of scope.
+    class pooled {
+    public:
+        explicit pooled(server& s);
+        ~pooled();
+        pooled(pooled&&) noexcept = default;
+        connection* get() const noexcept { return conn_.get(); }
+
+    private:
+        server* server_;
+        std::unique_ptr<connection> conn_;
+    };
+
+    struct attempt_outcome;
+    attempt_outcome attempt(std::string_view name, const std::string& token, std::chrono::milliseconds lease,
+                            std::chrono::milliseconds node_timeout);
+    void release_everywhere(std::string_view name, const std::string& token);
+    std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
+
+    void track(const std::shared_ptr<dlock::detail::lease_core>& lease);
+    void wake() noexcept;
+    void run(std::stop_token stop);
+    steady::time_point renew_due(steady::time_point now);
+
+    const engine_config config_;
+    std::vector<std::unique_ptr<server>> servers_;
+
+    struct tracked {
+        std::weak_ptr<dlock::detail::lease_core> lease;
+        steady::time_point next_renewal;
+    };
+    std::mutex registry_mutex_;  // guards registry_
+    std::unordered_map<const dlock::detail::lease_core*, tracked> registry_;
+    std::atomic<steady::rep> worker_wakes_at_{steady::time_point::max().time_since_epoch().count()};
+
+    int wake_fd_ = -1;
+    std::unique_ptr<subscriber> subscriber_;
+    std::jthread worker_;
+};
+
+}  // namespace dlock::redis::detail

@@ -1,0 +1,74 @@
+#include <dlock/redlock/client.hpp>
+
+#include <dlock/redis/client.hpp>
+
+#include "core/status.hpp"
+#include "core/url.hpp"
+#include "redis/engine.hpp"
+
+namespace dlock::redlock {
+
+using dlock::detail::fail;
+
+// Redlock is the lock engine with N servers and a majority quorum (src/redis/engine.hpp).
+class client::impl {
+public:
+    explicit impl(const client_options& o) : engine(std::make_shared<redis::detail::engine>(config_for(o))) {
+        engine->start();
+    }
+    ~impl() { engine->stop(); }
+
+    std::shared_ptr<redis::detail::engine> engine;
+
+private:
+    static redis::detail::engine_config config_for(const client_options& o) {
+        redis::detail::engine_config config{{}, o.connect_timeout, o.command_timeout, o.node_timeout,
+                                            o.key_prefix, o.observer, o.error_handler};
+        if (o.urls.empty()) throw error(errc::invalid_argument, "redlock client_options.urls is empty");
+        for (const auto& url : o.urls) {
+            std::error_code ec;
+            config.servers.push_back(dlock::detail::parse_redis_url(url, ec));
+            dlock::detail::throw_if(ec);
+        }
+        return config;
+    }
+};
+
+namespace {
+
+client_options options_from(const std::vector<std::reference_wrapper<const dlock::redis::client>>& servers) {
+    client_options o;
+    for (const auto& s : servers) o.urls.push_back(s.get().options().url);
+    if (!servers.empty()) {
+        const auto& first = servers.front().get().options();
+        o.connect_timeout = first.connect_timeout;
+        o.command_timeout = first.command_timeout;
+        o.key_prefix = first.key_prefix;
+        o.observer = first.observer;
+        o.error_handler = first.error_handler;
+    }
+    return o;
+}
+
+}  // namespace
+
+client::client(client_options options) : impl_(std::make_shared<impl>(options)) {}
+client::client(const std::vector<std::reference_wrapper<const dlock::redis::client>>& servers)
+    : client(options_from(servers)) {}
+client::client(client&&) noexcept = default;
+client& client::operator=(client&&) noexcept = default;
+client::~client() = default;
+
+lease client::acquire_until(std::string_view name, const lock_options& options,
+                            std::chrono::steady_clock::time_point deadline, std::error_code& ec) noexcept {
+    if (!impl_) {
+        fail(ec, errc::invalid_argument, "acquire on a moved-from client");
+        return {};
+    }
+    return impl_->engine->acquire_until(name, options, deadline, ec);
+}
+
+std::size_t client::size() const noexcept { return impl_->engine->size(); }
+std::size_t client::quorum() const noexcept { return impl_->engine->quorum(); }
+
+}  // namespace dlock::redlock

@@ -1,0 +1,207 @@
+// Redlock on 5 real redis-servers: the dlock::mutex contract, one parallel round trip, the quorum,
+// and fencing tokens that stay monotonic when the quorums that grant differ.
+#include <dlock/dlock.hpp>
+#include <dlock/redis/client.hpp>
+#include <dlock/redlock/client.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_fleet.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using dlock::test::unique_name;
+
+dlock::test::redis_fleet& fleet() {
+    static dlock::test::redis_fleet servers(5);  // started once per test binary
+    return servers;
+}
+
+dlock::redlock::client make_redlock(std::chrono::milliseconds node_timeout = scaled(100ms)) {
+    return dlock::redlock::client({.urls = fleet().urls(), .node_timeout = node_timeout});
+}
+
+/// How many servers hold `key`.
+int holders(const std::string& key) {
+    int count = 0;
+    for (std::size_t i = 0; i < fleet().size(); ++i) count += fleet()[i].command({"EXISTS", key}) == "1";
+    return count;
+}
+
+TEST(Redlock, QuorumIsAMajority) {
+    auto redlock = make_redlock();
+    EXPECT_EQ(redlock.size(), 5u);
+    EXPECT_EQ(redlock.quorum(), 3u);
+    dlock::redlock::client three({.urls = {fleet()[0].url(), fleet()[1].url(), fleet()[2].url()}});
+    EXPECT_EQ(three.quorum(), 2u);
+}
+
+TEST(Redlock, MutexContractOnFiveServers) {
+    auto redlock = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    dlock::mutex m(redlock, name, {.lease = 10s}), other(redlock, name);
+    {
+        std::unique_lock guard(m);
+        EXPECT_EQ(holders(probe.lock_key(name)), 5) << "every live server granted";
+        EXPECT_EQ(m.state(), dlock::lock_state::held);
+        EXPECT_GT(m.expires_in(), 9s);
+        EXPECT_LE(m.expires_in(), 10s) << "validity counts from before the requests were sent";
+        EXPECT_FALSE(other.try_lock());
+    }
+    EXPECT_EQ(holders(probe.lock_key(name)), 0) << "released everywhere";
+    EXPECT_TRUE(other.try_lock());
+    other.unlock();
+}
+
+TEST(Redlock, FencingTokensIncreaseAcrossGrants) {
+    auto redlock = make_redlock();
+    const auto name = unique_name();
+    std::uint64_t previous = 0;
+    for (int i = 0; i < 10; ++i) {
+        auto grant = redlock.acquire(name, {.wait = 0s});
+        EXPECT_GT(grant.fencing_token(), previous);
+        previous = grant.fencing_token();
+    }
+}
+
+TEST(Redlock, EightThreadsCounterStaysExact) {
+    auto redlock = make_redlock();
+    dlock::redis::client store({.url = fleet()[0].url()});
+    const auto counter = unique_name("counter");
+    const auto name = unique_name();
+    std::vector<std::jthread> workers;
+    for (int t = 0; t < 8; ++t) {
+        workers.emplace_back([&] {
+            dlock::mutex m(redlock, name, {.lease = 10s});
+            for (int i = 0; i < 50; ++i) {
+                std::unique_lock guard(m);
+                const auto v = store.command({"GET", counter});
+                const long long value = v.is_nil() ? 0 : std::stoll(v.text);
+                std::this_thread::sleep_for(50us);
+                store.command({"SET", counter, std::to_string(value + 1)});
+            }
+        });
+    }
+    workers.clear();
+    EXPECT_EQ(store.command({"GET", counter}).text, "400");
+}
+
+TEST(Redlock, ReleaseWakesAWaiterLongBeforeTheLeaseRunsOut) {
+    auto redlock = make_redlock();
+    const auto name = unique_name();
+    auto grant = redlock.acquire(name, {.lease = 60s});
+    std::atomic<bool> acquired{false};
+    std::jthread waiter([&] {
+        auto mine = redlock.acquire(name, {.lease = 60s});
+        acquired = true;
+    });
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    ASSERT_TRUE(eventually([&] {
+        int subscribers = 0;
+        for (std::size_t i = 0; i < fleet().size(); ++i) {
+            const auto r = fleet()[i].command({"PUBSUB", "NUMSUB", probe.release_channel(name)});
+            subscribers += r.back() == '1';
+        }
+        return subscribers == 1;
+    }, 5s)) << "one subscriber connection, on one server";
+    grant.release();
+    EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s));
+}
+
+TEST(Redlock, WatchdogRenewsOnEveryServer) {
+    auto redlock = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto lease = scaled(900ms);
+    auto grant = redlock.acquire(unique_name(), {.lease = lease});
+    std::this_thread::sleep_for(3 * lease);  // the behaviour under test is "survives 3 leases"
+    EXPECT_EQ(grant.state(), dlock::lock_state::held);
+    EXPECT_EQ(holders(probe.lock_key(grant.name())), 5);
+}
+
+TEST(Redlock, FencingStaysMonotonicWhenCountersDiverge) {
+    auto redlock = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    const auto fence = probe.fence_key(name);
+    // History the servers disagree about: one counter far ahead (it granted while others were down).
+    fleet()[0].command({"SET", fence, "100"});
+    std::uint64_t first = 0;
+    {
+        auto grant = redlock.acquire(name, {.wait = 0s});
+        first = grant.fencing_token();
+        EXPECT_EQ(first, 101u) << "the largest counter in the quorum";
+    }
+    for (std::size_t i = 1; i < fleet().size(); ++i) {
+        EXPECT_GE(std::stoll(fleet()[i].command({"GET", fence})), 101) << "written back to server " << i;
+    }
+    // Now a quorum without the server that was ahead: a naive "max of this quorum" would say 2.
+    fleet()[0].pause();
+    {
+        auto grant = redlock.acquire(name, {.wait = scaled(2s)});
+        EXPECT_GT(grant.fencing_token(), first);
+    }
+    fleet()[0].resume();
+}
+
+TEST(Redlock, FencingStaysMonotonicUnderRandomMinorityOutages) {
+    auto redlock = make_redlock(scaled(40ms));
+    const auto name = unique_name();
+    std::mt19937 random(12345);
+    std::uint64_t previous = 0;
+    for (int round = 0; round < 15; ++round) {
+        // Pause a random minority (0-2 servers) and diverge a random counter behind the lock's back.
+        std::vector<std::size_t> order{0, 1, 2, 3, 4};
+        std::shuffle(order.begin(), order.end(), random);
+        const auto paused = static_cast<std::size_t>(random() % 3);
+        for (std::size_t k = 0; k < paused; ++k) fleet()[order[k]].pause();
+        std::error_code ec;
+        auto grant = redlock.acquire(name, {.lease = scaled(3s), .wait = scaled(3s)}, ec);
+        ASSERT_FALSE(ec) << "round " << round << ": " << ec.message();
+        EXPECT_GT(grant.fencing_token(), previous) << "round " << round << " with " << paused << " paused";
+        previous = grant.fencing_token();
+        grant.release();
+        for (std::size_t k = 0; k < paused; ++k) fleet()[order[k]].resume();
+    }
+}
+
+TEST(Redlock, BadOptionsAreClearErrors) {
+    try {
+        dlock::redlock::client none(dlock::redlock::client_options{});
+        FAIL() << "no servers accepted";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("urls"), std::string::npos);
+    }
+    try {
+        dlock::redlock::client bad({.urls = {fleet()[0].url(), "redis://:0"}});
+        FAIL() << "bad URL accepted";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
+    }
+    try {
+        dlock::redlock::client zero({.urls = fleet().urls(), .node_timeout = 0ms});
+        FAIL() << "node_timeout 0 accepted";
+    } catch (const dlock::error& e) {
+        EXPECT_NE(std::string(e.what()).find("node_timeout"), std::string::npos);
+    }
+}
+
+TEST(Redlock, BuiltFromSingleServerClients) {
+    dlock::redis::client a({.url = fleet()[0].url()}), b({.url = fleet()[1].url()}), c({.url = fleet()[2].url()});
+    dlock::redlock::client redlock({std::cref(a), std::cref(b), std::cref(c)});
+    EXPECT_EQ(redlock.size(), 3u);
+    auto grant = redlock.acquire(unique_name(), {.wait = 0s});
+    EXPECT_EQ(grant.state(), dlock::lock_state::held);
+}
+
+}  // namespace
