@@ -246,15 +246,15 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
     }
     // Not granted: undo whatever landed, on every server, including those that did not answer
     // (their SET may have arrived after our deadline). Compare-and-delete touches only our token.
-    if (out.granting > 0 || !out.failures.empty()) release_everywhere(name, token);
+    if (out.granting > 0 || !out.failures.empty()) release_everywhere(name, token, node_timeout);
     return out;
 }
 
-void engine::release_everywhere(std::string_view name, const std::string& token) {
+void engine::release_everywhere(std::string_view name, const std::string& token,
+                                std::chrono::milliseconds node_timeout) {
     std::vector<pooled> conns;
     std::vector<script_batch> batches;
-    const auto deadline = deadline_after(steady::now(), servers_.size() == 1 ? config_.command_timeout
-                                                                             : node_timeout_for(config_.command_timeout));
+    const auto deadline = deadline_after(steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         batches.push_back({conns.back().get(), {{&release_script(), {key(name)}, {token, channel(name)}}}, deadline});
@@ -349,12 +349,15 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     try {
         std::vector<pooled> conns;
         std::vector<script_batch> batches;
+        // With several servers a paused one must not hold up unlock(): it gets node_timeout, and
+        // our key there simply expires.
+        const auto redlock_deadline = deadline_after(steady::now(), node_timeout_for(lease.plan().lease));
         for (auto& s : servers_) {
             conns.emplace_back(*s);
             auto* conn = conns.back().get();
             batches.push_back({conn,
                                {{&release_script(), {key(lease.name())}, {lease.token(), channel(lease.name())}}},
-                               conn->default_deadline()});
+                               servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
         }
         run_everywhere(batches);
         lease.mark_released();

@@ -86,7 +86,7 @@ private:
     struct attempt_outcome;
     attempt_outcome attempt(std::string_view name, const std::string& token, std::chrono::milliseconds lease,
                             std::chrono::milliseconds node_timeout);
-    void release_everywhere(std::string_view name, const std::string& token);
+    void release_everywhere(std::string_view name, const std::string& token, std::chrono::milliseconds node_timeout);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
 
     void track(const std::shared_ptr<dlock::detail::lease_core>& lease);
