@@ -1,7 +1,7 @@
 // Lease and renewal arithmetic, free of I/O and of the clock: callers pass `now`.
 //
 // Validity is conservative (docs/redis-lock.md): a grant or renewal sent at `sent` with lease L is
-// trusted until sent + L - drift(L), drift(L) = L/100 + 2ms, which covers the server's expiry
+// trusted until sent + L - drift(L), drift(L) = L/100 + 2ms by default, which covers the server's expiry
 // granularity and clock-rate differences between client and server.
 #pragma once
 
@@ -25,11 +25,19 @@ inline renewal_plan make_renewal_plan(const lock_options& o) noexcept {
     return {o.renew, o.lease, o.renew_every.value_or(o.lease / 3), o.max_hold};
 }
 
-inline milliseconds drift_for(milliseconds lease) noexcept { return lease / 100 + milliseconds(2); }
+/// The margin subtracted from every lease: ratio x lease + floor (Redlock's clock-drift term).
+struct drift_model {
+    double ratio = 0.01;
+    milliseconds floor{2};
+};
+
+inline milliseconds drift_for(milliseconds lease, drift_model model = {}) noexcept {
+    return std::chrono::duration_cast<milliseconds>(lease * model.ratio) + model.floor;
+}
 
 /// Until when a grant/renewal of `lease` sent at `sent` may be trusted.
-inline steady::time_point valid_until(steady::time_point sent, milliseconds lease) noexcept {
-    return sent + lease - std::min(drift_for(lease), lease);
+inline steady::time_point valid_until(steady::time_point sent, milliseconds lease, drift_model model = {}) noexcept {
+    return sent + lease - std::min(drift_for(lease, model), lease);
 }
 
 /// The lease to request at `now` for a grant made at `granted`: the plan's lease, cut so the key

@@ -79,6 +79,11 @@ engine::engine(engine_config config) : config_(std::move(config)) {
     positive(config_.connect_timeout, "connect_timeout");
     positive(config_.command_timeout, "command_timeout");
     if (config_.node_timeout) positive(*config_.node_timeout, "node_timeout");
+    if (!(config_.drift.ratio >= 0.0 && config_.drift.ratio < 0.5) || config_.drift.floor < std::chrono::milliseconds::zero()) {
+        throw error(errc::invalid_argument, "client_options.drift_ratio must be in [0, 0.5) and drift_floor >= 0, got " +
+                                                std::to_string(config_.drift.ratio) + " and " +
+                                                ms_text(config_.drift.floor) + "ms");
+    }
     if (config_.key_prefix.empty() || config_.key_prefix.find_first_of("{}") != std::string::npos) {
         throw error(errc::invalid_argument,
                     "client_options.key_prefix \"" + config_.key_prefix + "\" must be non-empty and free of '{' '}'");
@@ -237,7 +242,7 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
                 if (!r.ec && r.replies.front().type == reply::kind::integer && r.replies.front().integer == 1) ++at_token;
             }
         }
-        const bool valid = steady::now() < dlock::detail::valid_until(sent, lease);
+        const bool valid = steady::now() < dlock::detail::valid_until(sent, lease, config_.drift);
         if (at_token >= quorum() && valid) {
             out.granted = true;
             out.fencing_token = static_cast<std::uint64_t>(token_value);
@@ -284,7 +289,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
             if (result.granted) {
                 auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token,
                                                          result.fencing_token, options, sent,
-                                                         dlock::detail::valid_until(sent, lease_ms));
+                                                         dlock::detail::valid_until(sent, lease_ms, config_.drift));
                 track(core);
                 notify({event_kind::acquired, name, result.fencing_token, {}, steady::now()});
                 return dlock::detail::lease_access::make(std::move(core));
@@ -479,7 +484,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     (r.integer == 1 ? extended : not_ours) += 1;
                 }
                 if (extended >= quorum()) {
-                    lease->renewed(dlock::detail::valid_until(sent, due[i].request));
+                    lease->renewed(dlock::detail::valid_until(sent, due[i].request, config_.drift));
                     it->second.next_renewal = std::min(
                         dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), sent), lease->valid_until());
                     renewed.push_back(lease);

@@ -23,6 +23,7 @@
 #include <dlock/redis/reply.hpp>
 
 #include "core/lease_core.hpp"
+#include "core/renewal.hpp"
 #include "core/url.hpp"
 #include "redis/connection.hpp"
 #include "redis/scripts.hpp"
@@ -37,6 +38,7 @@ struct engine_config {
     /// Per-server bound on an acquire attempt with several servers; unset = lease/200 clamped to
     /// [5 ms, 50 ms]. One server uses command_timeout.
     std::optional<std::chrono::milliseconds> node_timeout{};
+    dlock::detail::drift_model drift{};
     std::string key_prefix;
     dlock::observer observer{};
     std::function<void(std::error_code, std::string_view)> error_handler{};

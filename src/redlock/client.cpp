@@ -22,8 +22,9 @@ public:
 
 private:
     static redis::detail::engine_config config_for(const client_options& o) {
-        redis::detail::engine_config config{{}, o.connect_timeout, o.command_timeout, o.node_timeout,
-                                            o.key_prefix, o.observer, o.error_handler};
+        redis::detail::engine_config config{{},           o.connect_timeout, o.command_timeout,
+                                            o.node_timeout, {o.drift_ratio, o.drift_floor},
+                                            o.key_prefix, o.observer,        o.error_handler};
         if (o.urls.empty()) throw error(errc::invalid_argument, "redlock client_options.urls is empty");
         for (const auto& url : o.urls) {
             std::error_code ec;

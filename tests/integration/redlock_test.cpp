@@ -189,6 +189,12 @@ TEST(Redlock, BadOptionsAreClearErrors) {
         EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
     }
     try {
+        dlock::redlock::client drift({.urls = fleet().urls(), .drift_ratio = 0.7});
+        FAIL() << "drift_ratio 0.7 accepted";
+    } catch (const dlock::error& e) {
+        EXPECT_NE(std::string(e.what()).find("drift_ratio"), std::string::npos);
+    }
+    try {
         dlock::redlock::client zero({.urls = fleet().urls(), .node_timeout = 0ms});
         FAIL() << "node_timeout 0 accepted";
     } catch (const dlock::error& e) {

@@ -38,6 +38,10 @@ struct client_options {
     /// Bound on one acquire attempt at one server. Unset: lease/200 clamped to [5ms, 50ms] (50 ms for
     /// a 10 s lease). Keep it far below the lease: the time it takes is subtracted from validity.
     std::optional<std::chrono::milliseconds> node_timeout{};
+    /// Validity = lease - elapsed - (drift_ratio x lease + drift_floor): the margin for clock-rate
+    /// differences between this client and the servers, and for expiry granularity.
+    double drift_ratio = 0.01;
+    std::chrono::milliseconds drift_floor = 2ms;
     /// Key prefix, as in dlock::redis::client_options (hash-tagged keys).
     std::string key_prefix = "dlock";
     dlock::observer observer{};
