@@ -18,9 +18,11 @@ enum class errc {
     timeout,
     /// lock_options::max_attempts attempts were made while another holder kept the lock.
     attempts_exhausted,
-    /// The lease can no longer be guaranteed: it expired, or the server holds another owner's token.
+    /// The lease can no longer be guaranteed: it expired, or the server holds another owner's
+    /// token.
     lock_lost,
-    /// The caller does not hold the lock it tried to use (e.g. fencing_token() of an unlocked mutex).
+    /// The caller does not hold the lock it tried to use (e.g. fencing_token() of an unlocked
+    /// mutex).
     not_owner,
     /// The server could not be reached: connection refused, reset or closed, host unknown.
     connection_failed,

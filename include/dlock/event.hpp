@@ -24,9 +24,9 @@ enum class event_kind {
 
 struct lock_event {
     event_kind kind;
-    std::string_view name;           ///< the lock's name as the user gave it
-    std::uint64_t fencing_token = 0; ///< 0 when there is no grant (wait_started, error)
-    std::error_code error;           ///< set for lost and error
+    std::string_view name;            ///< the lock's name as the user gave it
+    std::uint64_t fencing_token = 0;  ///< 0 when there is no grant (wait_started, error)
+    std::error_code error;            ///< set for lost and error
     std::chrono::steady_clock::time_point at;
 };
 

@@ -58,14 +58,14 @@ public:
 
     lock_state state() const noexcept;
 
-    /// Fires (stop_requested() becomes true) when the grant can no longer be guaranteed, and when it
-    /// is released. Composes with std::jthread and std::condition_variable_any. An empty lease gives
-    /// a token that has already fired.
+    /// Fires (stop_requested() becomes true) when the grant can no longer be guaranteed, and when
+    /// it is released. Composes with std::jthread and std::condition_variable_any. An empty lease
+    /// gives a token that has already fired.
     std::stop_token lost_token() const noexcept;
 
     /// Releases the lock in one round trip (atomic compare-and-delete on the server). Afterwards
-    /// the lease is empty. Throws errc::lock_lost if the server no longer held our token (nothing of
-    /// another owner's was touched), or a backend error (the lease then expires on the server).
+    /// the lease is empty. Throws errc::lock_lost if the server no longer held our token (nothing
+    /// of another owner's was touched), or a backend error (the lease then expires on the server).
     /// Releasing an empty lease throws errc::not_owner.
     void release();
     void release(std::error_code& ec) noexcept;

@@ -104,7 +104,8 @@ private:
     backend& backend_;
     std::string name_;
     lock_options options_;
-    mutable std::mutex lease_mutex_;  // guards lease_ (a holder's queries may race a waiter's adopt)
+    mutable std::mutex
+        lease_mutex_;  // guards lease_ (a holder's queries may race a waiter's adopt)
     lease lease_;
 };
 

@@ -12,7 +12,8 @@ public:
         switch (static_cast<errc>(value)) {
             case errc::invalid_argument: return "invalid argument";
             case errc::timeout: return "the lock stayed held by someone else until the wait bound";
-            case errc::attempts_exhausted: return "the attempts limit was reached while the lock was held";
+            case errc::attempts_exhausted:
+                return "the attempts limit was reached while the lock was held";
             case errc::lock_lost: return "the lock was lost";
             case errc::not_owner: return "the lock is not held by this owner";
             case errc::connection_failed: return "could not connect to the server";

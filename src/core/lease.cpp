@@ -28,11 +28,13 @@ lease::~lease() {
     // Nobody to throw to: the client's error handler hears of it (STYLE.md §3).
     try {
         if (ec == errc::lock_lost) {
-            core->owner().report_error(ec, "release of \"" + core->name() +
-                                               "\": the lock was no longer ours; nothing was deleted");
+            core->owner().report_error(ec,
+                                       "release of \"" + core->name() +
+                                           "\": the lock was no longer ours; nothing was deleted");
         } else {
             core->owner().report_error(ec, "release of \"" + core->name() + "\" failed (" +
-                                               detail::message_for(ec) + "); it expires with its lease");
+                                               detail::message_for(ec) +
+                                               "); it expires with its lease");
         }
     } catch (...) {
         core->owner().report_error(ec, "release failed");

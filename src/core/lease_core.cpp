@@ -51,11 +51,13 @@ bool lease_core::lose(std::error_code why) noexcept {
         try {
             on_lost_(why);
         } catch (const std::exception& e) {
-            owner_->report_error(make_error_code(errc::lock_lost),
-                                 std::string("on_lost callback of \"") + name_ + "\" threw: " + e.what());
+            owner_->report_error(
+                make_error_code(errc::lock_lost),
+                std::string("on_lost callback of \"") + name_ + "\" threw: " + e.what());
         } catch (...) {
-            owner_->report_error(make_error_code(errc::lock_lost),
-                                 "on_lost callback of \"" + name_ + "\" threw a non-standard exception");
+            owner_->report_error(
+                make_error_code(errc::lock_lost),
+                "on_lost callback of \"" + name_ + "\" threw a non-standard exception");
         }
     }
     return true;

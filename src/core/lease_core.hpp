@@ -3,7 +3,8 @@
 //
 // State machine (docs/redis-lock.md):
 //   held --renew failed--> uncertain --renewed--> held
-//   held/uncertain --expired | key gone | other token | released--> lost   (final; fires lost_token)
+//   held/uncertain --expired | key gone | other token | released--> lost   (final; fires
+//   lost_token)
 #pragma once
 
 #include <atomic>
@@ -29,7 +30,8 @@ class lease_owner {
 public:
     virtual ~lease_owner() = default;
     /// Stops renewing and deletes the lock on the server only if it still holds `lease`'s token.
-    /// errc::lock_lost if it did not (nothing else is touched); a backend errc if it could not tell.
+    /// errc::lock_lost if it did not (nothing else is touched); a backend errc if it could not
+    /// tell.
     virtual void release(lease_core& lease, std::error_code& ec) noexcept = 0;
     /// Reports a failure nobody can be thrown to (destructor release, callbacks).
     virtual void report_error(std::error_code ec, std::string_view what) noexcept = 0;

@@ -13,8 +13,10 @@ lease backend::acquire(std::string_view name, const lock_options& options) {
     return grant;
 }
 
-lease backend::acquire(std::string_view name, const lock_options& options, std::error_code& ec) noexcept {
-    return acquire_until(name, options, detail::deadline_after(detail::steady::now(), options.wait), ec);
+lease backend::acquire(std::string_view name, const lock_options& options,
+                       std::error_code& ec) noexcept {
+    return acquire_until(name, options, detail::deadline_after(detail::steady::now(), options.wait),
+                         ec);
 }
 
 mutex::mutex(backend& backend, std::string name, lock_options options)
@@ -61,7 +63,8 @@ void mutex::unlock() noexcept {
 
 std::uint64_t mutex::fencing_token() const {
     std::lock_guard guard(lease_mutex_);
-    if (!lease_) throw error(errc::not_owner, "fencing_token() of \"" + name_ + "\", which is not locked");
+    if (!lease_)
+        throw error(errc::not_owner, "fencing_token() of \"" + name_ + "\", which is not locked");
     return lease_.fencing_token();
 }
 

@@ -1,8 +1,8 @@
 // Lease and renewal arithmetic, free of I/O and of the clock: callers pass `now`.
 //
 // Validity is conservative (docs/redis-lock.md): a grant or renewal sent at `sent` with lease L is
-// trusted until sent + L - drift(L), drift(L) = L/100 + 2ms by default, which covers the server's expiry
-// granularity and clock-rate differences between client and server.
+// trusted until sent + L - drift(L), drift(L) = L/100 + 2ms by default, which covers the server's
+// expiry granularity and clock-rate differences between client and server.
 #pragma once
 
 #include <algorithm>
@@ -36,13 +36,15 @@ inline milliseconds drift_for(milliseconds lease, drift_model model = {}) noexce
 }
 
 /// Until when a grant/renewal of `lease` sent at `sent` may be trusted.
-inline steady::time_point valid_until(steady::time_point sent, milliseconds lease, drift_model model = {}) noexcept {
+inline steady::time_point valid_until(steady::time_point sent, milliseconds lease,
+                                      drift_model model = {}) noexcept {
     return sent + lease - std::min(drift_for(lease, model), lease);
 }
 
 /// The lease to request at `now` for a grant made at `granted`: the plan's lease, cut so the key
 /// expires at granted + max_hold. nullopt once max_hold is used up (stop renewing).
-inline std::optional<milliseconds> lease_to_request(const renewal_plan& p, steady::time_point granted,
+inline std::optional<milliseconds> lease_to_request(const renewal_plan& p,
+                                                    steady::time_point granted,
                                                     steady::time_point now) noexcept {
     if (p.max_hold == forever) return p.lease;
     const auto left = remaining(now, deadline_after(granted, p.max_hold));

@@ -35,7 +35,8 @@ long long random_jitter_ns(long long bound_ns) noexcept {
     // Jitter only spreads retries apart; a per-thread PRNG seeded once from getrandom is enough.
     thread_local std::mt19937_64 engine = [] {
         std::uint64_t seed = 0;
-        if (::getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = 0x9e3779b97f4a7c15ull;
+        if (::getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed))
+            seed = 0x9e3779b97f4a7c15ull;
         return std::mt19937_64(seed);
     }();
     return std::uniform_int_distribution<long long>(0, bound_ns)(engine);

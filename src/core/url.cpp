@@ -49,7 +49,8 @@ std::string redacted(std::string_view url) {
     if (at == std::string::npos || at < authority_begin) return out;
     const auto colon = out.find(':', authority_begin);
     // "user:password@" keeps the user; a lone "secret@" is a password.
-    const auto secret_begin = (colon != std::string::npos && colon < at) ? colon + 1 : authority_begin;
+    const auto secret_begin =
+        (colon != std::string::npos && colon < at) ? colon + 1 : authority_begin;
     out.replace(secret_begin, at - secret_begin, "***");
     return out;
 }
@@ -80,7 +81,8 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
         ep.kind = redis_endpoint::transport::unix_socket;
         const auto query = rest.find('?');
         ep.path = std::string(rest.substr(0, query));
-        if (ep.path.empty() || ep.path.front() != '/') return bad("unix socket path must be absolute");
+        if (ep.path.empty() || ep.path.front() != '/')
+            return bad("unix socket path must be absolute");
         if (query != std::string_view::npos) {
             const auto q = rest.substr(query + 1);
             long long db = 0;
@@ -96,12 +98,14 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
     } else if (scheme == "rediss") {
         ep.kind = redis_endpoint::transport::tls;
     } else {
-        return bad("unknown scheme \"" + std::string(scheme) + "\" (expected redis, rediss or unix)");
+        return bad("unknown scheme \"" + std::string(scheme) +
+                   "\" (expected redis, rediss or unix)");
     }
 
     const auto slash = rest.find('/');
     auto authority = rest.substr(0, slash);
-    const auto db_part = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+    const auto db_part =
+        slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
 
     const auto at = authority.rfind('@');
     if (at != std::string_view::npos) {
@@ -109,7 +113,8 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
         authority = authority.substr(at + 1);
         const auto colon = userinfo.find(':');
         std::string decoded;
-        if (!percent_decode(userinfo.substr(0, colon), decoded)) return bad("bad percent-escape in the user or password");
+        if (!percent_decode(userinfo.substr(0, colon), decoded))
+            return bad("bad percent-escape in the user or password");
         ep.user = decoded;
         if (colon != std::string_view::npos) {
             if (!percent_decode(userinfo.substr(colon + 1), decoded)) {
@@ -145,7 +150,8 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
         }
     }
     if (ep.host.empty()) return bad("missing host");
-    if (ep.host.find_first_of(" /?#@") != std::string::npos) return bad("invalid host \"" + ep.host + "\"");
+    if (ep.host.find_first_of(" /?#@") != std::string::npos)
+        return bad("invalid host \"" + ep.host + "\"");
     if (!port_text.empty()) {
         long long port = 0;
         if (!parse_int(port_text, 1, 65535, port)) {

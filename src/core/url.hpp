@@ -14,7 +14,7 @@ namespace dlock::detail {
 struct redis_endpoint {
     enum class transport { tcp, tls, unix_socket };
     transport kind = transport::tcp;
-    std::string host;      ///< tcp/tls
+    std::string host;  ///< tcp/tls
     std::uint16_t port = 6379;
     std::string path;      ///< unix_socket
     std::string user;      ///< empty: AUTH with password only (the "default" user)

@@ -10,7 +10,8 @@ namespace {
 std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 }  // namespace
 
-void validate_lock_name(std::string_view name, std::size_t max_length, std::error_code& ec) noexcept {
+void validate_lock_name(std::string_view name, std::size_t max_length,
+                        std::error_code& ec) noexcept {
     ec.clear();
     if (name.empty()) return fail(ec, errc::invalid_argument, "lock name is empty");
     if (name.size() > max_length) {
@@ -23,11 +24,13 @@ void validate_lock_name(std::string_view name, std::size_t max_length, std::erro
 void validate_lock_options(const lock_options& o, std::error_code& ec) noexcept {
     ec.clear();
     if (o.lease <= std::chrono::milliseconds::zero()) {
-        return fail(ec, errc::invalid_argument, "lock_options.lease must be > 0, got " + ms(o.lease));
+        return fail(ec, errc::invalid_argument,
+                    "lock_options.lease must be > 0, got " + ms(o.lease));
     }
     if (o.lease < min_lease) {
-        return fail(ec, errc::invalid_argument,
-                    "lock_options.lease " + ms(o.lease) + " is under the minimum of " + ms(min_lease));
+        return fail(
+            ec, errc::invalid_argument,
+            "lock_options.lease " + ms(o.lease) + " is under the minimum of " + ms(min_lease));
     }
     if (o.lease > max_lease) {
         return fail(ec, errc::invalid_argument,
@@ -36,13 +39,15 @@ void validate_lock_options(const lock_options& o, std::error_code& ec) noexcept 
     }
     // A period at or past the validity margin would let the lease lapse before its first renewal.
     const auto renew_limit = o.lease - drift_for(o.lease);
-    if (o.renew_every && (*o.renew_every <= std::chrono::milliseconds::zero() || *o.renew_every >= renew_limit)) {
+    if (o.renew_every &&
+        (*o.renew_every <= std::chrono::milliseconds::zero() || *o.renew_every >= renew_limit)) {
         return fail(ec, errc::invalid_argument,
-                    "lock_options.renew_every must be in (0, " + ms(renew_limit) + ") for lease=" +
-                        ms(o.lease) + ", got " + ms(*o.renew_every));
+                    "lock_options.renew_every must be in (0, " + ms(renew_limit) +
+                        ") for lease=" + ms(o.lease) + ", got " + ms(*o.renew_every));
     }
     if (o.max_hold <= std::chrono::milliseconds::zero()) {
-        return fail(ec, errc::invalid_argument, "lock_options.max_hold must be > 0, got " + ms(o.max_hold));
+        return fail(ec, errc::invalid_argument,
+                    "lock_options.max_hold must be > 0, got " + ms(o.max_hold));
     }
     if (o.max_attempts && *o.max_attempts == 0) {
         return fail(ec, errc::invalid_argument, "lock_options.max_attempts must be >= 1, got 0");

@@ -9,7 +9,8 @@
 
 namespace dlock::detail {
 
-void validate_lock_name(std::string_view name, std::size_t max_length, std::error_code& ec) noexcept;
+void validate_lock_name(std::string_view name, std::size_t max_length,
+                        std::error_code& ec) noexcept;
 void validate_lock_options(const lock_options& options, std::error_code& ec) noexcept;
 
 }  // namespace dlock::detail

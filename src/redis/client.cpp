@@ -11,7 +11,8 @@ using dlock::detail::fail;
 // The single-instance client is the lock engine with one server (src/redis/engine.hpp).
 class client::impl {
 public:
-    explicit impl(client_options o) : options(std::move(o)), engine(std::make_shared<detail::engine>(config_for(options))) {
+    explicit impl(client_options o)
+        : options(std::move(o)), engine(std::make_shared<detail::engine>(config_for(options))) {
         engine->start();
     }
     ~impl() { engine->stop(); }
@@ -24,7 +25,8 @@ private:
         std::error_code ec;
         auto endpoint = dlock::detail::parse_redis_url(o.url, ec);
         dlock::detail::throw_if(ec);
-        return {{std::move(endpoint)}, o.connect_timeout, o.command_timeout, {}, {}, o.key_prefix, o.observer, o.error_handler};
+        return {{std::move(endpoint)}, o.connect_timeout, o.command_timeout, {}, {},
+                o.key_prefix,          o.observer,        o.error_handler};
     }
 };
 
@@ -34,7 +36,8 @@ client& client::operator=(client&&) noexcept = default;
 client::~client() = default;
 
 lease client::acquire_until(std::string_view name, const lock_options& options,
-                            std::chrono::steady_clock::time_point deadline, std::error_code& ec) noexcept {
+                            std::chrono::steady_clock::time_point deadline,
+                            std::error_code& ec) noexcept {
     if (!impl_) {
         fail(ec, errc::invalid_argument, "acquire on a moved-from client");
         return {};
@@ -60,14 +63,17 @@ reply client::command(const std::vector<std::string>& args, std::error_code& ec)
 void client::ping() {
     const auto r = command({"PING"});
     if (r.type != reply::kind::status || r.text != "PONG") {
-        throw error(errc::unexpected_reply, "PING answered " + std::string(to_string(r.type)) + " \"" + r.text + "\"");
+        throw error(errc::unexpected_reply,
+                    "PING answered " + std::string(to_string(r.type)) + " \"" + r.text + "\"");
     }
 }
 
 const client_options& client::options() const noexcept { return impl_->options; }
 std::string client::lock_key(std::string_view name) const { return impl_->engine->key(name); }
 std::string client::fence_key(std::string_view name) const { return impl_->engine->fence(name); }
-std::string client::release_channel(std::string_view name) const { return impl_->engine->channel(name); }
+std::string client::release_channel(std::string_view name) const {
+    return impl_->engine->channel(name);
+}
 
 const char* to_string(reply::kind kind) noexcept {
     switch (kind) {

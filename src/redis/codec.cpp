@@ -32,11 +32,10 @@ reply convert(const redisReply& r) {
         case REDIS_REPLY_ARRAY:
             out.type = reply::kind::array;
             out.elements.reserve(r.elements);
-            for (std::size_t i = 0; i < r.elements; ++i) out.elements.push_back(convert(*r.element[i]));
+            for (std::size_t i = 0; i < r.elements; ++i)
+                out.elements.push_back(convert(*r.element[i]));
             break;
-        default:
-            out.type = reply::kind::nil;
-            break;
+        default: out.type = reply::kind::nil; break;
     }
     return out;
 }
@@ -53,13 +52,16 @@ void append_command(std::string& out, const std::vector<std::string_view>& args)
         lengths.push_back(a.size());
     }
     char* formatted = nullptr;
-    const int n = redisFormatCommandArgv(&formatted, static_cast<int>(args.size()), argv.data(), lengths.data());
+    const int n = redisFormatCommandArgv(&formatted, static_cast<int>(args.size()), argv.data(),
+                                         lengths.data());
     if (n < 0 || formatted == nullptr) throw std::bad_alloc();
     out.append(formatted, static_cast<std::size_t>(n));
     std::free(formatted);  // hiredis 0.14 allocates with malloc and has no redisFreeCommand
 }
 
-void reply_decoder::reader_deleter::operator()(redisReader* r) const noexcept { redisReaderFree(r); }
+void reply_decoder::reader_deleter::operator()(redisReader* r) const noexcept {
+    redisReaderFree(r);
+}
 
 reply_decoder::reply_decoder() : reader_(redisReaderCreate()) {
     if (!reader_) throw std::bad_alloc();
@@ -69,14 +71,16 @@ reply_decoder::~reply_decoder() = default;
 
 void reply_decoder::feed(std::string_view bytes, std::error_code& ec) {
     if (redisReaderFeed(reader_.get(), bytes.data(), bytes.size()) != REDIS_OK) {
-        dlock::detail::fail(ec, errc::protocol_error, std::string("invalid reply: ") + reader_->errstr);
+        dlock::detail::fail(ec, errc::protocol_error,
+                            std::string("invalid reply: ") + reader_->errstr);
     }
 }
 
 bool reply_decoder::next(reply& out, std::error_code& ec) {
     void* raw = nullptr;
     if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
-        dlock::detail::fail(ec, errc::protocol_error, std::string("invalid reply: ") + reader_->errstr);
+        dlock::detail::fail(ec, errc::protocol_error,
+                            std::string("invalid reply: ") + reader_->errstr);
         return false;
     }
     if (raw == nullptr) return false;
@@ -91,6 +95,9 @@ bool reply_decoder::next(reply& out, std::error_code& ec) {
     return true;
 }
 
-void reply_decoder::reset() { reader_.reset(redisReaderCreate()); if (!reader_) throw std::bad_alloc(); }
+void reply_decoder::reset() {
+    reader_.reset(redisReaderCreate());
+    if (!reader_) throw std::bad_alloc();
+}
 
 }  // namespace dlock::redis::detail

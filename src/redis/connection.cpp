@@ -16,7 +16,8 @@ bool is_auth_error(const reply& r) noexcept {
     if (!r.is_error()) return false;
     const std::string_view t = r.text;
     return t.starts_with("WRONGPASS") || t.starts_with("NOAUTH") || t.starts_with("NOPERM") ||
-           t.starts_with("ERR invalid password") || t.find("called without any password configured") != t.npos ||
+           t.starts_with("ERR invalid password") ||
+           t.find("called without any password configured") != t.npos ||
            t.find("invalid username-password") != t.npos;
 }
 
@@ -53,11 +54,14 @@ void connection::begin(const std::vector<command_args>& commands, std::error_cod
         std::vector<command_args> hello;
         const std::string db = std::to_string(ep.db);
         if (ep.has_password) {
-            if (ep.user.empty()) hello.push_back({"AUTH", ep.password});
-            else hello.push_back({"AUTH", ep.user, ep.password});
+            if (ep.user.empty())
+                hello.push_back({"AUTH", ep.password});
+            else
+                hello.push_back({"AUTH", ep.user, ep.password});
         }
         if (ep.db != 0) hello.push_back({"SELECT", db});
-        if (!settings_.client_name.empty()) hello.push_back({"CLIENT", "SETNAME", settings_.client_name});
+        if (!settings_.client_name.empty())
+            hello.push_back({"CLIENT", "SETNAME", settings_.client_name});
         for (const auto& c : hello) {
             append_command(out_, c);
             handshake_names_.emplace_back(c.front());
@@ -94,7 +98,8 @@ bool connection::read_available(std::error_code& ec) {
                 const auto name = handshake_names_[handshake_names_.size() - handshake_left_];
                 --handshake_left_;
                 if (r.is_error()) {
-                    const auto what = "redis " + settings_.endpoint.describe() + ": " + name + ": " + r.text;
+                    const auto what =
+                        "redis " + settings_.endpoint.describe() + ": " + name + ": " + r.text;
                     fail(ec, is_auth_error(r) ? errc::auth_failed : errc::server_error, what);
                     return false;
                 }
@@ -105,14 +110,16 @@ bool connection::read_available(std::error_code& ec) {
                 continue;
             }
             if (expected_ == 0) {
-                fail(ec, errc::protocol_error, "redis " + settings_.endpoint.describe() + ": unsolicited reply");
+                fail(ec, errc::protocol_error,
+                     "redis " + settings_.endpoint.describe() + ": unsolicited reply");
                 return false;
             }
             --expected_;
             replies_.push_back(std::move(r));
         }
         if (ec) {
-            fail(ec, errc::protocol_error, "redis " + settings_.endpoint.describe() + ": " + dlock::detail::message_for(ec));
+            fail(ec, errc::protocol_error,
+                 "redis " + settings_.endpoint.describe() + ": " + dlock::detail::message_for(ec));
             return false;
         }
         const auto n = transport_->read_some(buffer.data(), buffer.size(), ec);
@@ -125,7 +132,8 @@ bool connection::read_available(std::error_code& ec) {
 
 bool connection::advance(std::error_code& ec) {
     if (phase_ == phase::closed) {
-        fail(ec, errc::connection_failed, "redis " + settings_.endpoint.describe() + ": not connected");
+        fail(ec, errc::connection_failed,
+             "redis " + settings_.endpoint.describe() + ": not connected");
         return false;
     }
     if (phase_ == phase::connecting) {
@@ -146,7 +154,8 @@ void connection::expire(std::error_code& ec) {
     const bool connecting = phase_ == phase::connecting;
     close();
     fail(ec, errc::server_timeout,
-         "redis " + settings_.endpoint.describe() + (connecting ? ": connect timed out" : ": no reply in time"));
+         "redis " + settings_.endpoint.describe() +
+             (connecting ? ": connect timed out" : ": no reply in time"));
 }
 
 namespace {
@@ -159,7 +168,8 @@ void finish(exchange& x) {
     for (const auto& r : x.replies) {
         if (!is_auth_error(r)) continue;
         x.conn->close();
-        fail(x.ec, errc::auth_failed, "redis " + x.conn->settings().endpoint.describe() + ": " + r.text);
+        fail(x.ec, errc::auth_failed,
+             "redis " + x.conn->settings().endpoint.describe() + ": " + r.text);
         x.error = dlock::detail::message_for(x.ec);
         x.replies.clear();
         return;
@@ -207,7 +217,8 @@ void exchange_all(std::span<exchange> exchanges) {
         if (active.empty()) break;
         int timeout_ms = -1;
         if (next_deadline != steady::time_point::max()) {
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now).count();
+            const auto left =
+                std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now).count();
             timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
         }
         const int n = ::poll(fds.data(), fds.size(), timeout_ms);
@@ -231,8 +242,8 @@ void exchange_all(std::span<exchange> exchanges) {
     }
 }
 
-std::vector<reply> connection::pipeline(const std::vector<command_args>& commands, std::error_code& ec,
-                                        steady::time_point latest) {
+std::vector<reply> connection::pipeline(const std::vector<command_args>& commands,
+                                        std::error_code& ec, steady::time_point latest) {
     exchange x{this, commands, std::min(default_deadline(), latest)};
     exchange_all({&x, 1});
     if (x.ec) {
@@ -262,10 +273,12 @@ void connection::send(const command_args& command, std::error_code& ec) {
     while (!flush(ec) || out_sent_ < out_.size()) {
         if (ec) return close();
         pollfd p{native_handle(), POLLOUT, 0};
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()).count();
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()).count();
         if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) == 0) {
             close();
-            return fail(ec, errc::server_timeout, "redis " + settings_.endpoint.describe() + ": write timed out");
+            return fail(ec, errc::server_timeout,
+                        "redis " + settings_.endpoint.describe() + ": write timed out");
         }
     }
 }
@@ -278,7 +291,8 @@ bool connection::receive(reply& out, steady::time_point deadline, std::error_cod
             return true;
         }
         if (!is_open()) {
-            fail(ec, errc::connection_failed, "redis " + settings_.endpoint.describe() + ": not connected");
+            fail(ec, errc::connection_failed,
+                 "redis " + settings_.endpoint.describe() + ": not connected");
             return false;
         }
         if (!read_available(ec)) {

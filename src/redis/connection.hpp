@@ -82,13 +82,13 @@ private:
     std::unique_ptr<transport> transport_;
     reply_decoder decoder_;
     phase phase_ = phase::closed;
-    std::string out_;             // bytes queued for the server
+    std::string out_;  // bytes queued for the server
     std::size_t out_sent_ = 0;
     std::size_t handshake_left_ = 0;  // handshake replies still to come (they precede the others)
     std::vector<std::string> handshake_names_;
-    std::size_t expected_ = 0;        // replies of the current exchange still to come
+    std::size_t expected_ = 0;  // replies of the current exchange still to come
     std::vector<reply> replies_;
-    bool streaming_ = false;          // subscriber mode: replies are taken with receive()
+    bool streaming_ = false;  // subscriber mode: replies are taken with receive()
 };
 
 /// One server's part in exchange_all.

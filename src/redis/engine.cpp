@@ -26,8 +26,8 @@ std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count
 
 /// The reply of the acquire script: {1, fencing token} or {0, holder's remaining ms}.
 bool is_acquire_reply(const reply& r) noexcept {
-    return r.type == reply::kind::array && r.elements.size() == 2 && r.elements[0].type == reply::kind::integer &&
-           r.elements[1].type == reply::kind::integer;
+    return r.type == reply::kind::array && r.elements.size() == 2 &&
+           r.elements[0].type == reply::kind::integer && r.elements[1].type == reply::kind::integer;
 }
 
 }  // namespace
@@ -72,23 +72,26 @@ struct engine::attempt_outcome {
 engine::engine(engine_config config) : config_(std::move(config)) {
     const auto positive = [](std::chrono::milliseconds d, const char* field) {
         if (d <= std::chrono::milliseconds::zero()) {
-            throw error(errc::invalid_argument,
-                        std::string("client_options.") + field + " must be > 0, got " + ms_text(d) + "ms");
+            throw error(errc::invalid_argument, std::string("client_options.") + field +
+                                                    " must be > 0, got " + ms_text(d) + "ms");
         }
     };
     positive(config_.connect_timeout, "connect_timeout");
     positive(config_.command_timeout, "command_timeout");
     if (config_.node_timeout) positive(*config_.node_timeout, "node_timeout");
-    if (!(config_.drift.ratio >= 0.0 && config_.drift.ratio < 0.5) || config_.drift.floor < std::chrono::milliseconds::zero()) {
-        throw error(errc::invalid_argument, "client_options.drift_ratio must be in [0, 0.5) and drift_floor >= 0, got " +
-                                                std::to_string(config_.drift.ratio) + " and " +
-                                                ms_text(config_.drift.floor) + "ms");
+    if (!(config_.drift.ratio >= 0.0 && config_.drift.ratio < 0.5) ||
+        config_.drift.floor < std::chrono::milliseconds::zero()) {
+        throw error(errc::invalid_argument,
+                    "client_options.drift_ratio must be in [0, 0.5) and drift_floor >= 0, got " +
+                        std::to_string(config_.drift.ratio) + " and " +
+                        ms_text(config_.drift.floor) + "ms");
     }
     if (config_.key_prefix.empty() || config_.key_prefix.find_first_of("{}") != std::string::npos) {
-        throw error(errc::invalid_argument,
-                    "client_options.key_prefix \"" + config_.key_prefix + "\" must be non-empty and free of '{' '}'");
+        throw error(errc::invalid_argument, "client_options.key_prefix \"" + config_.key_prefix +
+                                                "\" must be non-empty and free of '{' '}'");
     }
-    if (config_.servers.empty()) throw error(errc::invalid_argument, "client_options: no servers given");
+    if (config_.servers.empty())
+        throw error(errc::invalid_argument, "client_options: no servers given");
     std::vector<connection_settings> subscriber_settings;
     for (const auto& endpoint : config_.servers) {
         std::error_code ec;
@@ -98,7 +101,8 @@ engine::engine(engine_config config) : config_(std::move(config)) {
         s->commands = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:cmd"};
         s->renewals = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:renew"};
         s->renew_conn = std::make_unique<connection>(s->renewals);
-        subscriber_settings.push_back({endpoint, config_.connect_timeout, config_.command_timeout, "dlock:sub"});
+        subscriber_settings.push_back(
+            {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:sub"});
         servers_.push_back(std::move(s));
     }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -158,9 +162,11 @@ void engine::notify(const lock_event& event) noexcept {
     try {
         config_.observer(event);
     } catch (const std::exception& e) {
-        report_error(make_error_code(errc::invalid_argument), std::string("observer threw: ") + e.what());
+        report_error(make_error_code(errc::invalid_argument),
+                     std::string("observer threw: ") + e.what());
     } catch (...) {
-        report_error(make_error_code(errc::invalid_argument), "observer threw a non-standard exception");
+        report_error(make_error_code(errc::invalid_argument),
+                     "observer threw a non-standard exception");
     }
 }
 
@@ -186,7 +192,8 @@ std::chrono::milliseconds engine::node_timeout_for(std::chrono::milliseconds lea
 }
 
 engine::attempt_outcome engine::attempt(std::string_view name, const std::string& token,
-                                        std::chrono::milliseconds lease, std::chrono::milliseconds node_timeout) {
+                                        std::chrono::milliseconds lease,
+                                        std::chrono::milliseconds node_timeout) {
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
     std::vector<pooled> conns;
@@ -198,8 +205,11 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
         auto* conn = conns.back().get();
         // One server: its own timeouts. Several: each gets node_timeout, far below the lease, so a
         // dead or slow server costs only that (docs/redlock.md).
-        const auto deadline = single ? conn->default_deadline() : deadline_after(sent, node_timeout);
-        batches.push_back({conn, {{&acquire_script(), {key(name), fence(name)}, {token, ms_text(lease)}}}, deadline});
+        const auto deadline =
+            single ? conn->default_deadline() : deadline_after(sent, node_timeout);
+        batches.push_back({conn,
+                           {{&acquire_script(), {key(name), fence(name)}, {token, ms_text(lease)}}},
+                           deadline});
     }
     run_everywhere(batches);
 
@@ -207,7 +217,8 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
     std::vector<std::int64_t> counters(servers_.size(), -1);
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
-        if (!b.ec && !is_acquire_reply(b.replies.front())) script_error(b.calls.front(), b.replies.front(), *b.conn, b.ec);
+        if (!b.ec && !is_acquire_reply(b.replies.front()))
+            script_error(b.calls.front(), b.replies.front(), *b.conn, b.ec);
         if (b.ec) {
             if (b.error.empty()) b.error = dlock::detail::message_for(b.ec);
             if (!out.error) out.error = b.ec;
@@ -226,7 +237,8 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
     }
     if (out.granting >= quorum()) {
         const auto token_value = *std::max_element(counters.begin(), counters.end());
-        auto at_token = static_cast<std::size_t>(std::count(counters.begin(), counters.end(), token_value));
+        auto at_token =
+            static_cast<std::size_t>(std::count(counters.begin(), counters.end(), token_value));
         if (at_token < quorum()) {
             // Fencing write-back: the grant counts only once a quorum holds a counter >= token
             // (docs/redlock.md, "Fencing tokens across independent counters").
@@ -234,12 +246,16 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
             for (std::size_t i = 0; i < servers_.size(); ++i) {
                 if (counters[i] == token_value) continue;
                 raises.push_back({batches[i].conn,
-                                  {{&raise_fence_script(), {key(name), fence(name)}, {token, std::to_string(token_value)}}},
+                                  {{&raise_fence_script(),
+                                    {key(name), fence(name)},
+                                    {token, std::to_string(token_value)}}},
                                   deadline_after(steady::now(), node_timeout)});
             }
             run_everywhere(raises);
             for (const auto& r : raises) {
-                if (!r.ec && r.replies.front().type == reply::kind::integer && r.replies.front().integer == 1) ++at_token;
+                if (!r.ec && r.replies.front().type == reply::kind::integer &&
+                    r.replies.front().integer == 1)
+                    ++at_token;
             }
         }
         const bool valid = steady::now() < dlock::detail::valid_until(sent, lease, config_.drift);
@@ -259,16 +275,19 @@ void engine::release_everywhere(std::string_view name, const std::string& token,
                                 std::chrono::milliseconds node_timeout) {
     std::vector<pooled> conns;
     std::vector<script_batch> batches;
-    const auto deadline = deadline_after(steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
+    const auto deadline = deadline_after(
+        steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
     for (auto& s : servers_) {
         conns.emplace_back(*s);
-        batches.push_back({conns.back().get(), {{&release_script(), {key(name)}, {token, channel(name)}}}, deadline});
+        batches.push_back({conns.back().get(),
+                           {{&release_script(), {key(name)}, {token, channel(name)}}},
+                           deadline});
     }
     run_everywhere(batches);
 }
 
-dlock::lease engine::acquire_until(std::string_view name, const lock_options& options, steady::time_point deadline,
-                                   std::error_code& ec) noexcept {
+dlock::lease engine::acquire_until(std::string_view name, const lock_options& options,
+                                   steady::time_point deadline, std::error_code& ec) noexcept {
     ec.clear();
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
@@ -287,9 +306,9 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
             const auto result = attempt(name, token, lease_ms, node_timeout);
             ++attempts;
             if (result.granted) {
-                auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token,
-                                                         result.fencing_token, options, sent,
-                                                         dlock::detail::valid_until(sent, lease_ms, config_.drift));
+                auto core = std::make_shared<lease_core>(
+                    shared_from_this(), std::string(name), token, result.fencing_token, options,
+                    sent, dlock::detail::valid_until(sent, lease_ms, config_.drift));
                 track(core);
                 notify({event_kind::acquired, name, result.fencing_token, {}, steady::now()});
                 return dlock::detail::lease_access::make(std::move(core));
@@ -300,8 +319,9 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
                     fail(ec, result.error, result.failures);
                 } else {
                     fail(ec, errc::quorum_unreachable,
-                         "lock \"" + std::string(name) + "\": no quorum (" + std::to_string(quorum()) + " of " +
-                             std::to_string(servers_.size()) + ") could be reached: " + result.failures);
+                         "lock \"" + std::string(name) + "\": no quorum (" +
+                             std::to_string(quorum()) + " of " + std::to_string(servers_.size()) +
+                             ") could be reached: " + result.failures);
                 }
                 notify({event_kind::error, name, 0, ec, steady::now()});
                 return {};
@@ -309,11 +329,13 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
             const auto now = steady::now();
             if (options.max_attempts && attempts >= *options.max_attempts) {
                 fail(ec, errc::attempts_exhausted,
-                     "lock \"" + std::string(name) + "\" still held after " + std::to_string(attempts) + " attempts");
+                     "lock \"" + std::string(name) + "\" still held after " +
+                         std::to_string(attempts) + " attempts");
                 return {};
             }
             if (now >= deadline) {
-                fail(ec, errc::timeout, "lock \"" + std::string(name) + "\" is held by someone else");
+                fail(ec, errc::timeout,
+                     "lock \"" + std::string(name) + "\" is held by someone else");
                 return {};
             }
             if (!waiting) {
@@ -321,19 +343,23 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
                 // between the first attempt and the subscription is caught by that attempt.
                 notify({event_kind::wait_started, name, 0, {}, now});
                 waiting.emplace(*subscriber_, channel(name));
-                waiting->wait_subscribed(std::min(deadline, deadline_after(now, config_.command_timeout)));
+                waiting->wait_subscribed(
+                    std::min(deadline, deadline_after(now, config_.command_timeout)));
                 continue;
             }
             // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
             // bounds the sleep. Unknown expiry (a key set without one): re-check after our lease.
-            const auto fallback = result.holder_ms >= 0 ? std::chrono::milliseconds(result.holder_ms) : lease_ms;
+            const auto fallback =
+                result.holder_ms >= 0 ? std::chrono::milliseconds(result.holder_ms) : lease_ms;
             auto retry_at = deadline_after(now, fallback) +
                             std::chrono::nanoseconds(dlock::detail::random_jitter_ns(2'000'000));
             if (result.granting > 0) {
                 // A split vote between contenders: retry after a random delay so they do not
                 // split again in lock step.
-                const auto spread = std::chrono::duration_cast<std::chrono::nanoseconds>(2 * node_timeout).count();
-                retry_at = std::min(retry_at, now + std::chrono::nanoseconds(dlock::detail::random_jitter_ns(spread)));
+                const auto spread =
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(2 * node_timeout).count();
+                retry_at = std::min(retry_at, now + std::chrono::nanoseconds(
+                                                        dlock::detail::random_jitter_ns(spread)));
             }
             waiting->wait(seen, std::min(deadline, retry_at));
         }
@@ -356,13 +382,15 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         std::vector<script_batch> batches;
         // With several servers a paused one must not hold up unlock(): it gets node_timeout, and
         // our key there simply expires.
-        const auto redlock_deadline = deadline_after(steady::now(), node_timeout_for(lease.plan().lease));
+        const auto redlock_deadline =
+            deadline_after(steady::now(), node_timeout_for(lease.plan().lease));
         for (auto& s : servers_) {
             conns.emplace_back(*s);
             auto* conn = conns.back().get();
-            batches.push_back({conn,
-                               {{&release_script(), {key(lease.name())}, {lease.token(), channel(lease.name())}}},
-                               servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
+            batches.push_back(
+                {conn,
+                 {{&release_script(), {key(lease.name())}, {lease.token(), channel(lease.name())}}},
+                 servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
         }
         run_everywhere(batches);
         lease.mark_released();
@@ -387,11 +415,15 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             return;
         }
         if (ec) {
-            if (servers_.size() == 1) fail(ec, ec, failures);
-            else fail(ec, errc::quorum_unreachable, "release of \"" + lease.name() + "\" reached no server: " + failures);
+            if (servers_.size() == 1)
+                fail(ec, ec, failures);
+            else
+                fail(ec, errc::quorum_unreachable,
+                     "release of \"" + lease.name() + "\" reached no server: " + failures);
         } else {
             fail(ec, errc::lock_lost,
-                 "lock \"" + lease.name() + "\" was no longer held by this owner (expired or taken over)");
+                 "lock \"" + lease.name() +
+                     "\" was no longer held by this owner (expired or taken over)");
         }
         notify({event_kind::error, lease.name(), lease.fencing_token(), ec, steady::now()});
     } catch (...) {
@@ -401,8 +433,9 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
 }
 
 void engine::track(const std::shared_ptr<lease_core>& lease) {
-    const auto next = std::min(dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), lease->granted_at()),
-                               lease->valid_until());
+    const auto next = std::min(
+        dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), lease->granted_at()),
+        lease->valid_until());
     {
         std::lock_guard lock(registry_mutex_);
         registry_[lease.get()] = {lease, next};
@@ -434,11 +467,13 @@ steady::time_point engine::renew_due(steady::time_point now) {
             // Renew a little early so leases that fall due close together share one pipeline.
             const auto slack = lease->plan().every / 8;
             if (it->second.next_renewal <= now + slack) {
-                const auto request = dlock::detail::lease_to_request(lease->plan(), lease->granted_at(), now);
+                const auto request =
+                    dlock::detail::lease_to_request(lease->plan(), lease->granted_at(), now);
                 if (request && lease->plan().renew) {
                     due.push_back({std::move(lease), *request});
                 } else {
-                    it->second.next_renewal = lease->valid_until();  // max_hold reached: let it run out
+                    it->second.next_renewal =
+                        lease->valid_until();  // max_hold reached: let it run out
                 }
             }
             ++it;
@@ -447,15 +482,19 @@ steady::time_point engine::renew_due(steady::time_point now) {
     for (auto& lease : expired) lease->lose(make_error_code(errc::lock_lost));
     if (!due.empty()) {
         const auto sent = steady::now();
-        // Never block past the earliest lease deadline in the batch: its loss must be reported on time.
+        // Never block past the earliest lease deadline in the batch: its loss must be reported on
+        // time.
         auto latest = steady::time_point::max();
         for (const auto& d : due) latest = std::min(latest, d.lease->valid_until());
         std::vector<script_batch> batches;
         for (auto& s : servers_) {
-            script_batch b{s->renew_conn.get(), {}, std::min(s->renew_conn->default_deadline(), latest)};
+            script_batch b{
+                s->renew_conn.get(), {}, std::min(s->renew_conn->default_deadline(), latest)};
             b.calls.reserve(due.size());
             for (const auto& d : due) {
-                b.calls.push_back({&renew_script(), {key(d.lease->name())}, {d.lease->token(), ms_text(d.request)}});
+                b.calls.push_back({&renew_script(),
+                                   {key(d.lease->name())},
+                                   {d.lease->token(), ms_text(d.request)}});
             }
             batches.push_back(std::move(b));
         }
@@ -478,7 +517,8 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     if (b.ec) continue;
                     const auto& r = b.replies[i];
                     if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
-                        why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() + ": " + r.text;
+                        why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +
+                               ": " + r.text;
                         continue;
                     }
                     (r.integer == 1 ? extended : not_ours) += 1;
@@ -486,10 +526,12 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 if (extended >= quorum()) {
                     lease->renewed(dlock::detail::valid_until(sent, due[i].request, config_.drift));
                     it->second.next_renewal = std::min(
-                        dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), sent), lease->valid_until());
+                        dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), sent),
+                        lease->valid_until());
                     renewed.push_back(lease);
                 } else if (not_ours > servers_.size() - quorum()) {
-                    lost.push_back(lease);  // gone or another token on enough servers: no quorum can hold it
+                    lost.push_back(
+                        lease);  // gone or another token on enough servers: no quorum can hold it
                     registry_.erase(it);
                 } else {
                     lease->renewal_failed();
@@ -503,10 +545,11 @@ steady::time_point engine::renew_due(steady::time_point now) {
             notify({event_kind::renewed, lease->name(), lease->fencing_token(), {}, steady::now()});
         }
         for (const auto& [lease, why] : failed) {
-            const auto code = servers_.size() > 1        ? make_error_code(errc::quorum_unreachable)
-                              : batches.front().ec       ? batches.front().ec
-                                                         : make_error_code(errc::server_error);
-            report_error(code, "renewal of \"" + lease->name() + "\" failed; retrying until its lease runs out: " + why);
+            const auto code = servers_.size() > 1  ? make_error_code(errc::quorum_unreachable)
+                              : batches.front().ec ? batches.front().ec
+                                                   : make_error_code(errc::server_error);
+            report_error(code, "renewal of \"" + lease->name() +
+                                   "\" failed; retrying until its lease runs out: " + why);
             notify({event_kind::error, lease->name(), lease->fencing_token(), code, steady::now()});
         }
         for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
@@ -528,7 +571,8 @@ void engine::run(std::stop_token stop) {
         pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sub_fd, POLLIN, 0}};
         int timeout_ms = -1;
         if (next != steady::time_point::max()) {
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - steady::now()).count();
+            const auto left =
+                std::chrono::ceil<std::chrono::milliseconds>(next - steady::now()).count();
             timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
         }
         const int n = ::poll(fds, sub_fd >= 0 ? 2 : 1, timeout_ms);

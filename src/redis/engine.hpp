@@ -44,7 +44,8 @@ struct engine_config {
     std::function<void(std::error_code, std::string_view)> error_handler{};
 };
 
-class engine final : public dlock::detail::lease_owner, public std::enable_shared_from_this<engine> {
+class engine final : public dlock::detail::lease_owner,
+                     public std::enable_shared_from_this<engine> {
 public:
     /// Validates the config (errc::invalid_argument naming the field). Call start() next.
     explicit engine(engine_config config);
@@ -54,12 +55,14 @@ public:
     /// Joins the background thread; leases still alive are reported lost (nobody renews them).
     void stop() noexcept;
 
-    dlock::lease acquire_until(std::string_view name, const lock_options& options, steady::time_point deadline,
-                               std::error_code& ec) noexcept;
+    dlock::lease acquire_until(std::string_view name, const lock_options& options,
+                               steady::time_point deadline, std::error_code& ec) noexcept;
     /// Runs a command on server 0 (the single-instance client's command()).
     reply command(const std::vector<std::string>& args, std::error_code& ec) noexcept;
 
-    std::string key(std::string_view name) const { return config_.key_prefix + ":{" + std::string(name) + "}"; }
+    std::string key(std::string_view name) const {
+        return config_.key_prefix + ":{" + std::string(name) + "}";
+    }
     std::string fence(std::string_view name) const { return key(name) + ":fence"; }
     std::string channel(std::string_view name) const { return key(name) + ":released"; }
     std::size_t size() const noexcept { return servers_.size(); }
@@ -86,9 +89,11 @@ private:
     };
 
     struct attempt_outcome;
-    attempt_outcome attempt(std::string_view name, const std::string& token, std::chrono::milliseconds lease,
+    attempt_outcome attempt(std::string_view name, const std::string& token,
+                            std::chrono::milliseconds lease,
                             std::chrono::milliseconds node_timeout);
-    void release_everywhere(std::string_view name, const std::string& token, std::chrono::milliseconds node_timeout);
+    void release_everywhere(std::string_view name, const std::string& token,
+                            std::chrono::milliseconds node_timeout);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
 
     void track(const std::shared_ptr<dlock::detail::lease_core>& lease);

@@ -4,8 +4,8 @@
 
 namespace dlock::redis::detail {
 namespace lua {
-extern const std::string_view acquire, acquire_sha1, release, release_sha1, renew, renew_sha1, raise_fence,
-    raise_fence_sha1;
+extern const std::string_view acquire, acquire_sha1, release, release_sha1, renew, renew_sha1,
+    raise_fence, raise_fence_sha1;
 }  // namespace lua
 
 const script& acquire_script() noexcept {
@@ -73,7 +73,8 @@ void run_everywhere(std::span<script_batch> batches) {
         }
         if (missing.empty()) continue;
         exchange x{batch.conn, {}, batch.deadline};
-        for (const auto i : missing) x.commands.push_back(eval_command(batch.calls[i], nkeys[b][i], false));
+        for (const auto i : missing)
+            x.commands.push_back(eval_command(batch.calls[i], nkeys[b][i], false));
         second.push_back(std::move(x));
         retried.emplace_back(b, std::move(missing));
     }
@@ -88,12 +89,13 @@ void run_everywhere(std::span<script_batch> batches) {
             continue;
         }
         const auto& missing = retried[k].second;
-        for (std::size_t j = 0; j < missing.size(); ++j) batch.replies[missing[j]] = std::move(second[k].replies[j]);
+        for (std::size_t j = 0; j < missing.size(); ++j)
+            batch.replies[missing[j]] = std::move(second[k].replies[j]);
     }
 }
 
-std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec,
-                               steady::time_point latest) {
+std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls,
+                               std::error_code& ec, steady::time_point latest) {
     script_batch batch{&conn, calls, std::min(conn.default_deadline(), latest)};
     run_everywhere({&batch, 1});
     if (batch.ec) dlock::detail::fail(ec, batch.ec, batch.error);
@@ -106,11 +108,14 @@ reply run_script(connection& conn, const script_call& call, std::error_code& ec)
     return std::move(replies.front());
 }
 
-void script_error(const script_call& call, const reply& r, const connection& conn, std::error_code& ec) {
-    const auto where = "redis " + conn.settings().endpoint.describe() + ": " + std::string(call.which->name) +
-                       " script on \"" + (call.keys.empty() ? std::string() : call.keys.front()) + "\": ";
+void script_error(const script_call& call, const reply& r, const connection& conn,
+                  std::error_code& ec) {
+    const auto where = "redis " + conn.settings().endpoint.describe() + ": " +
+                       std::string(call.which->name) + " script on \"" +
+                       (call.keys.empty() ? std::string() : call.keys.front()) + "\": ";
     if (!r.is_error()) {
-        return dlock::detail::fail(ec, errc::unexpected_reply, where + "unexpected " + to_string(r.type) + " reply");
+        return dlock::detail::fail(ec, errc::unexpected_reply,
+                                   where + "unexpected " + to_string(r.type) + " reply");
     }
     // Script errors arrive wrapped ("ERR Error running script ... WRONGTYPE ..."), so search.
     if (r.text.find("WRONGTYPE") != std::string::npos) {

@@ -48,12 +48,14 @@ struct script_batch {
 void run_everywhere(std::span<script_batch> batches);
 
 /// One server: run_everywhere with one batch. `latest` cuts the connection's default deadline.
-std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls, std::error_code& ec,
+std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls,
+                               std::error_code& ec,
                                steady::time_point latest = steady::time_point::max());
 reply run_script(connection& conn, const script_call& call, std::error_code& ec);
 
 /// Maps a script's error reply to an errc with a message naming the server, the script and the
 /// server's text: WRONGTYPE -> unexpected_reply, anything else -> server_error.
-void script_error(const script_call& call, const reply& r, const connection& conn, std::error_code& ec);
+void script_error(const script_call& call, const reply& r, const connection& conn,
+                  std::error_code& ec);
 
 }  // namespace dlock::redis::detail

@@ -9,8 +9,8 @@ constexpr std::chrono::milliseconds min_backoff{50};
 constexpr std::chrono::milliseconds max_backoff{2000};
 
 template <class Pred>
-void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, steady::time_point deadline,
-                Pred pred) {
+void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                steady::time_point deadline, Pred pred) {
     if (deadline == steady::time_point::max()) {
         cv.wait(lock, pred);
     } else {
@@ -21,7 +21,9 @@ void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
 }  // namespace
 
 subscriber::subscriber(std::vector<connection_settings> servers, std::function<void()> wake)
-    : servers_(std::move(servers)), wake_(std::move(wake)), conn_(std::make_unique<connection>(servers_.at(0))) {}
+    : servers_(std::move(servers)),
+      wake_(std::move(wake)),
+      conn_(std::make_unique<connection>(servers_.at(0))) {}
 
 subscriber::registration::registration(subscriber& owner, std::string channel)
     : owner_(owner), channel_(std::move(channel)) {
@@ -53,12 +55,14 @@ std::uint64_t subscriber::registration::generation() const {
 
 void subscriber::registration::wait_subscribed(steady::time_point deadline) const {
     std::unique_lock lock(owner_.mutex_);
-    wait_until(owner_.changed_, lock, deadline, [&] { return owner_.channels_[channel_].subscribed; });
+    wait_until(owner_.changed_, lock, deadline,
+               [&] { return owner_.channels_[channel_].subscribed; });
 }
 
 void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadline) const {
     std::unique_lock lock(owner_.mutex_);
-    wait_until(owner_.changed_, lock, deadline, [&] { return owner_.channels_[channel_].generation != seen; });
+    wait_until(owner_.changed_, lock, deadline,
+               [&] { return owner_.channels_[channel_].generation != seen; });
 }
 
 int subscriber::service(steady::time_point now, steady::time_point latest) {

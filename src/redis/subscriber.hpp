@@ -1,8 +1,9 @@
 // Release notifications for waiters: ONE pub/sub connection per client, shared by every waiting
 // lock. With several servers (Redlock: releases publish on all of them) it subscribes on one and
-// moves to the next when that connection fails. Waiters register a channel before their retry attempt (so a release in between is not
-// missed) and sleep until a message bumps the channel's generation or their own deadline passes.
-// Pub/sub is lossy, so waiters also always carry a deadline (the holder's remaining lease).
+// moves to the next when that connection fails. Waiters register a channel before their retry
+// attempt (so a release in between is not missed) and sleep until a message bumps the channel's
+// generation or their own deadline passes. Pub/sub is lossy, so waiters also always carry a
+// deadline (the holder's remaining lease).
 //
 // The client's background thread owns the connection: it sends (UN)SUBSCRIBE, reads messages,
 // reconnects with backoff and, after a reconnect, wakes every waiter (messages may have been lost).
@@ -70,8 +71,8 @@ private:
 
     const std::vector<connection_settings> servers_;
     std::function<void()> wake_;
-    std::size_t server_ = 0;                 // background thread only
-    std::unique_ptr<connection> conn_;       // background thread only
+    std::size_t server_ = 0;            // background thread only
+    std::unique_ptr<connection> conn_;  // background thread only
 
     mutable std::mutex mutex_;  // guards channels_, dirty_, reconnect_at_, backoff_
     mutable std::condition_variable changed_;

@@ -55,7 +55,8 @@ public:
             if (n >= 0) return static_cast<std::size_t>(n);
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-            fail(ec, errc::connection_failed, "redis " + endpoint_.describe() + ": write failed: " + std::strerror(errno));
+            fail(ec, errc::connection_failed,
+                 "redis " + endpoint_.describe() + ": write failed: " + std::strerror(errno));
             return 0;
         }
     }
@@ -65,12 +66,14 @@ public:
             const ssize_t n = ::recv(fd_, buffer, size, 0);
             if (n > 0) return static_cast<std::size_t>(n);
             if (n == 0) {
-                fail(ec, errc::connection_failed, "redis " + endpoint_.describe() + ": connection closed by the server");
+                fail(ec, errc::connection_failed,
+                     "redis " + endpoint_.describe() + ": connection closed by the server");
                 return 0;
             }
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-            fail(ec, errc::connection_failed, "redis " + endpoint_.describe() + ": read failed: " + std::strerror(errno));
+            fail(ec, errc::connection_failed,
+                 "redis " + endpoint_.describe() + ": read failed: " + std::strerror(errno));
             return 0;
         }
     }
@@ -109,7 +112,8 @@ private:
         const auto port = std::to_string(endpoint_.port);
         const int rc = ::getaddrinfo(endpoint_.host.c_str(), port.c_str(), &hints, &found);
         if (rc != 0) {
-            fail(ec, errc::connection_failed, "redis " + endpoint_.describe() + ": cannot resolve host: " + ::gai_strerror(rc));
+            fail(ec, errc::connection_failed,
+                 "redis " + endpoint_.describe() + ": cannot resolve host: " + ::gai_strerror(rc));
             return false;
         }
         for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
@@ -137,7 +141,8 @@ private:
                 ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
             }
-            if (::connect(fd_, reinterpret_cast<const sockaddr*>(&a.storage), a.length) == 0) return true;
+            if (::connect(fd_, reinterpret_cast<const sockaddr*>(&a.storage), a.length) == 0)
+                return true;
             if (errno == EINPROGRESS || errno == EAGAIN) return false;
             last_error_ = errno;
             close();

@@ -27,7 +27,8 @@ public:
     virtual bool finish_connect(std::error_code& ec) = 0;
     /// Writes what the socket accepts now; 0 when it would block.
     virtual std::size_t write_some(std::string_view bytes, std::error_code& ec) = 0;
-    /// Reads what is available now; 0 when nothing is. errc::connection_failed when the peer closed.
+    /// Reads what is available now; 0 when nothing is. errc::connection_failed when the peer
+    /// closed.
     virtual std::size_t read_some(char* buffer, std::size_t size, std::error_code& ec) = 0;
     /// True if an idle stream has something pending (EOF, reset, stray bytes): the server closed it
     /// (restart, idle timeout) and the next request would fail. Non-blocking.
@@ -38,6 +39,7 @@ public:
 };
 
 /// A transport for `endpoint`; errc::unsupported for TLS, which this build lacks.
-std::unique_ptr<transport> make_transport(const dlock::detail::redis_endpoint& endpoint, std::error_code& ec);
+std::unique_ptr<transport> make_transport(const dlock::detail::redis_endpoint& endpoint,
+                                          std::error_code& ec);
 
 }  // namespace dlock::redis::detail

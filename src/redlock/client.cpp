@@ -13,7 +13,8 @@ using dlock::detail::fail;
 // Redlock is the lock engine with N servers and a majority quorum (src/redis/engine.hpp).
 class client::impl {
 public:
-    explicit impl(const client_options& o) : engine(std::make_shared<redis::detail::engine>(config_for(o))) {
+    explicit impl(const client_options& o)
+        : engine(std::make_shared<redis::detail::engine>(config_for(o))) {
         engine->start();
     }
     ~impl() { engine->stop(); }
@@ -22,10 +23,16 @@ public:
 
 private:
     static redis::detail::engine_config config_for(const client_options& o) {
-        redis::detail::engine_config config{{},           o.connect_timeout, o.command_timeout,
-                                            o.node_timeout, {o.drift_ratio, o.drift_floor},
-                                            o.key_prefix, o.observer,        o.error_handler};
-        if (o.urls.empty()) throw error(errc::invalid_argument, "redlock client_options.urls is empty");
+        redis::detail::engine_config config{{},
+                                            o.connect_timeout,
+                                            o.command_timeout,
+                                            o.node_timeout,
+                                            {o.drift_ratio, o.drift_floor},
+                                            o.key_prefix,
+                                            o.observer,
+                                            o.error_handler};
+        if (o.urls.empty())
+            throw error(errc::invalid_argument, "redlock client_options.urls is empty");
         for (const auto& url : o.urls) {
             std::error_code ec;
             config.servers.push_back(dlock::detail::parse_redis_url(url, ec));
@@ -37,7 +44,8 @@ private:
 
 namespace {
 
-client_options options_from(const std::vector<std::reference_wrapper<const dlock::redis::client>>& servers) {
+client_options options_from(
+    const std::vector<std::reference_wrapper<const dlock::redis::client>>& servers) {
     client_options o;
     for (const auto& s : servers) o.urls.push_back(s.get().options().url);
     if (!servers.empty()) {
@@ -61,7 +69,8 @@ client& client::operator=(client&&) noexcept = default;
 client::~client() = default;
 
 lease client::acquire_until(std::string_view name, const lock_options& options,
-                            std::chrono::steady_clock::time_point deadline, std::error_code& ec) noexcept {
+                            std::chrono::steady_clock::time_point deadline,
+                            std::error_code& ec) noexcept {
     if (!impl_) {
         fail(ec, errc::invalid_argument, "acquire on a moved-from client");
         return {};

@@ -25,29 +25,36 @@ using dlock::test::unique_name;
 
 /// The protected resource: accepts a write only with a fencing token above every token it has
 /// seen (the check a real store does with a conditional update).
-long long fenced_write(dlock::redis::client& redis, const std::string& resource, std::uint64_t token) {
+long long fenced_write(dlock::redis::client& redis, const std::string& resource,
+                       std::uint64_t token) {
     static const std::string script =
         "local seen = tonumber(redis.call('GET', KEYS[1]) or '0') "
-        "if tonumber(ARGV[1]) > seen then redis.call('SET', KEYS[1], ARGV[1]) return 1 end return 0";
+        "if tonumber(ARGV[1]) > seen then redis.call('SET', KEYS[1], ARGV[1]) return 1 end return "
+        "0";
     return redis.command({"EVAL", script, "1", resource, std::to_string(token)}).integer;
 }
 
-const bool paused_holder = dlock::test::register_child("paused_holder", [](const std::vector<std::string>& args) {
-    // args: url, lock name, lease ms, marker key, resource key
-    dlock::redis::client redis({.url = args.at(0), .command_timeout = 500ms});
-    auto grant = redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
-    if (fenced_write(redis, args.at(4), grant.fencing_token()) != 1) return 10;
-    redis.command({"SET", args.at(3), std::to_string(grant.fencing_token())});
-    // Here the parent SIGSTOPs us past our lease, lets another client take the lock, then SIGCONTs.
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (!grant.lost_token().stop_requested() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(5ms);
-    }
-    if (!grant.lost_token().stop_requested()) return 11;        // never noticed the loss
-    if (grant.state() != dlock::lock_state::lost) return 12;
-    if (fenced_write(redis, args.at(4), grant.fencing_token()) != 0) return 13;  // stale token accepted
-    return 0;
-});
+const bool paused_holder =
+    dlock::test::register_child("paused_holder", [](const std::vector<std::string>& args) {
+        // args: url, lock name, lease ms, marker key, resource key
+        dlock::redis::client redis({.url = args.at(0), .command_timeout = 500ms});
+        auto grant =
+            redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
+        if (fenced_write(redis, args.at(4), grant.fencing_token()) != 1) return 10;
+        redis.command({"SET", args.at(3), std::to_string(grant.fencing_token())});
+        // Here the parent SIGSTOPs us past our lease, lets another client take the lock, then
+        // SIGCONTs.
+        const auto deadline = std::chrono::steady_clock::now() + 60s;
+        while (!grant.lost_token().stop_requested() &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(5ms);
+        }
+        if (!grant.lost_token().stop_requested()) return 11;  // never noticed the loss
+        if (grant.state() != dlock::lock_state::lost) return 12;
+        if (fenced_write(redis, args.at(4), grant.fencing_token()) != 0)
+            return 13;  // stale token accepted
+        return 0;
+    });
 
 TEST(RedisFault, HolderPausedPastItsLeaseSeesLostAndItsTokenIsRejected) {
     ASSERT_TRUE(paused_holder);
@@ -56,17 +63,20 @@ TEST(RedisFault, HolderPausedPastItsLeaseSeesLostAndItsTokenIsRejected) {
     const auto marker = unique_name("marker");
     const auto resource = unique_name("resource");
     const auto lease = scaled(1200ms);
-    dlock::test::child_process holder("paused_holder",
-                                      {shared_redis().url(), name, std::to_string(lease.count()), marker, resource});
+    dlock::test::child_process holder(
+        "paused_holder",
+        {shared_redis().url(), name, std::to_string(lease.count()), marker, resource});
     ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
     holder.stop_signal(SIGSTOP);
     const auto stopped_at = std::chrono::steady_clock::now();
     dlock::mutex m(redis, name);
     ASSERT_TRUE(m.try_lock_for(lease + scaled(2s))) << "the paused holder's lease runs out";
-    EXPECT_GE(std::chrono::steady_clock::now() - stopped_at, scaled(1200ms) / 3) << "not before its last renewal ran out";
+    EXPECT_GE(std::chrono::steady_clock::now() - stopped_at, scaled(1200ms) / 3)
+        << "not before its last renewal ran out";
     EXPECT_EQ(fenced_write(redis, resource, m.fencing_token()), 1);
     holder.stop_signal(SIGCONT);
-    EXPECT_EQ(holder.wait(scaled(30s)), 0) << "10: first write, 11: never saw lost, 12: state, 13: stale token accepted";
+    EXPECT_EQ(holder.wait(scaled(30s)), 0)
+        << "10: first write, 11: never saw lost, 12: state, 13: stale token accepted";
     m.unlock();
 }
 
@@ -75,11 +85,15 @@ TEST(RedisFault, ServerStoppedPastTheLeaseMakesTheHolderLoseIt) {
     dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
     const auto lease = scaled(1200ms);
     std::atomic<bool> on_lost_called{false};
-    auto grant = redis.acquire(unique_name(), {.lease = lease, .on_lost = [&](std::error_code) { on_lost_called = true; }});
+    auto grant =
+        redis.acquire(unique_name(),
+                      {.lease = lease, .on_lost = [&](std::error_code) { on_lost_called = true; }});
     const auto granted_at = std::chrono::steady_clock::now();
     server.stop();
-    EXPECT_TRUE(eventually([&] { return grant.state() != dlock::lock_state::held; }, lease)) << "uncertain first";
-    ASSERT_TRUE(eventually([&] { return grant.lost_token().stop_requested(); }, lease + scaled(1s)));
+    EXPECT_TRUE(eventually([&] { return grant.state() != dlock::lock_state::held; }, lease))
+        << "uncertain first";
+    ASSERT_TRUE(
+        eventually([&] { return grant.lost_token().stop_requested(); }, lease + scaled(1s)));
     EXPECT_LE(std::chrono::steady_clock::now() - granted_at, lease + scaled(1s));
     EXPECT_TRUE(on_lost_called.load());
     EXPECT_EQ(grant.expires_in(), 0ms);
@@ -91,11 +105,12 @@ TEST(RedisFault, ShortOutageWithinTheLeaseIsRidden) {
     dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
     const auto lease = scaled(3s);
     auto grant = redis.acquire(unique_name(), {.lease = lease});
-    server.stop();   // appendfsync always: the key survives the restart
+    server.stop();  // appendfsync always: the key survives the restart
     server.start();
     // The watchdog's next renewal reconnects and extends the same grant.
-    EXPECT_TRUE(eventually([&] { return grant.state() == dlock::lock_state::held && grant.expires_in() > lease / 2; },
-                           lease));
+    EXPECT_TRUE(eventually(
+        [&] { return grant.state() == dlock::lock_state::held && grant.expires_in() > lease / 2; },
+        lease));
     std::this_thread::sleep_for(lease);  // past the original lease: still held thanks to renewal
     EXPECT_EQ(grant.state(), dlock::lock_state::held);
     EXPECT_NO_THROW(grant.release());
@@ -127,9 +142,15 @@ TEST(RedisFault, WaiterGetsAnErrorWhenTheServerGoesAway) {
             failed = true;
         }
     });
-    ASSERT_TRUE(eventually([&] { return server.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).find("\n1") != std::string::npos; }, 5s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return server.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).find("\n1") !=
+                   std::string::npos;
+        },
+        5s));
     server.stop();
-    EXPECT_TRUE(eventually([&] { return failed.load(); }, scaled(5s))) << "lock() reports the backend failure";
+    EXPECT_TRUE(eventually([&] { return failed.load(); }, scaled(5s)))
+        << "lock() reports the backend failure";
     waiter.join();
     EXPECT_EQ(seen, dlock::errc::connection_failed);
     server.start();
@@ -142,8 +163,10 @@ TEST(RedisFault, WritesPausedPastTheLeaseMakeTheHolderLoseIt) {
     auto grant = redis.acquire(unique_name(), {.lease = lease});
     server.command({"CLIENT", "PAUSE", std::to_string(scaled(3000ms).count()), "WRITE"});
     const auto paused_at = std::chrono::steady_clock::now();
-    ASSERT_TRUE(eventually([&] { return grant.lost_token().stop_requested(); }, lease + scaled(1s)));
-    EXPECT_LE(std::chrono::steady_clock::now() - paused_at, lease + scaled(500ms)) << "lost no later than its deadline";
+    ASSERT_TRUE(
+        eventually([&] { return grant.lost_token().stop_requested(); }, lease + scaled(1s)));
+    EXPECT_LE(std::chrono::steady_clock::now() - paused_at, lease + scaled(500ms))
+        << "lost no later than its deadline";
     server.command({"CLIENT", "UNPAUSE"});
 }
 

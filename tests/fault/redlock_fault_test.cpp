@@ -24,9 +24,12 @@ using steady = std::chrono::steady_clock;
 
 /// Long connect/command timeouts: if a dead or paused server could stall an acquire, it would
 /// show as seconds, far above the node_timeout the tests allow.
-dlock::redlock::client make_redlock(dlock::test::redis_fleet& fleet, std::chrono::milliseconds node_timeout = 50ms) {
-    return dlock::redlock::client(
-        {.urls = fleet.urls(), .connect_timeout = 5s, .command_timeout = 5s, .node_timeout = scaled(node_timeout)});
+dlock::redlock::client make_redlock(dlock::test::redis_fleet& fleet,
+                                    std::chrono::milliseconds node_timeout = 50ms) {
+    return dlock::redlock::client({.urls = fleet.urls(),
+                                   .connect_timeout = 5s,
+                                   .command_timeout = 5s,
+                                   .node_timeout = scaled(node_timeout)});
 }
 
 TEST(RedlockFault, OneAndTwoServersDownLockingGoesOn) {
@@ -61,7 +64,8 @@ TEST(RedlockFault, ThreeOfFiveDownIsAClearErrorNamingTheServers) {
         for (std::size_t i = 0; i < 3; ++i) {
             EXPECT_NE(what.find(std::to_string(fleet[i].port())), std::string::npos) << what;
         }
-        EXPECT_EQ(what.find(std::to_string(fleet[3].port())), std::string::npos) << "live servers are not blamed";
+        EXPECT_EQ(what.find(std::to_string(fleet[3].port())), std::string::npos)
+            << "live servers are not blamed";
     }
     EXPECT_LT(steady::now() - start, scaled(2s)) << "within the wait bound";
     dlock::mutex m(redlock, unique_name());
@@ -75,7 +79,8 @@ TEST(RedlockFault, PausedServerCostsOnlyItsNodeTimeout) {
     fleet[1].pause();
     const auto start = steady::now();
     auto grant = redlock.acquire(unique_name(), {.lease = 10s, .wait = 0s});
-    EXPECT_LT(steady::now() - start, scaled(1s)) << "no stall on the paused server (its command_timeout is 5 s)";
+    EXPECT_LT(steady::now() - start, scaled(1s))
+        << "no stall on the paused server (its command_timeout is 5 s)";
     EXPECT_GT(grant.expires_in(), 9s);
     grant.release();
     fleet[1].resume();
@@ -100,7 +105,7 @@ TEST(RedlockFault, ServerRestartedWhileHeldRenewalKeepsTheMajority) {
     const auto lease = scaled(1500ms);
     auto grant = redlock.acquire(unique_name(), {.lease = lease});
     fleet[0].kill9();
-    fleet[0].start();  // empty: our key there is gone
+    fleet[0].start();                        // empty: our key there is gone
     std::this_thread::sleep_for(3 * lease);  // renewals must carry the lock with 4 of 5
     EXPECT_EQ(grant.state(), dlock::lock_state::held);
     EXPECT_FALSE(grant.lost_token().stop_requested());
@@ -168,21 +173,23 @@ TEST(RedlockFault, AppendFsyncAlwaysPreventsASecondHolder) {
     }
 }
 
-const bool redlock_counter = dlock::test::register_child("redlock_counter", [](const std::vector<std::string>& args) {
-    // args: lock name, counter key, increments, then the server URLs (the counter lives on the first)
-    const std::vector<std::string> urls(args.begin() + 3, args.end());
-    dlock::redlock::client redlock({.urls = urls});
-    dlock::redis::client store({.url = urls.front()});
-    dlock::mutex m(redlock, args.at(0), {.lease = 10s});
-    for (int i = 0, n = std::stoi(args.at(2)); i < n; ++i) {
-        std::unique_lock guard(m);
-        const auto v = store.command({"GET", args.at(1)});
-        const long long value = v.is_nil() ? 0 : std::stoll(v.text);
-        std::this_thread::sleep_for(50us);
-        store.command({"SET", args.at(1), std::to_string(value + 1)});
-    }
-    return 0;
-});
+const bool redlock_counter =
+    dlock::test::register_child("redlock_counter", [](const std::vector<std::string>& args) {
+        // args: lock name, counter key, increments, then the server URLs (the counter lives on the
+        // first)
+        const std::vector<std::string> urls(args.begin() + 3, args.end());
+        dlock::redlock::client redlock({.urls = urls});
+        dlock::redis::client store({.url = urls.front()});
+        dlock::mutex m(redlock, args.at(0), {.lease = 10s});
+        for (int i = 0, n = std::stoi(args.at(2)); i < n; ++i) {
+            std::unique_lock guard(m);
+            const auto v = store.command({"GET", args.at(1)});
+            const long long value = v.is_nil() ? 0 : std::stoll(v.text);
+            std::this_thread::sleep_for(50us);
+            store.command({"SET", args.at(1), std::to_string(value + 1)});
+        }
+        return 0;
+    });
 
 TEST(RedlockFault, FourProcessesCounterStaysExact) {
     ASSERT_TRUE(redlock_counter);
@@ -192,7 +199,8 @@ TEST(RedlockFault, FourProcessesCounterStaysExact) {
     std::vector<std::string> args{name, counter, "100"};
     for (const auto& url : fleet.urls()) args.push_back(url);
     std::vector<std::unique_ptr<dlock::test::child_process>> children;
-    for (int p = 0; p < 4; ++p) children.push_back(std::make_unique<dlock::test::child_process>("redlock_counter", args));
+    for (int p = 0; p < 4; ++p)
+        children.push_back(std::make_unique<dlock::test::child_process>("redlock_counter", args));
     for (auto& child : children) EXPECT_EQ(child->wait(scaled(120s)), 0);
     EXPECT_EQ(fleet[0].command({"GET", counter}), "400");
 }

@@ -30,8 +30,8 @@ void expect_error(F&& f, dlock::errc code, const std::string& needle) {
         ADD_FAILURE() << "expected dlock::error " << make_error_code(code).message();
     } catch (const dlock::error& e) {
         EXPECT_EQ(e.code(), code) << e.what();
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message \"" << e.what()
-                                                                          << "\" should mention \"" << needle << "\"";
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+            << "message \"" << e.what() << "\" should mention \"" << needle << "\"";
     }
 }
 
@@ -70,7 +70,8 @@ private:
             if (!answer_.empty()) {
                 char buf[512];
                 if (::recv(c, buf, sizeof buf, 0) > 0) {
-                    [[maybe_unused]] auto n = ::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+                    [[maybe_unused]] auto n =
+                        ::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
                 }
             }
         }
@@ -91,30 +92,40 @@ TEST(RedisErrors, EmptyAndOversizedNames) {
     auto grant = redis.acquire("", {}, ec);
     EXPECT_EQ(ec, dlock::errc::invalid_argument);
     EXPECT_FALSE(grant);
-    expect_error([&] { dlock::mutex empty_name(redis, ""); }, dlock::errc::invalid_argument, "empty");
+    expect_error([&] { dlock::mutex empty_name(redis, ""); }, dlock::errc::invalid_argument,
+                 "empty");
     dlock::mutex oversized(redis, huge);  // the length limit is the backend's, checked on use
     expect_error([&] { oversized.lock(); }, dlock::errc::invalid_argument, "limit");
 }
 
 TEST(RedisErrors, NonPositiveAndAbsurdLeases) {
     dlock::redis::client redis({.url = shared_redis().url()});
-    expect_error([&] { (void)redis.acquire(unique_name(), {.lease = 0ms}); }, dlock::errc::invalid_argument, "lease");
-    expect_error([&] { (void)redis.acquire(unique_name(), {.lease = -5s}); }, dlock::errc::invalid_argument, "-5000ms");
+    expect_error([&] { (void)redis.acquire(unique_name(), {.lease = 0ms}); },
+                 dlock::errc::invalid_argument, "lease");
+    expect_error([&] { (void)redis.acquire(unique_name(), {.lease = -5s}); },
+                 dlock::errc::invalid_argument, "-5000ms");
     expect_error([&] { (void)redis.acquire(unique_name(), {.lease = std::chrono::hours(25)}); },
                  dlock::errc::invalid_argument, "90000000ms");
-    expect_error([&] { dlock::mutex m(redis, unique_name(), {.lease = 0ms}); }, dlock::errc::invalid_argument, "lease");
-    expect_error([&] { dlock::mutex m(redis, unique_name(), {.renew_every = 40s}); }, dlock::errc::invalid_argument,
-                 "renew_every");
+    expect_error([&] { dlock::mutex m(redis, unique_name(), {.lease = 0ms}); },
+                 dlock::errc::invalid_argument, "lease");
+    expect_error([&] { dlock::mutex m(redis, unique_name(), {.renew_every = 40s}); },
+                 dlock::errc::invalid_argument, "renew_every");
 }
 
 TEST(RedisErrors, MalformedUrlsAndUnknownSchemes) {
-    expect_error([] { dlock::redis::client c({.url = "127.0.0.1:6379"}); }, dlock::errc::invalid_argument, "127.0.0.1:6379");
-    expect_error([] { dlock::redis::client c({.url = "http://127.0.0.1"}); }, dlock::errc::invalid_argument, "http");
-    expect_error([] { dlock::redis::client c({.url = "redis://127.0.0.1:99999"}); }, dlock::errc::invalid_argument, "99999");
-    expect_error([] { dlock::redis::client c({.url = "redis://:6379"}); }, dlock::errc::invalid_argument, "host");
-    expect_error([] { dlock::redis::client c({.url = "rediss://127.0.0.1:6379"}); }, dlock::errc::unsupported, "TLS");
-    expect_error([] { dlock::redis::client c({.url = shared_redis().url(), .connect_timeout = 0ms}); },
-                 dlock::errc::invalid_argument, "connect_timeout");
+    expect_error([] { dlock::redis::client c({.url = "127.0.0.1:6379"}); },
+                 dlock::errc::invalid_argument, "127.0.0.1:6379");
+    expect_error([] { dlock::redis::client c({.url = "http://127.0.0.1"}); },
+                 dlock::errc::invalid_argument, "http");
+    expect_error([] { dlock::redis::client c({.url = "redis://127.0.0.1:99999"}); },
+                 dlock::errc::invalid_argument, "99999");
+    expect_error([] { dlock::redis::client c({.url = "redis://:6379"}); },
+                 dlock::errc::invalid_argument, "host");
+    expect_error([] { dlock::redis::client c({.url = "rediss://127.0.0.1:6379"}); },
+                 dlock::errc::unsupported, "TLS");
+    expect_error(
+        [] { dlock::redis::client c({.url = shared_redis().url(), .connect_timeout = 0ms}); },
+        dlock::errc::invalid_argument, "connect_timeout");
     expect_error([] { dlock::redis::client c({.url = shared_redis().url(), .key_prefix = "a{b"}); },
                  dlock::errc::invalid_argument, "key_prefix");
 }
@@ -122,7 +133,8 @@ TEST(RedisErrors, MalformedUrlsAndUnknownSchemes) {
 TEST(RedisErrors, ConnectionRefused) {
     const auto port = dlock::test::free_port();  // nothing listens there
     dlock::redis::client redis({.url = "redis://127.0.0.1:" + std::to_string(port)});
-    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::connection_failed, std::to_string(port));
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::connection_failed,
+                 std::to_string(port));
     dlock::mutex m(redis, unique_name());
     expect_error([&] { m.lock(); }, dlock::errc::connection_failed, "refused");
     expect_error([&] { (void)m.try_lock(); }, dlock::errc::connection_failed, "refused");
@@ -132,14 +144,17 @@ TEST(RedisErrors, ServerThatNeverAnswersTimesOut) {
     fake_server silent("");
     dlock::redis::client redis({.url = silent.url(), .command_timeout = scaled(300ms)});
     const auto start = std::chrono::steady_clock::now();
-    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::server_timeout, "in time");
-    EXPECT_LT(std::chrono::steady_clock::now() - start, scaled(3s)) << "bounded by command_timeout, no hang";
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::server_timeout,
+                 "in time");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, scaled(3s))
+        << "bounded by command_timeout, no hang";
 }
 
 TEST(RedisErrors, ServerThatAnswersGarbage) {
     fake_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
     dlock::redis::client redis({.url = http.url(), .command_timeout = scaled(1s)});
-    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::protocol_error, "invalid reply");
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::protocol_error,
+                 "invalid reply");
 }
 
 TEST(RedisErrors, WrongPasswordAndMissingPassword) {
@@ -151,7 +166,8 @@ TEST(RedisErrors, WrongPasswordAndMissingPassword) {
     }
     {
         dlock::redis::client none({.url = "redis://" + authority});
-        expect_error([&] { (void)none.acquire(unique_name()); }, dlock::errc::auth_failed, "NOAUTH");
+        expect_error([&] { (void)none.acquire(unique_name()); }, dlock::errc::auth_failed,
+                     "NOAUTH");
     }
     {
         dlock::redis::client right({.url = "redis://:s3cret@" + authority + "/2"});
@@ -163,12 +179,15 @@ TEST(RedisErrors, WrongPasswordAndMissingPassword) {
 TEST(RedisErrors, AclUserAndDatabaseSelection) {
     dlock::test::redis_server server;
     server.command({"ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all"});
-    dlock::redis::client redis({.url = "redis://locker:pw@127.0.0.1:" + std::to_string(server.port()) + "/3"});
+    dlock::redis::client redis(
+        {.url = "redis://locker:pw@127.0.0.1:" + std::to_string(server.port()) + "/3"});
     const auto name = unique_name();
     auto grant = redis.acquire(name, {.wait = 0s});
     EXPECT_NE(redis.command({"CLIENT", "INFO"}).text.find(" db=3 "), std::string::npos);
-    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 1) << "the lock lives in db 3";
-    dlock::redis::client bad({.url = "redis://locker:nope@127.0.0.1:" + std::to_string(server.port())});
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 1)
+        << "the lock lives in db 3";
+    dlock::redis::client bad(
+        {.url = "redis://locker:nope@127.0.0.1:" + std::to_string(server.port())});
     expect_error([&] { (void)bad.acquire(unique_name()); }, dlock::errc::auth_failed, "WRONGPASS");
 }
 
@@ -176,15 +195,19 @@ TEST(RedisErrors, LockKeyHoldingAList) {
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
     redis.command({"RPUSH", redis.lock_key(name), "not-a-lock"});
-    expect_error([&] { (void)redis.acquire(name, {.wait = 0s}); }, dlock::errc::unexpected_reply, "list");
+    expect_error([&] { (void)redis.acquire(name, {.wait = 0s}); }, dlock::errc::unexpected_reply,
+                 "list");
     dlock::mutex m(redis, name);
     expect_error([&] { (void)m.try_lock(); }, dlock::errc::unexpected_reply, "WRONGTYPE");
-    EXPECT_EQ(redis.command({"LLEN", redis.lock_key(name)}).integer, 1) << "nothing was overwritten";
+    EXPECT_EQ(redis.command({"LLEN", redis.lock_key(name)}).integer, 1)
+        << "nothing was overwritten";
 
     const auto fenced = unique_name("fence");
     redis.command({"SET", redis.fence_key(fenced), "not-a-number"});
-    expect_error([&] { (void)redis.acquire(fenced, {.wait = 0s}); }, dlock::errc::unexpected_reply, "fence");
-    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(fenced)}).integer, 0) << "no half-taken lock is left";
+    expect_error([&] { (void)redis.acquire(fenced, {.wait = 0s}); }, dlock::errc::unexpected_reply,
+                 "fence");
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(fenced)}).integer, 0)
+        << "no half-taken lock is left";
 }
 
 TEST(RedisErrors, PausedServerTimesOutInsteadOfHanging) {
@@ -193,7 +216,8 @@ TEST(RedisErrors, PausedServerTimesOutInsteadOfHanging) {
     redis.ping();
     server.pause();
     const auto start = std::chrono::steady_clock::now();
-    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::server_timeout, "in time");
+    expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::server_timeout,
+                 "in time");
     EXPECT_LT(std::chrono::steady_clock::now() - start, scaled(3s));
     server.resume();
     EXPECT_NO_THROW(redis.ping());

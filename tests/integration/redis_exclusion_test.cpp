@@ -43,7 +43,8 @@ TEST(RedisExclusion, UnlockedCounterLosesUpdates) {
         });
     }
     workers.clear();
-    EXPECT_LT(read_counter(redis, counter), threads * increments) << "without a lock some updates must be lost";
+    EXPECT_LT(read_counter(redis, counter), threads * increments)
+        << "without a lock some updates must be lost";
 }
 
 TEST(RedisExclusion, EightThreadsTwoHundredIncrementsEach) {
@@ -53,7 +54,8 @@ TEST(RedisExclusion, EightThreadsTwoHundredIncrementsEach) {
     std::vector<std::jthread> workers;
     for (int t = 0; t < threads; ++t) {
         workers.emplace_back([&] {
-            dlock::mutex m(redis, name, {.lease = 10s});  // one mutex object per thread, one lock name
+            dlock::mutex m(redis, name,
+                           {.lease = 10s});  // one mutex object per thread, one lock name
             for (int i = 0; i < increments; ++i) {
                 std::unique_lock guard(m);
                 unsafe_increment(redis, counter);
@@ -81,17 +83,18 @@ TEST(RedisExclusion, ThreadsSharingOneMutexObject) {
     EXPECT_EQ(read_counter(redis, counter), 4 * 50);
 }
 
-const bool counter_child = dlock::test::register_child("counter", [](const std::vector<std::string>& args) {
-    // args: url, lock name, counter key, increments
-    dlock::redis::client redis({.url = args.at(0)});
-    dlock::mutex m(redis, args.at(1), {.lease = 10s});
-    const int n = std::stoi(args.at(3));
-    for (int i = 0; i < n; ++i) {
-        std::unique_lock guard(m);
-        unsafe_increment(redis, args.at(2));
-    }
-    return 0;
-});
+const bool counter_child =
+    dlock::test::register_child("counter", [](const std::vector<std::string>& args) {
+        // args: url, lock name, counter key, increments
+        dlock::redis::client redis({.url = args.at(0)});
+        dlock::mutex m(redis, args.at(1), {.lease = 10s});
+        const int n = std::stoi(args.at(3));
+        for (int i = 0; i < n; ++i) {
+            std::unique_lock guard(m);
+            unsafe_increment(redis, args.at(2));
+        }
+        return 0;
+    });
 
 TEST(RedisExclusion, FourProcesses) {
     ASSERT_TRUE(counter_child);
@@ -102,7 +105,8 @@ TEST(RedisExclusion, FourProcesses) {
     std::vector<std::unique_ptr<dlock::test::child_process>> children;
     for (int p = 0; p < processes; ++p) {
         children.push_back(std::make_unique<dlock::test::child_process>(
-            "counter", std::vector<std::string>{shared_redis().url(), name, counter, std::to_string(increments)}));
+            "counter", std::vector<std::string>{shared_redis().url(), name, counter,
+                                                std::to_string(increments)}));
     }
     for (auto& child : children) EXPECT_EQ(child->wait(dlock::test::scaled(120s)), 0);
     EXPECT_EQ(read_counter(redis, counter), processes * increments);

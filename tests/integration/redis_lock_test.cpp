@@ -34,7 +34,8 @@ struct collected_errors {
     }
     bool saw(dlock::errc e) {
         std::lock_guard guard(mutex);
-        for (const auto& c : codes) if (c == e) return true;
+        for (const auto& c : codes)
+            if (c == e) return true;
         return false;
     }
 };
@@ -54,7 +55,8 @@ TEST(RedisLock, WorksWithUniqueLockScopedLockAndStdLock) {
         EXPECT_EQ(a.state(), dlock::lock_state::held);
         EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(a.name())}).integer, 1);
     }
-    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(a.name())}).integer, 0) << "unique_lock released it";
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(a.name())}).integer, 0)
+        << "unique_lock released it";
     {
         std::scoped_lock both(a, b);  // std::lock's deadlock-avoidance over try_lock
         EXPECT_EQ(a.state(), dlock::lock_state::held);
@@ -79,7 +81,8 @@ TEST(RedisLock, TryLockFailsOnlyWhenHeldElsewhere) {
     const auto waited = std::chrono::steady_clock::now() - start;
     EXPECT_GE(waited, scaled(300ms)) << "never early";
     EXPECT_LT(waited, scaled(300ms) + scaled(1500ms)) << "late by at most the tolerance";
-    EXPECT_FALSE(other.try_lock_until(std::chrono::system_clock::now() - 1s)) << "past deadline: one attempt";
+    EXPECT_FALSE(other.try_lock_until(std::chrono::system_clock::now() - 1s))
+        << "past deadline: one attempt";
     EXPECT_FALSE(other.try_lock_for(-5s)) << "negative timeout counts as zero";
     holder.unlock();
     EXPECT_TRUE(other.try_lock_for(scaled(1s)));
@@ -114,7 +117,8 @@ TEST(RedisLock, AnotherTokenCanNeitherReleaseNorExtend) {
     std::error_code ec;
     grant.release(ec);
     EXPECT_EQ(ec, dlock::errc::lock_lost);
-    EXPECT_EQ(redis.command({"GET", key}).text, "someone-else") << "release must not delete another owner's lock";
+    EXPECT_EQ(redis.command({"GET", key}).text, "someone-else")
+        << "release must not delete another owner's lock";
 
     // Renewal must not extend another owner's key either: ours is detected lost instead.
     auto second = redis.acquire(unique_name("renew"), {.lease = scaled(900ms)});
@@ -158,8 +162,13 @@ TEST(RedisLock, FixedLeaseExpiresOnTime) {
     const auto start = std::chrono::steady_clock::now();
     auto grant = redis.acquire(unique_name(), {.lease = lease, .renew = false});
     const auto key = redis.lock_key(grant.name());
-    ASSERT_TRUE(eventually([&] { return redis.command({"EXISTS", key}).integer == 0; }, lease + scaled(1s)));
-    EXPECT_GE(std::chrono::steady_clock::now() - start, lease - 50ms) << "the key must not expire early";
+    ASSERT_TRUE(eventually(
+        [&] {
+            return redis.command({"EXISTS", key}).integer == 0;
+        },
+        lease + scaled(1s)));
+    EXPECT_GE(std::chrono::steady_clock::now() - start, lease - 50ms)
+        << "the key must not expire early";
     EXPECT_TRUE(eventually([&] { return grant.lost_token().stop_requested(); }, 1s));
     EXPECT_EQ(grant.state(), dlock::lock_state::lost);
     EXPECT_EQ(grant.expires_in(), 0ms);
@@ -171,12 +180,18 @@ TEST(RedisLock, MaxHoldStopsRenewal) {
     const auto max_hold = scaled(1500ms);
     std::atomic<bool> lost_called{false};
     const auto start = std::chrono::steady_clock::now();
-    auto grant = redis.acquire(unique_name(),
-                               {.lease = lease, .max_hold = max_hold, .on_lost = [&](std::error_code) { lost_called = true; }});
+    auto grant = redis.acquire(
+        unique_name(), {.lease = lease, .max_hold = max_hold, .on_lost = [&](std::error_code) {
+                            lost_called = true;
+                        }});
     const auto key = redis.lock_key(grant.name());
     std::this_thread::sleep_for(2 * lease);  // past one lease: renewal must have kept it
     EXPECT_EQ(redis.command({"EXISTS", key}).integer, 1);
-    ASSERT_TRUE(eventually([&] { return redis.command({"EXISTS", key}).integer == 0; }, max_hold + scaled(1s)));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return redis.command({"EXISTS", key}).integer == 0;
+        },
+        max_hold + scaled(1s)));
     EXPECT_GE(std::chrono::steady_clock::now() - start, max_hold - 50ms);
     EXPECT_TRUE(eventually([&] { return lost_called.load(); }, 2s));
 }
@@ -184,9 +199,10 @@ TEST(RedisLock, MaxHoldStopsRenewal) {
 TEST(RedisLock, LostWhenKeyDeletedBehindHoldersBack) {
     auto redis = make_client(shared_redis().url());
     std::atomic<int> lost_calls{0};
-    auto grant = redis.acquire(unique_name(), {.lease = scaled(900ms), .on_lost = [&](std::error_code ec) {
-                                                   if (ec == dlock::errc::lock_lost) ++lost_calls;
-                                               }});
+    auto grant =
+        redis.acquire(unique_name(), {.lease = scaled(900ms), .on_lost = [&](std::error_code ec) {
+                                          if (ec == dlock::errc::lock_lost) ++lost_calls;
+                                      }});
     redis.command({"DEL", redis.lock_key(grant.name())});
     EXPECT_TRUE(eventually([&] { return grant.lost_token().stop_requested(); }, 3s));
     EXPECT_EQ(grant.state(), dlock::lock_state::lost);
@@ -205,22 +221,27 @@ TEST(RedisLock, LostWhenAnotherOwnerTakesTheKey) {
     std::error_code ec;
     grant.release(ec);
     EXPECT_EQ(ec, dlock::errc::lock_lost);
-    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 1) << "the intruder keeps its lock";
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 1)
+        << "the intruder keeps its lock";
 }
 
 TEST(RedisLock, ObserverSeesTheLifecycle) {
     std::mutex mutex;
     std::vector<dlock::event_kind> seen;
-    dlock::redis::client redis({.url = shared_redis().url(), .observer = [&](const dlock::lock_event& e) {
-                                    std::lock_guard guard(mutex);
-                                    seen.push_back(e.kind);
-                                }});
+    dlock::redis::client redis(
+        {.url = shared_redis().url(), .observer = [&](const dlock::lock_event& e) {
+             std::lock_guard guard(mutex);
+             seen.push_back(e.kind);
+         }});
     {
         auto grant = redis.acquire(unique_name(), {.lease = scaled(600ms)});
-        EXPECT_TRUE(eventually([&] {
-            std::lock_guard guard(mutex);
-            return std::find(seen.begin(), seen.end(), dlock::event_kind::renewed) != seen.end();
-        }, 3s));
+        EXPECT_TRUE(eventually(
+            [&] {
+                std::lock_guard guard(mutex);
+                return std::find(seen.begin(), seen.end(), dlock::event_kind::renewed) !=
+                       seen.end();
+            },
+            3s));
     }
     std::lock_guard guard(mutex);
     ASSERT_FALSE(seen.empty());
@@ -257,14 +278,16 @@ TEST(RedisLock, SurvivesServerRestart) {
     EXPECT_EQ(after.state(), dlock::lock_state::held);
 }
 
-const bool holder_child = dlock::test::register_child("holder", [](const std::vector<std::string>& args) {
-    // args: url, lock name, lease ms, marker key. Holds the lock until killed.
-    dlock::redis::client redis({.url = args.at(0)});
-    auto grant = redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
-    redis.command({"SET", args.at(3), std::to_string(grant.fencing_token())});
-    std::this_thread::sleep_for(1h);
-    return 0;
-});
+const bool holder_child =
+    dlock::test::register_child("holder", [](const std::vector<std::string>& args) {
+        // args: url, lock name, lease ms, marker key. Holds the lock until killed.
+        dlock::redis::client redis({.url = args.at(0)});
+        auto grant =
+            redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
+        redis.command({"SET", args.at(3), std::to_string(grant.fencing_token())});
+        std::this_thread::sleep_for(1h);
+        return 0;
+    });
 
 TEST(RedisLock, KilledHolderFreesTheLockAfterItsLease) {
     ASSERT_TRUE(holder_child);
@@ -272,7 +295,8 @@ TEST(RedisLock, KilledHolderFreesTheLockAfterItsLease) {
     const auto name = unique_name();
     const auto marker = unique_name("marker");
     const auto lease = scaled(1500ms);
-    dlock::test::child_process holder("holder", {shared_redis().url(), name, std::to_string(lease.count()), marker});
+    dlock::test::child_process holder(
+        "holder", {shared_redis().url(), name, std::to_string(lease.count()), marker});
     ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
     const auto holder_token = std::stoull(redis.command({"GET", marker}).text);
     holder.kill9();

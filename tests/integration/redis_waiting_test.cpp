@@ -44,11 +44,18 @@ TEST(RedisWaiting, UnlockWakesWaiterLongBeforeTheLeaseRunsOut) {
         acquired = true;
         m.unlock();
     });
-    EXPECT_TRUE(eventually([&] { return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).elements.at(1).integer == 1; }, 5s))
+    EXPECT_TRUE(eventually(
+        [&] {
+            return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)})
+                       .elements.at(1)
+                       .integer == 1;
+        },
+        5s))
         << "the waiter subscribes to the release channel";
     EXPECT_FALSE(acquired.load());
     holder.unlock();
-    EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s)) << "woken by the release notification";
+    EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s))
+        << "woken by the release notification";
 }
 
 TEST(RedisWaiting, WaiterInAnotherClientIsWokenToo) {
@@ -61,7 +68,13 @@ TEST(RedisWaiting, WaiterInAnotherClientIsWokenToo) {
         auto mine = waiter_client.acquire(name, {.lease = 60s});
         acquired = true;
     });
-    ASSERT_TRUE(eventually([&] { return waiter_client.command({"PUBSUB", "NUMSUB", waiter_client.release_channel(name)}).elements.at(1).integer == 1; }, 5s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return waiter_client.command({"PUBSUB", "NUMSUB", waiter_client.release_channel(name)})
+                       .elements.at(1)
+                       .integer == 1;
+        },
+        5s));
     grant.release();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s));
 }
@@ -71,7 +84,8 @@ TEST(RedisWaiting, MissedNotificationCostsAtMostTheHoldersLease) {
     const auto name = unique_name();
     const auto lease = scaled(1200ms);
     // A holder whose key just expires (no release, so no PUBLISH): like a crashed holder.
-    redis.command({"SET", redis.lock_key(name), "crashed-holder", "PX", std::to_string(lease.count())});
+    redis.command(
+        {"SET", redis.lock_key(name), "crashed-holder", "PX", std::to_string(lease.count())});
     const auto start = std::chrono::steady_clock::now();
     dlock::mutex m(redis, name);
     ASSERT_TRUE(m.try_lock_for(lease + scaled(2s)));
@@ -100,25 +114,34 @@ TEST(RedisWaiting, ManyWaitersShareOneSubscriberConnection) {
             });
         }
     }
-    ASSERT_TRUE(eventually([&] {
-        for (const auto& n : names) {
-            if (redis.command({"PUBSUB", "NUMSUB", redis.release_channel(n)}).elements.at(1).integer != 1) return false;
-        }
-        return true;
-    }, 10s)) << "each lock's channel has exactly one subscriber: this client's shared connection";
-    EXPECT_EQ(connections_named("dlock:sub"), 1) << "one subscriber connection for all " << locks * waiters_per_lock << " waiters";
+    ASSERT_TRUE(eventually(
+        [&] {
+            for (const auto& n : names) {
+                if (redis.command({"PUBSUB", "NUMSUB", redis.release_channel(n)})
+                        .elements.at(1)
+                        .integer != 1)
+                    return false;
+            }
+            return true;
+        },
+        10s))
+        << "each lock's channel has exactly one subscriber: this client's shared connection";
+    EXPECT_EQ(connections_named("dlock:sub"), 1)
+        << "one subscriber connection for all " << locks * waiters_per_lock << " waiters";
     held.clear();  // release all: the waiters take turns
     EXPECT_TRUE(eventually([&] { return acquired.load() == locks * waiters_per_lock; }, 20s));
     waiters.clear();
 }
 
-const bool crashing_holder = dlock::test::register_child("crashing_holder", [](const std::vector<std::string>& args) {
-    dlock::redis::client redis({.url = args.at(0)});
-    auto grant = redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
-    redis.command({"SET", args.at(3), "held"});
-    std::this_thread::sleep_for(1h);
-    return 0;
-});
+const bool crashing_holder =
+    dlock::test::register_child("crashing_holder", [](const std::vector<std::string>& args) {
+        dlock::redis::client redis({.url = args.at(0)});
+        auto grant =
+            redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
+        redis.command({"SET", args.at(3), "held"});
+        std::this_thread::sleep_for(1h);
+        return 0;
+    });
 
 TEST(RedisWaiting, BlockedWaiterGetsLockAfterHolderCrash) {
     ASSERT_TRUE(crashing_holder);
@@ -126,7 +149,8 @@ TEST(RedisWaiting, BlockedWaiterGetsLockAfterHolderCrash) {
     const auto name = unique_name();
     const auto marker = unique_name("marker");
     const auto lease = scaled(1500ms);
-    dlock::test::child_process holder("crashing_holder", {shared_redis().url(), name, std::to_string(lease.count()), marker});
+    dlock::test::child_process holder(
+        "crashing_holder", {shared_redis().url(), name, std::to_string(lease.count()), marker});
     ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
     std::atomic<bool> acquired{false};
     std::jthread waiter([&] {
@@ -135,7 +159,13 @@ TEST(RedisWaiting, BlockedWaiterGetsLockAfterHolderCrash) {
         acquired = true;
         m.unlock();
     });
-    ASSERT_TRUE(eventually([&] { return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).elements.at(1).integer == 1; }, 5s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)})
+                       .elements.at(1)
+                       .integer == 1;
+        },
+        5s));
     holder.kill9();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, lease + scaled(2s)));
 }

@@ -33,7 +33,8 @@ dlock::redlock::client make_redlock(std::chrono::milliseconds node_timeout = sca
 /// How many servers hold `key`.
 int holders(const std::string& key) {
     int count = 0;
-    for (std::size_t i = 0; i < fleet().size(); ++i) count += fleet()[i].command({"EXISTS", key}) == "1";
+    for (std::size_t i = 0; i < fleet().size(); ++i)
+        count += fleet()[i].command({"EXISTS", key}) == "1";
     return count;
 }
 
@@ -106,14 +107,18 @@ TEST(Redlock, ReleaseWakesAWaiterLongBeforeTheLeaseRunsOut) {
         acquired = true;
     });
     dlock::redis::client probe({.url = fleet()[0].url()});
-    ASSERT_TRUE(eventually([&] {
-        int subscribers = 0;
-        for (std::size_t i = 0; i < fleet().size(); ++i) {
-            const auto r = fleet()[i].command({"PUBSUB", "NUMSUB", probe.release_channel(name)});
-            subscribers += r.back() == '1';
-        }
-        return subscribers == 1;
-    }, 5s)) << "one subscriber connection, on one server";
+    ASSERT_TRUE(eventually(
+        [&] {
+            int subscribers = 0;
+            for (std::size_t i = 0; i < fleet().size(); ++i) {
+                const auto r =
+                    fleet()[i].command({"PUBSUB", "NUMSUB", probe.release_channel(name)});
+                subscribers += r.back() == '1';
+            }
+            return subscribers == 1;
+        },
+        5s))
+        << "one subscriber connection, on one server";
     grant.release();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s));
 }
@@ -133,7 +138,8 @@ TEST(Redlock, FencingStaysMonotonicWhenCountersDiverge) {
     dlock::redis::client probe({.url = fleet()[0].url()});
     const auto name = unique_name();
     const auto fence = probe.fence_key(name);
-    // History the servers disagree about: one counter far ahead (it granted while others were down).
+    // History the servers disagree about: one counter far ahead (it granted while others were
+    // down).
     fleet()[0].command({"SET", fence, "100"});
     std::uint64_t first = 0;
     {
@@ -142,7 +148,8 @@ TEST(Redlock, FencingStaysMonotonicWhenCountersDiverge) {
         EXPECT_EQ(first, 101u) << "the largest counter in the quorum";
     }
     for (std::size_t i = 1; i < fleet().size(); ++i) {
-        EXPECT_GE(std::stoll(fleet()[i].command({"GET", fence})), 101) << "written back to server " << i;
+        EXPECT_GE(std::stoll(fleet()[i].command({"GET", fence})), 101)
+            << "written back to server " << i;
     }
     // Now a quorum without the server that was ahead: a naive "max of this quorum" would say 2.
     fleet()[0].pause();
@@ -159,7 +166,8 @@ TEST(Redlock, FencingStaysMonotonicUnderRandomMinorityOutages) {
     std::mt19937 random(12345);
     std::uint64_t previous = 0;
     for (int round = 0; round < 15; ++round) {
-        // Pause a random minority (0-2 servers) and diverge a random counter behind the lock's back.
+        // Pause a random minority (0-2 servers) and diverge a random counter behind the lock's
+        // back.
         std::vector<std::size_t> order{0, 1, 2, 3, 4};
         std::shuffle(order.begin(), order.end(), random);
         const auto paused = static_cast<std::size_t>(random() % 3);
@@ -167,7 +175,8 @@ TEST(Redlock, FencingStaysMonotonicUnderRandomMinorityOutages) {
         std::error_code ec;
         auto grant = redlock.acquire(name, {.lease = scaled(3s), .wait = scaled(3s)}, ec);
         ASSERT_FALSE(ec) << "round " << round << ": " << ec.message();
-        EXPECT_GT(grant.fencing_token(), previous) << "round " << round << " with " << paused << " paused";
+        EXPECT_GT(grant.fencing_token(), previous)
+            << "round " << round << " with " << paused << " paused";
         previous = grant.fencing_token();
         grant.release();
         for (std::size_t k = 0; k < paused; ++k) fleet()[order[k]].resume();
@@ -203,7 +212,8 @@ TEST(Redlock, BadOptionsAreClearErrors) {
 }
 
 TEST(Redlock, BuiltFromSingleServerClients) {
-    dlock::redis::client a({.url = fleet()[0].url()}), b({.url = fleet()[1].url()}), c({.url = fleet()[2].url()});
+    dlock::redis::client a({.url = fleet()[0].url()}), b({.url = fleet()[1].url()}),
+        c({.url = fleet()[2].url()});
     dlock::redlock::client redlock({std::cref(a), std::cref(b), std::cref(c)});
     EXPECT_EQ(redlock.size(), 3u);
     auto grant = redlock.acquire(unique_name(), {.wait = 0s});

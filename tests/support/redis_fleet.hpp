@@ -13,7 +13,8 @@ namespace dlock::test {
 class redis_fleet {
 public:
     explicit redis_fleet(std::size_t count, redis_server_options options = {}) {
-        for (std::size_t i = 0; i < count; ++i) servers_.push_back(std::make_unique<redis_server>(options));
+        for (std::size_t i = 0; i < count; ++i)
+            servers_.push_back(std::make_unique<redis_server>(options));
     }
     std::size_t size() const noexcept { return servers_.size(); }
     redis_server& operator[](std::size_t i) { return *servers_.at(i); }

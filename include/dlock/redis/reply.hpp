@@ -12,9 +12,9 @@ struct reply {
     enum class kind { nil, integer, string, status, error, array };
 
     kind type = kind::nil;
-    std::int64_t integer = 0;   ///< for kind::integer
-    std::string text;           ///< for kind::string, status and error
-    std::vector<reply> elements;///< for kind::array
+    std::int64_t integer = 0;     ///< for kind::integer
+    std::string text;             ///< for kind::string, status and error
+    std::vector<reply> elements;  ///< for kind::array
 
     bool is_nil() const noexcept { return type == kind::nil; }
     bool is_error() const noexcept { return type == kind::error; }

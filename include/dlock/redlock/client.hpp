@@ -35,8 +35,9 @@ struct client_options {
     std::chrono::milliseconds connect_timeout = 1s;
     /// Bound on one release or renewal round trip to one server.
     std::chrono::milliseconds command_timeout = 1s;
-    /// Bound on one acquire attempt at one server. Unset: lease/200 clamped to [5ms, 50ms] (50 ms for
-    /// a 10 s lease). Keep it far below the lease: the time it takes is subtracted from validity.
+    /// Bound on one acquire attempt at one server. Unset: lease/200 clamped to [5ms, 50ms] (50 ms
+    /// for a 10 s lease). Keep it far below the lease: the time it takes is subtracted from
+    /// validity.
     std::optional<std::chrono::milliseconds> node_timeout{};
     /// Validity = lease - elapsed - (drift_ratio x lease + drift_floor): the margin for clock-rate
     /// differences between this client and the servers, and for expiry granularity.
