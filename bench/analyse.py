@@ -1,0 +1,781 @@
+#!/usr/bin/python3
+"""Analyser for dlock's benchmark runs (docs/benchmarks.md; BENCH-PROTOCOL §5).
+
+Reads a run directory written by bench/run:
+
+    RUN/run.json              machine, date, command, workloads, modes, pending items
+    RUN/floor.jsonl           W0: {"rtt_ns":N} per PING, then a "done" summary
+    RUN/<W>-<mode>/meta.json  start_at_ns, duration_s, key of every worker, cs_us, ...
+    RUN/<W>-<mode>/w<I>.jsonl the workers' files (BENCH-PROTOCOL §4)
+    RUN/W6-<mode>/hold_many.json, RUN/micro.json
+
+and writes RUN/summary.json, the markdown report and the gnuplot PNGs. Every latency figure is
+also given as a ratio to the W0 PING p50 measured in the same run; throughput as a fraction of
+the PING rate (1 / PING p50). Standard library only.
+
+    bench/analyse.py RUN [--report FILE] [--plots DIR]
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+# --- statistics --------------------------------------------------------------------------------
+
+
+def nearest_rank(sorted_values, p):
+    """Nearest-rank percentile (BENCH-PROTOCOL §5) of an ascending list; None if empty."""
+    if not sorted_values:
+        return None
+    rank = max(1, min(len(sorted_values), math.ceil(p / 100.0 * len(sorted_values))))
+    return sorted_values[rank - 1]
+
+
+def dist(values):
+    """p50/p90/p99/max/n of a list of nanosecond values (unsorted)."""
+    s = sorted(values)
+    return {
+        "n": len(s),
+        "p50": nearest_rank(s, 50),
+        "p90": nearest_rank(s, 90),
+        "p99": nearest_rank(s, 99),
+        "max": s[-1] if s else None,
+        "mean": (sum(s) / len(s)) if s else None,
+    }
+
+
+def jain(counts):
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 = equal shares, 1/n = one takes all."""
+    if not counts:
+        return None
+    sq = sum(c * c for c in counts)
+    if sq == 0:
+        return None
+    return sum(counts) ** 2 / (len(counts) * sq)
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+class WorkerFileError(Exception):
+    pass
+
+
+def load_worker_file(path, expected_w):
+    """Returns (cycles [(acq, rel, wait_ns)], done record, events). Raises WorkerFileError when
+    the file breaks §4 (no done record, done not last, wrong counts, non-integer stamps)."""
+    cycles, events, done = [], [], None
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise WorkerFileError(f"{path}:{n}: not JSON: {e}")
+        if done is not None:
+            raise WorkerFileError(f"{path}:{n}: record after the done record")
+        if rec.get("w") != expected_w:
+            raise WorkerFileError(f"{path}:{n}: w={rec.get('w')!r}, expected {expected_w}")
+        if "event" in rec:
+            if rec["event"] == "done":
+                done = rec
+            else:
+                events.append(rec)
+            continue
+        acq, rel, wait = rec.get("acq"), rec.get("rel"), rec.get("wait_ns")
+        if not all(type(x) is int for x in (acq, rel, wait)):
+            raise WorkerFileError(f"{path}:{n}: acq/rel/wait_ns must be JSON integers")
+        if rel < acq:
+            raise WorkerFileError(f"{path}:{n}: rel < acq")
+        cycles.append((acq, rel, wait))
+    if done is None:
+        raise WorkerFileError(f"{path}: no done record")
+    if done.get("cycles") != len(cycles):
+        raise WorkerFileError(f"{path}: done.cycles={done.get('cycles')} but {len(cycles)} cycle records")
+    return cycles, done, events
+
+
+# --- one workload --------------------------------------------------------------------------------
+
+
+def analyse_workload(wdir):
+    """Every §5 figure for one workload directory. Returns a dict (see keys below)."""
+    with open(os.path.join(wdir, "meta.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    start = meta["start_at_ns"]
+    end = start + int(round(meta["duration_s"] * 1e9))
+    out = {"meta": meta, "ok": True, "problems": [], "floor_p50": None}
+    # The ratio basis: the PING floor measured right before and right after this workload.
+    around = [meta.get("floor_before_p50"), meta.get("floor_after_p50")]
+    around = [x for x in around if x]
+    if around:
+        out["floor_p50"] = sum(around) / len(around)
+
+    per_worker = {}  # w -> sorted cycles
+    errors = lib_retries = late = 0
+    late_max = 0
+    for w in meta["workers"]:
+        wid = w["id"]
+        if w.get("exit_status") != 0:
+            out["ok"] = False
+            out["problems"].append(f"worker {wid} exit status {w.get('exit_status')}")
+        path = os.path.join(wdir, w["file"])
+        if not os.path.exists(path):
+            out["ok"] = False
+            out["problems"].append(f"worker {wid}: no result file")
+            continue
+        try:
+            cycles, done, events = load_worker_file(path, wid)
+        except WorkerFileError as e:
+            out["ok"] = False
+            out["problems"].append(str(e))
+            continue
+        cycles.sort()
+        per_worker[wid] = cycles
+        errors += done.get("errors", 0)
+        lib_retries += done.get("lib_retries", 0)
+        for e in events:
+            if e.get("event") == "late_start":
+                late += 1
+                late_max = max(late_max, e.get("late_ns", 0))
+
+    def in_window(c):
+        return start <= c[0] <= end
+
+    # Acquire latency, cycle time and release gap, per worker then pooled.
+    waits, cycle_times, release_gaps = [], [], []
+    counts = {}
+    for wid, cycles in per_worker.items():
+        counts[wid] = sum(1 for c in cycles if in_window(c))
+        waits.extend(c[2] for c in cycles if in_window(c))
+        for prev, nxt in zip(cycles, cycles[1:]):
+            if not in_window(prev):
+                continue
+            t0_prev, t0_next = prev[0] - prev[2], nxt[0] - nxt[2]
+            cycle_times.append(t0_next - t0_prev)
+            release_gaps.append(t0_next - prev[1])
+
+    # Per key: hand-off, barging, held fraction, mutual-exclusion violations.
+    keys = {}
+    for w in meta["workers"]:
+        keys.setdefault(w["key"], []).append(w["id"])
+    handoff_all, handoff_other, handoff_self = [], [], []
+    contended_grants = same_grants = 0
+    longest_streak = 0
+    held_fractions = []
+    violations = []
+    self_overlaps = 0
+    for key, wids in keys.items():
+        intervals = sorted((c[0], c[1], wid) for wid in wids for c in per_worker.get(wid, []))
+        # Violations use every cycle, in or out of the window (§3 rule 3).
+        max_rel, max_w = None, None
+        for acq, rel, wid in intervals:
+            if max_rel is not None and acq < max_rel:
+                if max_w != wid:
+                    if len(violations) < 20:
+                        violations.append({"key": key, "worker": wid, "acq": acq, "overlaps_worker": max_w,
+                                           "overlaps_until": max_rel})
+                    else:
+                        violations.append(None)
+                else:
+                    self_overlaps += 1
+            if max_rel is None or rel > max_rel:
+                max_rel, max_w = rel, wid
+        streak = 0
+        for (a0, r0, w0), (a1, r1, w1) in zip(intervals, intervals[1:]):
+            if not (start <= a1 <= end):
+                continue
+            streak = streak + 1 if w1 == w0 else 0
+            if len(wids) > 1:
+                longest_streak = max(longest_streak, streak + 1)
+            h = a1 - r0
+            handoff_all.append(h)
+            if w1 == w0:
+                handoff_self.append(h)
+            else:
+                handoff_other.append(h)
+            if len(wids) > 1:
+                contended_grants += 1
+                same_grants += w1 == w0
+        held = 0
+        for acq, rel, _ in intervals:
+            lo, hi = max(acq, start), min(rel, end)
+            if hi > lo:
+                held += hi - lo
+        held_fractions.append(held / (end - start))
+
+    n_violations = len(violations)
+    if n_violations:
+        out["ok"] = False
+        out["problems"].append(f"{n_violations} mutual-exclusion violations")
+    if self_overlaps:
+        out["ok"] = False
+        out["problems"].append(f"{self_overlaps} overlapping intervals within one worker (worker bug)")
+
+    total = sum(counts.values())
+    worker_cpu = sum(w.get("cpu_s", 0.0) for w in meta["workers"])
+    ctx = sum(w.get("ctx_switches", 0) for w in meta["workers"])
+    cmds = meta.get("server_commands") or {}
+    all_cycles = sum(len(c) for c in per_worker.values())
+    contended = any(len(v) > 1 for v in keys.values())
+    out.update({
+        "workers": len(meta["workers"]),
+        "keys": len(keys),
+        "contended": contended,
+        "cycles_in_window": total,
+        "cycles_total": all_cycles,
+        "throughput": total / meta["duration_s"] if meta["duration_s"] > 0 else None,
+        "acquire": dist(waits),
+        "cycle": dist(cycle_times),
+        "release_gap": dist(release_gaps),
+        "handoff": dist(handoff_all),
+        "handoff_other": dist(handoff_other),
+        "handoff_self": dist(handoff_self),
+        "barging": (same_grants / contended_grants) if contended_grants else None,
+        "held_fraction": sum(held_fractions) / len(held_fractions) if held_fractions else None,
+        "per_worker": {str(k): v for k, v in sorted(counts.items())},
+        "jain": jain(list(counts.values())) if len(counts) > 1 else None,
+        "violations": n_violations,
+        "violation_examples": [v for v in violations if v][:5],
+        "errors": errors,
+        "lib_retries": lib_retries,
+        "late_starts": late,
+        "late_max_ns": late_max,
+        "longest_streak": longest_streak if contended else None,
+        "worker_cpu_us_per_cycle": (worker_cpu * 1e6 / all_cycles) if all_cycles else None,
+        "ctx_switches_per_cycle": (ctx / all_cycles) if all_cycles and ctx else None,
+        "scripts_per_cycle": (sum(cmds.get(c, {}).get("calls", 0) for c in ("evalsha", "eval", "fcall"))
+                              / all_cycles) if all_cycles and cmds else None,
+        "subscribes_per_cycle": (sum(cmds.get(c, {}).get("calls", 0) for c in ("subscribe", "unsubscribe"))
+                                 / all_cycles) if all_cycles and cmds else None,
+        "server_commands": cmds,
+        "server_cpu_pct": meta.get("server_cpu_pct"),
+    })
+    # Raw distributions for the plots (not written to summary.json).
+    out["_raw"] = {"acquire": waits, "handoff_other": handoff_other, "handoff": handoff_all}
+    return out
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+TARGETS = [
+    # (id, description, workload, metric, limit, kind)
+    ("uncontended-acquire", "uncontended acquire p50 (W1)", "W1", ("acquire", "p50"), 1.5, "ratio<="),
+    ("full-cycle", "full cycle p50 (W1: acquire + release)", "W1", ("cycle", "p50"), 3.0, "ratio<="),
+    ("handoff-other", "hot-key hand-off to another worker p50 (W3)", "W3", ("handoff_other", "p50"), 3.0,
+     "ratio<="),
+    ("w4-held", "W4 lock held share (1 ms critical section)", "W4", ("held_fraction",), 0.90, "value>="),
+]
+
+
+def us(ns):
+    return "—" if ns is None else f"{ns / 1000:.1f} µs"
+
+
+def ratio(ns, floor):
+    return "—" if ns is None or not floor else f"{ns / floor:.2f}×"
+
+
+def pct(x):
+    return "—" if x is None else f"{100 * x:.1f} %"
+
+
+def get(d, path):
+    for p in path:
+        if d is None:
+            return None
+        d = d.get(p)
+    return d
+
+
+def write_cdf(path, values, points=600):
+    """Writes "x_us cum_fraction" lines: about `points` evenly spaced ranks plus the extremes."""
+    s = sorted(values)
+    n = len(s)
+    with open(path, "w", encoding="utf-8") as f:
+        if n == 0:
+            f.write("# empty\n")
+            return False
+        step = max(1, n // points)
+        idx = list(range(0, n, step))
+        if idx[-1] != n - 1:
+            idx.append(n - 1)
+        for i in idx:
+            f.write(f"{s[i] / 1000:.3f} {(i + 1) / n:.5f}\n")
+    return True
+
+
+def gnuplot(script, cwd):
+    exe = shutil.which("gnuplot")
+    if not exe:
+        return "gnuplot not installed (Debian: gnuplot-nox)"
+    r = subprocess.run([exe], input=script, text=True, cwd=cwd, capture_output=True)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"gnuplot exit {r.returncode}")
+
+
+def make_plots(run_dir, results, floor_rtts, floor_p50, plots_dir, modes):
+    """hand-off CDFs (W3, W4) and acquire CDFs (W1, W2), one curve per lock type, PING floor as
+    reference. Returns (list of png names, list of problems)."""
+    data_dir = os.path.join(run_dir, "plot-data")
+    os.makedirs(data_dir, exist_ok=True)
+    os.makedirs(plots_dir, exist_ok=True)
+    have_floor = write_cdf(os.path.join(data_dir, "floor.dat"), floor_rtts)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"]
+    made, problems = [], []
+
+    def panel(workload, metric, title, marks):
+        lines = []
+        for i, mode in enumerate(modes):
+            r = results.get(f"{workload}-{mode}")
+            if not r:
+                continue
+            dat = f"{workload}-{mode}-{metric}.dat"
+            if not write_cdf(os.path.join(data_dir, dat), r["_raw"][metric]):
+                continue
+            lines.append(f"'{dat}' using 1:2 with lines lw 2 lc rgb '{colors[i % len(colors)]}' "
+                         f"title '{mode}'")
+        # The floor curve: the PING measured just before this workload (else the run's W0).
+        floor_dat, floor_title = ("floor.dat", "PING floor (W0)") if have_floor else (None, None)
+        for m in modes:
+            fpath = os.path.join(run_dir, f"{workload}-{m}", "floor_before.jsonl")
+            if os.path.exists(fpath):
+                with open(fpath, encoding="utf-8") as f:
+                    samples = [json.loads(x).get("rtt_ns") for x in f]
+                if write_cdf(os.path.join(data_dir, f"{workload}-floor.dat"), [x for x in samples if x]):
+                    floor_dat, floor_title = f"{workload}-floor.dat", "PING floor"
+                break
+        if floor_dat:
+            lines.append(f"'{floor_dat}' using 1:2 with lines lw 1.5 dt 2 lc rgb '#555555' title '{floor_title}'")
+        if not lines:
+            return None
+        set_marks = ""
+        local = [results[f"{workload}-{m}"].get("floor_p50") for m in modes if f"{workload}-{m}" in results]
+        basis = next((x for x in local if x), floor_p50)
+        if basis:
+            for k, lab in marks:
+                x = k * basis / 1000
+                set_marks += (f"set arrow from {x:.3f}, graph 0 to {x:.3f}, graph 1 nohead dt 2 lw 1.5 "
+                              f"lc rgb '#e08000'\n"
+                              f"set label '{lab}' at {x:.3f}, graph 0.5 center rotate by 90 offset -1.2,0 "
+                              f"font ',9' tc rgb '#e08000'\n")
+        return (f"set title \"{title}\"\nunset arrow\nunset label\n{set_marks}"
+                "plot " + ", \\\n     ".join(lines) + "\n")
+
+    common = ("set terminal pngcairo size 1300,560 font 'DejaVu Sans,11'\n"
+              "set logscale x\nset xlabel 'microseconds (log scale)'\nset ylabel 'fraction of samples <= x'\n"
+              "set yrange [0:1]\nset grid xtics ytics mxtics\nset key right center box opaque font ',9' samplen 2\n"
+              "set format x '%g'\nset tmargin 4\n")
+    for name, panels, header in (
+        ("handoff_cdf.png",
+         [("W3", "handoff_other", "W3 hot key, empty critical section:\\n"
+                                  "hand-off to ANOTHER worker (next acq - previous rel)",
+           [(3, "target: 3× PING p50")]),
+          ("W4", "handoff_other", "W4 hot key, 1 ms critical section:\\n"
+                                  "hand-off to ANOTHER worker",
+           [(3, "3× PING p50")])],
+         "Hand-off latency CDF per lock type"),
+        ("acquire_cdf.png",
+         [("W1", "acquire", "W1 uncontended, 1 worker: acquire latency", [(1.5, "target: 1.5× PING p50")]),
+          ("W2", "acquire", "W2 independent keys, one worker per key: acquire latency",
+           [(1.5, "1.5× PING p50")])],
+         "Acquire latency CDF per lock type"),
+    ):
+        bodies = [panel(*p) for p in panels]
+        if not any(bodies):
+            continue
+        script = common + f"set output '{os.path.abspath(os.path.join(plots_dir, name))}'\n"
+        script += f"set multiplot layout 1,2 title '{header}' font ',13'\n"
+        for b in bodies:
+            script += b if b else "set multiplot next\n"
+        script += "unset multiplot\n"
+        with open(os.path.join(data_dir, name.replace(".png", ".gp")), "w", encoding="utf-8") as f:
+            f.write(script)
+        err = gnuplot(script, data_dir)
+        if err:
+            problems.append(f"{name}: {err}")
+        else:
+            made.append(name)
+    return made, problems
+
+
+def fmt_cell(r, floor, metric):
+    kind, path = metric
+    v = get(r, path)
+    if kind == "floor":
+        return us(v)
+    if kind == "load":
+        return "—" if not v else v.split()[0]
+    if kind == "lat":
+        return f"{us(v)} ({ratio(v, floor)})"
+    if kind == "rate":
+        if v is None:
+            return "—"
+        return f"{v:,.0f}/s ({v * floor / 1e9:.3f}× PING rate)" if floor else f"{v:,.0f}/s"
+    if kind == "pct":
+        return pct(v)
+    if kind == "float":
+        return "—" if v is None else f"{v:.3f}"
+    if kind == "float1":
+        return "—" if v is None else f"{v:.1f}"
+    if kind == "float2":
+        return "—" if v is None else f"{v:.2f}"
+    if kind == "int":
+        return "—" if v is None else f"{v:,}"
+    if kind == "cpu":
+        return "—" if v is None else f"{v:.1f} µs"
+    if kind == "srvpct":
+        return "—" if v is None else f"{v:.0f} %"
+    return str(v)
+
+
+ROWS = [
+    ("W0 PING p50 before / after (mean = the ratio basis)", ("around", None)),
+    ("load average (1 min) at the start", ("load", ("meta", "loadavg"))),
+    ("throughput (cycles/s in window)", ("rate", ("throughput",))),
+    ("acquire p50", ("lat", ("acquire", "p50"))),
+    ("acquire p90", ("lat", ("acquire", "p90"))),
+    ("acquire p99", ("lat", ("acquire", "p99"))),
+    ("acquire max", ("lat", ("acquire", "max"))),
+    ("cycle time p50", ("lat", ("cycle", "p50"))),
+    ("cycle time p99", ("lat", ("cycle", "p99"))),
+    ("release gap p50 (rel → next acquire start)", ("lat", ("release_gap", "p50"))),
+    ("hand-off p50 (all grants)", ("lat", ("handoff", "p50"))),
+    ("hand-off p90", ("lat", ("handoff", "p90"))),
+    ("hand-off p99", ("lat", ("handoff", "p99"))),
+    ("hand-off to another worker p50", ("lat", ("handoff_other", "p50"))),
+    ("hand-off to another worker p90", ("lat", ("handoff_other", "p90"))),
+    ("hand-off to another worker p99", ("lat", ("handoff_other", "p99"))),
+    ("hand-offs to another worker (count)", ("int", ("handoff_other", "n"))),
+    ("hand-off to the same worker (re-take) p50", ("lat", ("handoff_self", "p50"))),
+    ("barging (releaser re-took the lock)", ("pct", ("barging",))),
+    ("longest run of grants to one worker", ("int", ("longest_streak",))),
+    ("lock held (share of window)", ("pct", ("held_fraction",))),
+    ("Jain fairness (per-worker counts)", ("float", ("jain",))),
+    ("mutual-exclusion violations", ("int", ("violations",))),
+    ("errors / lib retries / late starts", ("errs", None)),
+    ("client CPU per cycle (all workers)", ("cpu", ("worker_cpu_us_per_cycle",))),
+    ("context switches per cycle (all workers)", ("float1", ("ctx_switches_per_cycle",))),
+    ("script calls (EVALSHA) per cycle, server side", ("float1", ("scripts_per_cycle",))),
+    ("(UN)SUBSCRIBEs per cycle, server side", ("float2", ("subscribes_per_cycle",))),
+    ("redis-server CPU (share of one core)", ("srvpct", ("server_cpu_pct",))),
+]
+
+
+def report(run_dir, plots_dir, report_path):
+    with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
+        run = json.load(f)
+    floor = None
+    floor_rtts = []
+    references = []
+    fpath = os.path.join(run_dir, "floor.jsonl")
+    if os.path.exists(fpath):
+        with open(fpath, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("event") == "done":
+                    floor = rec
+                elif rec.get("event") == "summary":
+                    references.append(rec)
+                elif "rtt_ns" in rec:
+                    floor_rtts.append(rec["rtt_ns"])
+    floor_p50 = floor["p50_ns"] if floor else None
+    floor_end = None
+    epath = os.path.join(run_dir, "floor_end.jsonl")
+    if os.path.exists(epath):
+        with open(epath, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("event") == "done":
+                    floor_end = rec
+
+    results = {}
+    problems = []
+    for wl in run["workloads_run"]:
+        wdir = os.path.join(run_dir, wl)
+        r = analyse_workload(wdir)
+        results[wl] = r
+        if not r["ok"]:
+            problems.extend(f"{wl}: {p}" for p in r["problems"])
+    hold = {}
+    for mode in run["modes"]:
+        hpath = os.path.join(run_dir, f"W6-{mode}", "hold_many.json")
+        if os.path.exists(hpath):
+            with open(hpath, encoding="utf-8") as f:
+                hold[mode] = json.loads(f.read().strip().splitlines()[-1])
+            h = hold[mode]
+            if h.get("still_held") != h.get("locks") or h.get("on_server") != h.get("locks"):
+                problems.append(f"W6-{mode}: only {h.get('still_held')} / {h.get('on_server')} of "
+                                f"{h.get('locks')} locks still held (client / server)")
+    for p in run.get("problems", []):
+        problems.append(p)
+    micro = None
+    mpath = os.path.join(run_dir, "micro.json")
+    if os.path.exists(mpath):
+        with open(mpath, encoding="utf-8") as f:
+            micro = json.load(f)
+
+    modes = run["modes"]
+    pngs, plot_problems = make_plots(run_dir, results, floor_rtts, floor_p50, plots_dir, modes)
+
+    # Targets, per lock type.
+    target_rows = []
+    for mode in modes:
+        for tid, desc, wl, path, limit, kind in TARGETS:
+            r = results.get(f"{wl}-{mode}")
+            v = get(r, path) if r else None
+            if v is None:
+                target_rows.append((mode, desc, "—", "—", "not measured"))
+                continue
+            if kind == "ratio<=":
+                wf = r.get("floor_p50") or floor_p50
+                rv = v / wf if wf else None
+                met = rv is not None and rv <= limit
+                target_rows.append((mode, desc, f"{us(v)} = {rv:.2f}× PING p50 ({us(wf)})", f"<= {limit:g}×",
+                                    "met" if met else "**missed**"))
+            else:
+                met = v >= limit
+                target_rows.append((mode, desc, pct(v), f">= {100 * limit:.0f} %", "met" if met else "**missed**"))
+        if mode == "redlock":
+            # Each side divided by the PING measured just before it, so load drift cancels out.
+            w1 = results.get("W1-mutex")
+            base = get(w1, ("acquire", "p50"))
+            base_f = (w1 or {}).get("floor_p50") or floor_p50
+            for nodes in (3, 5):
+                r5 = results.get(f"W5-redlock{nodes}")
+                v = get(r5, ("acquire", "p50"))
+                if v is None or base is None or not base_f:
+                    continue
+                wf = r5.get("floor_p50") or floor_p50
+                rv = (v / wf) / (base / base_f)
+                target_rows.append((mode, f"W5: Redlock acquire p50 on {nodes} nodes vs single-node (W1 mutex)",
+                                    f"{us(v)} = {v / wf:.2f}× PING p50 vs {base / base_f:.2f}× single-node: "
+                                    f"{rv:.2f}× single-node", "<= 1.5×", "met" if rv <= 1.5 else "**missed**"))
+        h = hold.get(mode)
+        if h:
+            met = h["cpu_pct_of_core"] < 5.0 and h["still_held"] == h["locks"]
+            target_rows.append((mode, f"W6: {h['locks']:,} renewing locks, CPU of renewal",
+                                f"{h['cpu_pct_of_core']:.2f} % of a core", "< 5 %",
+                                "met" if met else "**missed**"))
+
+    L = []
+    L.append("# dlock benchmark report")
+    L.append("")
+    L.append(f"Generated by `bench/analyse.py` from `{os.path.relpath(run_dir, run.get('repo', '.'))}`. "
+             "Raw records stay under `bench/results/runs/` (not committed). "
+             "How to read it: [docs/benchmarks.md](../../docs/benchmarks.md).")
+    L.append("")
+    L.append("| | |")
+    L.append("|---|---|")
+    L.append(f"| date | {run['date']} |")
+    L.append(f"| command | `{run['command']}` |")
+    L.append(f"| commit | {run.get('commit', '?')} |")
+    L.append(f"| machine | {run['machine']} |")
+    L.append(f"| load average (start → end) | {run.get('loadavg_start', '?')} → {run.get('loadavg_end', '?')} |")
+    L.append(f"| redis-server | {run.get('redis_version', '?')}, loopback, `--save '' --appendonly no` |")
+    L.append(f"| build | {run.get('build', '?')} |")
+    L.append(f"| duration per workload | {run['duration_s']} s, workers start together at a common "
+             "CLOCK_MONOTONIC instant |")
+    L.append("")
+    L.append("## W0: the floor")
+    L.append("")
+    if floor:
+        L.append("| what | n | p50 | p90 | p99 | max |")
+        L.append("|---|---|---|---|---|---|")
+        L.append(f"| Redis PING round trip, {floor.get('client', 'hiredis')}, loopback | {floor['n']:,} | "
+                 f"{us(floor['p50_ns'])} | {us(floor['p90_ns'])} | {us(floor['p99_ns'])} | {us(floor['max_ns'])} |")
+        if floor_end:
+            fe = floor_end
+            L.append(f"| the same, again after the last workload (drift check, not used for ratios) | "
+                     f"{fe['n']:,} | {us(fe['p50_ns'])} ({ratio(fe['p50_ns'], floor_p50)}) | {us(fe['p90_ns'])} | "
+                     f"{us(fe['p99_ns'])} | {us(fe['max_ns'])} |")
+        L.append("| ZooKeeper round trip | pending: no ZooKeeper backend yet | | | | |")
+        L.append("")
+        if references:
+            ref_text = {
+                "set_nx_px": "`SET k tok NX PX 10000` (the plainest lock command)",
+                "multi_set_incr": "`MULTI; SET k tok NX PX; INCR fence; PTTL k; EXEC`, one write",
+                "acquire_script": "`EVALSHA acquire.lua` (dlock's acquire: TYPE, INCR, SET PX)",
+                "release_script": "`EVALSHA release.lua` (dlock's release: GET, DEL, PUBLISH)",
+                "fanout_ping_3": "PING to 3 servers at once (all written, then all read): Redlock's floor",
+                "fanout_ping_5": "PING to 5 servers at once: Redlock's floor on 5 nodes",
+            }
+            L.append("References, same thin client and connection (not the floor: what the server's side "
+                     "of a lock operation costs, so that dlock's own overhead shows as the difference):")
+            L.append("")
+            L.append("| what | n | p50 | p90 | p99 |")
+            L.append("|---|---|---|---|---|")
+            for r in references:
+                L.append(f"| {ref_text.get(r['what'], r['what'])} | {r['n']:,} | "
+                         f"{us(r['p50_ns'])} ({ratio(r['p50_ns'], floor_p50)}) | "
+                         f"{us(r['p90_ns'])} ({ratio(r['p90_ns'], floor_p50)}) | "
+                         f"{us(r['p99_ns'])} ({ratio(r['p99_ns'], floor_p50)}) |")
+            L.append("")
+        L.append("Ratios: this machine is shared and its load drifts, so each workload below is divided by the "
+                 "mean of the PING p50s measured on its server just before and just after it (0.5 s each, same "
+                 "client as above; the runner waits for a quiet machine and re-runs a workload disturbed by "
+                 "other load). Latencies are given as that ratio; throughput as a fraction of the PING rate "
+                 "(1 / PING p50). The references above are divided by this W0's own PING p50 "
+                 f"({us(floor_p50)}), measured interleaved with them.")
+    else:
+        L.append("W0 did not run: no ratios.")
+    L.append("")
+    L.append("## Targets (issue 7)")
+    L.append("")
+    L.append("| lock type | target | measured | limit | |")
+    L.append("|---|---|---|---|---|")
+    for row in target_rows:
+        L.append("| " + " | ".join(row) + " |")
+    for item in run.get("pending", []):
+        L.append(f"| — | {item} | not yet available | | pending |")
+    L.append("")
+    for mode in modes:
+        wls = [w for w in ("W1", "W2", "W3", "W4") if f"{w}-{mode}" in results]
+        if not wls:
+            continue
+        L.append(f"## W1-W4: `{mode}` ({run.get('mode_labels', {}).get(mode, mode)})")
+        L.append("")
+        L.append("| figure | " + " | ".join(f"{w}: {results[f'{w}-{mode}']['meta']['title']}" for w in wls) + " |")
+        L.append("|---|" + "---|" * len(wls))
+        for label, metric in ROWS:
+            cells = []
+            for w in wls:
+                r = results[f"{w}-{mode}"]
+                if metric[0] == "around":
+                    m = r["meta"]
+                    cells.append(f"{us(m.get('floor_before_p50'))} / {us(m.get('floor_after_p50'))}"
+                                 + (f" (run {m['attempt']})" if m.get("attempt", 1) > 1 else ""))
+                elif metric[0] == "errs":
+                    cells.append(f"{r['errors']} / {r['lib_retries']} / {r['late_starts']}")
+                elif metric[1][0].startswith("handoff_other") and not r["contended"]:
+                    cells.append("— (one worker per key)")
+                elif metric[1][0] in ("barging", "longest_streak", "handoff_self") and not r["contended"]:
+                    cells.append("—")
+                else:
+                    cells.append(fmt_cell(r, r.get("floor_p50") or floor_p50, metric))
+            L.append(f"| {label} | " + " | ".join(cells) + " |")
+        L.append("")
+        L.append("Per-worker cycles in the window: " + "; ".join(
+            f"{w}: " + ", ".join(str(c) for c in results[f"{w}-{mode}"]["per_worker"].values()) for w in wls) + ".")
+        L.append("")
+    w5 = [w for w in ("W5-redlock3", "W5-redlock5") if w in results]
+    if w5:
+        L.append("## W5: Redlock, uncontended, 3 and 5 nodes")
+        L.append("")
+        L.append("| figure | " + " | ".join(f"{w}: {results[w]['meta']['title']}" for w in w5) + " |")
+        L.append("|---|" + "---|" * len(w5))
+        for label, metric in ROWS:
+            if metric[0] in ("errs", "around") or not metric[1] or metric[1][0] in (
+                    "handoff_other", "handoff_self", "barging", "longest_streak", "jain", "held_fraction"):
+                continue
+            L.append(f"| {label} | " + " | ".join(
+                fmt_cell(results[w], results[w].get("floor_p50") or floor_p50, metric) for w in w5) + " |")
+        L.append("")
+    if hold:
+        L.append("## W6: many locks held at once by one process, renewing")
+        L.append("")
+        L.append("| lock type | servers | locks | lease | hold window | CPU (share of one core) | renewals/s | still "
+                 "held (client / server) | RSS before → holding | RSS per lock | acquire all | release all |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for mode, h in hold.items():
+            L.append(f"| {mode} | {h.get('servers', 1)} | {h['locks']:,} | {h['lease_ms']} ms | {h['window_s']:.1f} s | "
+                     f"{h['cpu_pct_of_core']:.2f} % | {h['renewals_per_s']:,.0f} | "
+                     f"{h['still_held']:,} / {h['on_server']:,} | {h['rss_before_kb'] / 1024:.1f} → "
+                     f"{h['rss_end_kb'] / 1024:.1f} MiB | {h['rss_per_lock_bytes']:.0f} B | "
+                     f"{h['acquire_s']:.2f} s | {h['release_s']:.2f} s |")
+        L.append("")
+    local = sorted((r["floor_p50"], w) for w, r in results.items() if r.get("floor_p50"))
+    if local:
+        median = local[len(local) // 2][0]
+        noisy = [(w, f) for f, w in local if f > 1.5 * median or f < median / 1.5]
+        if noisy:
+            L.append("## Noise")
+            L.append("")
+            L.append(f"The PING floor measured before these workloads differs from the run's median ({us(median)}) "
+                     "by more than 1.5×, so other load shared the machine while they ran; their ratios (taken "
+                     "against their own floor) are more reliable than their absolute times: "
+                     + ", ".join(f"{w} ({us(f)})" for w, f in noisy) + ".")
+            L.append("")
+    L.append("## Plots")
+    L.append("")
+    for p in pngs:
+        L.append(f"![{p}]({os.path.relpath(os.path.join(plots_dir, p), os.path.dirname(os.path.abspath(report_path)))})")
+        L.append("")
+    if plot_problems:
+        L.append("Plot problems: " + "; ".join(plot_problems))
+        L.append("")
+    if micro:
+        L.append("## Micro-benchmarks of the I/O-free core (Google Benchmark)")
+        L.append("")
+        L.append("| benchmark | time per iteration | vs PING p50 |")
+        L.append("|---|---|---|")
+        for b in micro.get("benchmarks", []):
+            if b.get("run_type") == "aggregate":
+                continue
+            t = b.get("cpu_time")
+            unit = b.get("time_unit", "ns")
+            scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}.get(unit, 1)
+            ns = t * scale if t is not None else None
+            extra = ""
+            if b.get("items_per_second"):
+                extra = f" ({1e9 / b['items_per_second']:.1f} ns per reply)"
+            if ns is None or not floor_p50:
+                L.append(f"| {b['name']} | — | — |")
+            else:
+                L.append(f"| {b['name']} | {ns:,.1f} ns{extra} | {ns / floor_p50 * 100:.2f} % |")
+        L.append("")
+    L.append("## Not yet available")
+    L.append("")
+    for item in run.get("pending", []):
+        L.append(f"- {item}")
+    L.append("")
+    if problems:
+        L.append("## PROBLEMS")
+        L.append("")
+        for p in problems:
+            L.append(f"- {p}")
+        L.append("")
+    text = "\n".join(L)
+    os.makedirs(os.path.dirname(os.path.abspath(report_path)), exist_ok=True)
+    with open(report_path, "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(run_dir, "REPORT.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    summary = {
+        "floor": floor,
+        "floor_references": references,
+        "floor_end": floor_end,
+        "workloads": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in results.items()},
+        "hold_many": hold,
+        "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r)) for r in target_rows],
+        "problems": problems,
+        "plots": pngs,
+    }
+    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir")
+    ap.add_argument("--report", help="markdown output (default RUN/../../REPORT.md)")
+    ap.add_argument("--plots", help="PNG directory (default: the report's directory)")
+    a = ap.parse_args(argv)
+    report_path = a.report or os.path.join(a.run_dir, "..", "..", "REPORT.md")
+    plots = a.plots or os.path.dirname(os.path.abspath(report_path))
+    s = report(a.run_dir, plots, report_path)
+    for t in s["targets"]:
+        print(f"{t['mode']:8} {t['target']:55} {t['measured']:28} {t['limit']:8} {t['verdict']}")
+    for p in s["problems"]:
+        print("PROBLEM:", p, file=sys.stderr)
+    return 1 if s["problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

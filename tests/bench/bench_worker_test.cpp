@@ -1,0 +1,311 @@
+// The benchmark worker speaks BENCH-PROTOCOL v1 (§1 command line, §3 life, §4 file format): run
+// the real dlock-bench-worker binary as separate processes against the shared redis-server and
+// check what an outside analyser relies on. Speed is not asserted here (bench/ measures it).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "shared_redis.hpp"
+#include "test_env.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string worker_path = DLOCK_BENCH_WORKER;
+
+std::int64_t monotonic_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// A private temp dir, removed at the end of the test.
+class temp_dir {
+public:
+    temp_dir() {
+        std::string pattern = (fs::temp_directory_path() / "dlock-bench-test.XXXXXX").string();
+        if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        path_ = pattern;
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(path_, ec);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+    const fs::path& path() const { return path_; }
+
+private:
+    fs::path path_;
+};
+
+/// One worker process: stdin /dev/null, stdout+stderr to `log`.
+class worker_process {
+public:
+    worker_process(const std::vector<std::string>& args, const fs::path& log) {
+        std::vector<char*> argv;
+        argv.push_back(const_cast<char*>(worker_path.c_str()));
+        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        const int rc = ::posix_spawn(&pid_, worker_path.c_str(), &fa, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&fa);
+        if (rc != 0) throw std::runtime_error("posix_spawn " + worker_path + ": " + std::strerror(rc));
+    }
+    ~worker_process() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            int status = 0;
+            ::waitpid(pid_, &status, 0);
+        }
+    }
+    worker_process(const worker_process&) = delete;
+    worker_process& operator=(const worker_process&) = delete;
+
+    /// Exit code (128 + signal if killed); kills the process and returns -1 after `timeout`.
+    int wait(std::chrono::milliseconds timeout) {
+        const auto deadline = std::chrono::steady_clock::now() + dlock::test::scaled(timeout);
+        for (;;) {
+            int status = 0;
+            const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+            if (r == pid_) {
+                pid_ = -1;
+                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            }
+            if (r < 0 && errno != EINTR) return -1;
+            if (std::chrono::steady_clock::now() >= deadline) {
+                ::kill(pid_, SIGKILL);
+                ::waitpid(pid_, &status, 0);
+                pid_ = -1;
+                return -1;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+    }
+
+private:
+    pid_t pid_ = -1;
+};
+
+int run_worker(const std::vector<std::string>& args, const fs::path& log) {
+    worker_process p(args, log);
+    return p.wait(30s);
+}
+
+std::string read_file(const fs::path& p) {
+    std::ifstream in(p);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// A lock name in the protocol's alphabet [A-Za-z0-9:_.-], unique per test and process.
+std::string protocol_key() {
+    auto k = dlock::test::unique_name("bench");
+    std::replace(k.begin(), k.end(), '/', '.');
+    return k;
+}
+
+std::string servers() { return "127.0.0.1:" + std::to_string(dlock::test::shared_redis().port()); }
+
+struct worker_file {
+    std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> cycles;  // acq, rel, wait_ns
+    json done;
+    bool late = false;
+};
+
+/// Checks §4 line by line for worker `w` and fills `out` with its records.
+void check_file(const fs::path& path, int w, worker_file& out) {
+    std::ifstream in(path);
+    EXPECT_TRUE(in.good()) << path;
+    std::string line;
+    int done_records = 0;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+        ++line_no;
+        SCOPED_TRACE(path.string() + ":" + std::to_string(line_no) + ": " + line);
+        EXPECT_EQ(done_records, 0) << "the done record must be last";
+        json rec;
+        try {
+            rec = json::parse(line);
+        } catch (const json::parse_error& e) {
+            ADD_FAILURE() << "not JSON: " << e.what();
+            continue;
+        }
+        ASSERT_TRUE(rec.is_object());
+        ASSERT_TRUE(rec.contains("w") && rec["w"].is_number_integer());
+        EXPECT_EQ(rec["w"].get<int>(), w);
+        if (rec.contains("event")) {
+            ASSERT_TRUE(rec["event"].is_string());
+            if (rec["event"] == "done") {
+                ++done_records;
+                out.done = rec;
+            } else if (rec["event"] == "late_start") {
+                out.late = true;
+                EXPECT_TRUE(rec["late_ns"].is_number_integer());
+            }
+            continue;
+        }
+        for (const char* field : {"acq", "rel", "wait_ns"}) {
+            ASSERT_TRUE(rec.contains(field)) << field;
+            ASSERT_TRUE(rec[field].is_number_integer()) << field << " must be a JSON integer";
+        }
+        const auto acq = rec["acq"].get<std::int64_t>();
+        const auto rel = rec["rel"].get<std::int64_t>();
+        const auto wait = rec["wait_ns"].get<std::int64_t>();
+        EXPECT_LE(acq, rel);
+        EXPECT_GE(wait, 0);
+        out.cycles.emplace_back(acq, rel, wait);
+    }
+    EXPECT_EQ(done_records, 1) << "exactly one done record";
+    if (done_records == 1) {
+        EXPECT_TRUE(out.done["cycles"].is_number_integer());
+        EXPECT_EQ(out.done["cycles"].get<std::size_t>(), out.cycles.size());
+        EXPECT_TRUE(out.done["errors"].is_number_integer());
+        EXPECT_TRUE(out.done["lib_retries"].is_number_integer());
+    }
+}
+
+TEST(BenchWorker, TwoWorkersOnOneKeyWriteProtocolFiles) {
+    temp_dir dir;
+    const auto key = protocol_key();
+    const auto start_at = monotonic_ns() + dlock::test::scaled(700ms).count() * 1'000'000;
+    std::vector<std::unique_ptr<worker_process>> workers;
+    for (int w = 0; w < 2; ++w) {
+        workers.push_back(std::make_unique<worker_process>(
+            std::vector<std::string>{"--mode", "mutex", "--key", key, "--duration-s", "0.3", "--worker-id",
+                                     std::to_string(w), "--out", (dir.path() / ("w" + std::to_string(w) + ".jsonl")).string(),
+                                     "--servers", servers(), "--cs-us", "20", "--ttl-ms", "10000",
+                                     "--start-at-ns", std::to_string(start_at)},
+            dir.path() / ("w" + std::to_string(w) + ".log")));
+    }
+    for (int w = 0; w < 2; ++w) {
+        EXPECT_EQ(workers[w]->wait(30s), 0) << read_file(dir.path() / ("w" + std::to_string(w) + ".log"));
+    }
+
+    std::vector<std::tuple<std::int64_t, std::int64_t, int>> intervals;  // acq, rel, worker
+    for (int w = 0; w < 2; ++w) {
+        const auto file = dir.path() / ("w" + std::to_string(w) + ".jsonl");
+        EXPECT_FALSE(fs::exists(file.string() + ".tmp")) << "FILE.tmp must be renamed to FILE";
+        worker_file f;
+        check_file(file, w, f);
+        for (const auto& [acq, rel, wait] : f.cycles) {
+            intervals.emplace_back(acq, rel, w);
+            // The loop starts at --start-at-ns (§3); a late worker says so in a late_start event.
+            if (!f.late) {
+                EXPECT_GE(acq - wait, start_at);
+            }
+        }
+    }
+    EXPECT_GE(intervals.size(), 2u) << "0.3 s should give the two workers some cycles";
+
+    // Mutual exclusion: no interval overlaps one of the other worker (§5).
+    std::sort(intervals.begin(), intervals.end());
+    std::int64_t max_rel = INT64_MIN;
+    int max_w = -1;
+    int overlaps = 0;
+    for (const auto& [acq, rel, w] : intervals) {
+        if (max_w >= 0 && acq < max_rel && max_w != w) ++overlaps;
+        if (rel > max_rel) {
+            max_rel = rel;
+            max_w = w;
+        }
+    }
+    EXPECT_EQ(overlaps, 0);
+}
+
+TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
+    temp_dir dir;
+    const auto out = dir.path() / "w.jsonl";
+    EXPECT_EQ(run_worker({"--ops", "7", "--key", protocol_key(), "--out", out.string(), "--servers", servers(),
+                          "--worker-id", "3"},
+                         dir.path() / "w.log"),
+              0)
+        << read_file(dir.path() / "w.log");
+    worker_file f;
+    check_file(out, 3, f);
+    EXPECT_EQ(f.cycles.size(), 7u);
+    EXPECT_EQ(f.done["errors"], 0);
+}
+
+TEST(BenchWorker, UnknownModeExits64) {
+    temp_dir dir;
+    const auto out = dir.path() / "w.jsonl";
+    EXPECT_EQ(run_worker({"--mode", "no-such-lock", "--key", protocol_key(), "--duration-s", "0.1", "--out",
+                          out.string(), "--servers", servers()},
+                         dir.path() / "w.log"),
+              64);
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_NE(read_file(dir.path() / "w.log").find("mutex"), std::string::npos)
+        << "the message lists the available modes";
+}
+
+TEST(BenchWorker, PlannedButUnavailableModeExits64) {
+    // A mode --help lists as planned (a lock type not built yet) is refused like an unknown one.
+    temp_dir dir;
+    ASSERT_EQ(run_worker({"--help"}, dir.path() / "help.txt"), 0);
+    const auto help = read_file(dir.path() / "help.txt");
+    const auto section = help.find("Planned (");
+    if (section == std::string::npos) GTEST_SKIP() << "every planned lock type exists now";
+    const auto name_at = help.find("\n  ", section) + 3;
+    const auto planned = help.substr(name_at, help.find(' ', name_at) - name_at);
+    EXPECT_EQ(run_worker({"--mode", planned, "--key", protocol_key(), "--duration-s", "0.1", "--out",
+                          (dir.path() / "w.jsonl").string(), "--servers", servers()},
+                         dir.path() / "w.log"),
+              64)
+        << planned;
+}
+
+TEST(BenchWorker, MissingOutExits64) {
+    temp_dir dir;
+    EXPECT_EQ(run_worker({"--mode", "mutex", "--key", protocol_key(), "--duration-s", "0.1", "--servers", servers()},
+                         dir.path() / "w.log"),
+              64);
+}
+
+TEST(BenchWorker, BadValuesExit64) {
+    temp_dir dir;
+    const auto out = (dir.path() / "w.jsonl").string();
+    EXPECT_EQ(run_worker({"--key", "bad key", "--duration-s", "0.1", "--out", out}, dir.path() / "a.log"), 64);
+    EXPECT_EQ(run_worker({"--key", "k", "--duration-s", "soon", "--out", out}, dir.path() / "b.log"), 64);
+    EXPECT_EQ(run_worker({"--key", "k", "--duration-s", "0.1", "--out", out, "--bogus", "1"}, dir.path() / "c.log"),
+              64);
+    EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(BenchWorker, HelpListsTheAvailableModes) {
+    temp_dir dir;
+    EXPECT_EQ(run_worker({"--help"}, dir.path() / "help.txt"), 0);
+    const auto help = read_file(dir.path() / "help.txt");
+    EXPECT_NE(help.find("Modes available in this build:\n  mutex"), std::string::npos) << help;
+    EXPECT_NE(help.find("--start-at-ns"), std::string::npos);
+}
+
+}  // namespace
