@@ -49,9 +49,10 @@ public:
     void begin(const std::vector<command_args>& commands, std::error_code& ec);
     /// poll(2) events the exchange waits for.
     short wanted_events() const noexcept;
-    /// Makes progress without blocking; true once every reply of the exchange is in. A failure
-    /// (including a refused handshake: auth_failed) sets ec and closes the connection.
-    bool advance(std::error_code& ec);
+    /// Makes progress without blocking, given the poll(2) events seen (0 right after begin(): write
+    /// only); true once every reply of the exchange is in. A failure (including a refused
+    /// handshake: auth_failed) sets ec and closes the connection.
+    bool advance(std::error_code& ec, short revents);
     /// The replies of the finished exchange, in command order.
     std::vector<reply> take_replies() noexcept { return std::move(replies_); }
     /// Gives up on the exchange at its deadline: closes (the stream is out of step) and sets ec.
@@ -89,6 +90,7 @@ private:
     std::size_t expected_ = 0;  // replies of the current exchange still to come
     std::vector<reply> replies_;
     bool streaming_ = false;  // subscriber mode: replies are taken with receive()
+    steady::time_point last_used_{};  // start of the last exchange
 };
 
 /// One server's part in exchange_all.

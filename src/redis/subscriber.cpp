@@ -6,6 +6,9 @@ namespace dlock::redis::detail {
 namespace {
 
 constexpr std::chrono::milliseconds min_backoff{50};
+/// How long a channel stays subscribed after its last waiter left, and how many may linger.
+constexpr std::chrono::milliseconds linger{2000};
+constexpr std::size_t max_lingering = 1024;
 constexpr std::chrono::milliseconds max_backoff{2000};
 
 template <class Pred>
@@ -31,7 +34,8 @@ subscriber::registration::registration(subscriber& owner, std::string channel)
     {
         std::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
-        first = ++ch.waiters == 1;
+        // A channel still subscribed from earlier waiters (lingering) needs no SUBSCRIBE.
+        first = ++ch.waiters == 1 && !ch.subscribed;
         if (first) owner_.dirty_ = true;
     }
     if (first) owner_.wake_();
@@ -43,7 +47,9 @@ subscriber::registration::~registration() {
         std::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
         last = --ch.waiters == 0;
-        if (last) owner_.dirty_ = true;
+        // Stay subscribed for a while: a hot lock's next waiter then skips SUBSCRIBE's round trip.
+        if (last) ch.idle_since = steady::now();
+        if (last && !ch.subscribed) owner_.dirty_ = true;
     }
     if (last) owner_.wake_();
 }
@@ -76,7 +82,7 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
             if (!wanted || now < reconnect_at_) return -1;
             dirty_ = true;
         }
-        if (!dirty_) return conn_->native_handle();
+        if (!dirty_ && now < next_linger_expiry_locked()) return conn_->native_handle();
     }
     if (!conn_->is_open()) {
         std::error_code ec;
@@ -104,13 +110,14 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
                 ch.requested = false;
                 ++ch.generation;  // messages may have been lost while disconnected: retry now
             }
+            const bool lingered = ch.waiters == 0 && (now - ch.idle_since >= linger || channels_.size() > max_lingering);
             if (ch.waiters > 0 && !ch.subscribed && !ch.requested) {
                 subscribe.push_back(name);
                 ch.requested = true;
-            } else if (ch.waiters == 0 && ch.subscribed) {
+            } else if (lingered && ch.subscribed) {
                 unsubscribe.push_back(name);
                 ch.subscribed = false;
-            } else if (ch.waiters == 0 && !ch.requested && !ch.subscribed) {
+            } else if (lingered && !ch.requested && !ch.subscribed) {
                 it = channels_.erase(it);
                 continue;
             }
@@ -188,10 +195,20 @@ void subscriber::reset_connection() {
     changed_.notify_all();
 }
 
+steady::time_point subscriber::next_linger_expiry_locked() const {
+    auto at = steady::time_point::max();
+    for (const auto& [name, ch] : channels_) {
+        // A SUBSCRIBE still in flight is dealt with when its confirmation arrives.
+        if (ch.waiters == 0 && !ch.requested) at = std::min(at, ch.idle_since + linger);
+    }
+    return at;
+}
+
 steady::time_point subscriber::next_retry() const {
     std::lock_guard lock(mutex_);
-    if (conn_->is_open() || channels_.empty()) return steady::time_point::max();
-    return reconnect_at_;
+    const auto linger_expiry = next_linger_expiry_locked();
+    if (conn_->is_open() || channels_.empty()) return linger_expiry;
+    return std::min(reconnect_at_, linger_expiry);
 }
 
 void subscriber::wake_all() {

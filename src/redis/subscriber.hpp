@@ -52,7 +52,8 @@ public:
     int service(steady::time_point now, steady::time_point latest);
     /// Reads and dispatches every message already available.
     void on_readable();
-    /// When service() wants to be called again at the latest (reconnect backoff).
+    /// When service() wants to be called again at the latest (reconnect backoff, a lingering
+    /// subscription to drop).
     steady::time_point next_retry() const;
     /// Wakes every waiter (shutdown).
     void wake_all();
@@ -65,7 +66,9 @@ private:
         std::uint64_t generation = 0;
         bool subscribed = false;  // confirmed by the server
         bool requested = false;   // SUBSCRIBE sent, not yet confirmed
+        steady::time_point idle_since{};  // when the last waiter left
     };
+    steady::time_point next_linger_expiry_locked() const;
     void dispatch(const reply& r);
     void reset_connection();
 
