@@ -93,6 +93,17 @@ engine::engine(engine_config config) : config_(std::move(config)) {
     if (config_.servers.empty())
         throw error(errc::invalid_argument, "client_options: no servers given");
     std::vector<connection_settings> subscriber_settings;
+    for (std::size_t i = 0; i < config_.servers.size(); ++i) {
+        for (std::size_t j = 0; j < i; ++j) {
+            // The same server twice would vote twice: a "majority" that is not one.
+            if (config_.servers[i].describe() == config_.servers[j].describe() &&
+                config_.servers[i].db == config_.servers[j].db) {
+                throw error(errc::invalid_argument, "client_options: server " +
+                                                        config_.servers[i].describe() +
+                                                        " is listed more than once");
+            }
+        }
+    }
     for (const auto& endpoint : config_.servers) {
         std::error_code ec;
         make_transport(endpoint, ec);  // refuses rediss:// up front, with its reason

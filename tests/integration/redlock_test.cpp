@@ -198,6 +198,14 @@ TEST(Redlock, BadOptionsAreClearErrors) {
         EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
     }
     try {
+        dlock::redlock::client twice(
+            {.urls = {fleet()[0].url(), fleet()[1].url(), fleet()[0].url()}});
+        FAIL() << "a server listed twice accepted";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("more than once"), std::string::npos);
+    }
+    try {
         dlock::redlock::client drift({.urls = fleet().urls(), .drift_ratio = 0.7});
         FAIL() << "drift_ratio 0.7 accepted";
     } catch (const dlock::error& e) {

@@ -1,0 +1,68 @@
+// Runs the real `dlock` binary (DLOCK_CLI_PATH) as a process for the CLI tests: its stdout and
+// stderr go to temp files (read at any time, and no pipe can fill up and stall it), stdin is
+// /dev/null, and the environment is the test's own minus DLOCK_URL, plus what a test adds.
+// Optionally its stderr is a pseudo-terminal, to see what a person at a terminal sees.
+// Use one object from one thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace dlock::test {
+
+struct cli_result {
+    int status = -1;  ///< exit code, or 128 + N when signal N killed it
+    std::string out;  ///< everything written to stdout
+    std::string err;  ///< everything written to stderr (or to the terminal, with tty_stderr)
+};
+
+struct cli_options {
+    /// Added to the environment ("NAME=value"); replaces a variable of the same name.
+    std::vector<std::string> env{};
+    /// stderr is the slave side of a pseudo-terminal (isatty() is true), with TERM=xterm.
+    bool tty_stderr = false;
+};
+
+class cli_process {
+public:
+    /// Starts `dlock args...`. Throws std::runtime_error if it cannot be started.
+    explicit cli_process(std::vector<std::string> args, const cli_options& options = {});
+    /// SIGKILL and reap if still running; removes the temp files. Never throws.
+    ~cli_process();
+    cli_process(const cli_process&) = delete;
+    cli_process& operator=(const cli_process&) = delete;
+
+    pid_t pid() const noexcept { return pid_; }
+    void send(int sig) const;
+    /// Still running (not yet exited)? Reaps it if it has exited.
+    bool running();
+    /// What it has written so far.
+    std::string out() const;
+    std::string err();
+
+    /// Waits up to scaled(timeout) for it to exit. On timeout: SIGKILL, reap, throw
+    /// std::runtime_error naming the command and quoting its stderr.
+    cli_result wait(std::chrono::milliseconds timeout);
+
+private:
+    void drain_tty();  // moves what the pseudo-terminal holds into tty_text_
+
+    std::vector<std::string> args_;
+    std::string dir_;  // temp dir with out.txt and err.txt
+    pid_t pid_ = -1;
+    int status_ = -1;
+    int tty_master_ = -1;
+    std::string tty_text_;
+};
+
+/// Runs `dlock args...` to completion (at most scaled(timeout)).
+cli_result run_cli(std::vector<std::string> args, const cli_options& options = {},
+                   std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+/// The whole content of `path`, or "" if it does not exist (marker files written by commands).
+std::string read_text(const std::string& path);
+
+}  // namespace dlock::test

@@ -1,0 +1,661 @@
+// The `dlock` command-line tool, driven as a process like a user would (STYLE 9, etcdctl's e2e
+// tests): exit statuses, the command's environment, exclusion between two `dlock run`s, a lost
+// lock stopping the command, signal forwarding, `status`, `demo`, and a clear one-line message
+// with a documented status for every bad input (docs/cli.md).
+#include <dlock/dlock.hpp>
+#include <dlock/redis/client.hpp>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_process.hpp"
+#include "redis_server.hpp"
+#include "shared_redis.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::cli_options;
+using dlock::test::cli_process;
+using dlock::test::cli_result;
+using dlock::test::eventually;
+using dlock::test::read_text;
+using dlock::test::run_cli;
+using dlock::test::scaled;
+using dlock::test::shared_redis;
+
+// dlock's documented exit statuses (docs/cli.md).
+constexpr int usage = 64;
+constexpr int unavailable = 69;
+constexpr int unreachable = 74;
+constexpr int conflict = 75;
+constexpr int auth_failed = 77;
+constexpr int lock_lost = 79;
+constexpr int not_found = 127;
+
+std::string url() { return shared_redis().url(); }
+
+/// The Redis key holding lock `name` (asked from the library rather than spelled out here).
+std::string lock_key(const std::string& name) {
+    const dlock::redis::client c({.url = url()});  // connects lazily: this opens no connection
+    return c.lock_key(name);
+}
+
+/// A fresh temp dir for marker files, removed with the object.
+class temp_dir {
+public:
+    temp_dir() {
+        std::string templ =
+            (std::filesystem::temp_directory_path() / "dlock-cli-markers.XXXXXX").string();
+        if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        path_ = templ;
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    std::string operator/(const std::string& file) const { return path_ + "/" + file; }
+
+private:
+    std::string path_;
+};
+
+/// A shell loop that runs for at most ~20 s, so no test leaves a command running for long.
+constexpr const char* bounded_loop = "i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done";
+
+/// Every bad input gets exactly one line on stderr, and never an exception dump.
+void expect_one_line(const cli_result& r) {
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.err.starts_with("dlock: ")) << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("what()"), std::string::npos) << r.err;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+// --- dlock run: the command's status and environment ------------------------------------------
+
+TEST(CliRun, ExitsWithTheCommandsStatus) {
+    const auto name = dlock::test::unique_name("status");
+    auto r = run_cli({"run", "--url", url(), name, "--", "sh", "-c", "exit 7"});
+    EXPECT_EQ(r.status, 7) << r.err;
+    EXPECT_EQ(r.err, "");
+    r = run_cli({"run", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    // Killed by a signal: 128 + N, like a shell; the lock is released all the same.
+    r = run_cli({"run", "--url", url(), name, "--", "sh", "-c", "kill -KILL $$"});
+    EXPECT_EQ(r.status, 128 + SIGKILL) << r.err;
+    EXPECT_EQ(shared_redis().command({"EXISTS", lock_key(name)}), "0");
+}
+
+TEST(CliRun, CommandGetsNameAndFencingToken) {
+    const auto name = dlock::test::unique_name("env");
+    const std::vector<std::string> print = {"sh", "-c",
+                                            "echo \"$DLOCK_NAME $DLOCK_FENCING_TOKEN\""};
+    std::vector<std::string> args = {"run", "--url", url(), name, "--"};
+    args.insert(args.end(), print.begin(), print.end());
+    // Inherited values are replaced, not passed through.
+    const auto first = run_cli(args, {.env = {"DLOCK_NAME=stale", "DLOCK_FENCING_TOKEN=999"}});
+    EXPECT_EQ(first.status, 0) << first.err;
+    EXPECT_EQ(first.out, name + " 1\n");
+    const auto second = run_cli(args);
+    EXPECT_EQ(second.out, name + " 2\n");  // each grant's token is larger than the last
+}
+
+TEST(CliRun, EverythingAfterTheNameIsTheCommand) {
+    const auto name = dlock::test::unique_name("split");
+    // Without "--": the command's own options are not taken for dlock's.
+    auto r = run_cli({"run", "--url", url(), name, "echo", "--verbose", "-q"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "--verbose -q\n");
+    r = run_cli({"run", "--url=" + url(), name, "sh", "-c", "exit 3"});
+    EXPECT_EQ(r.status, 3) << r.err;
+}
+
+TEST(CliRun, AcceptsEveryDurationForm) {
+    const auto name = dlock::test::unique_name("durations");
+    auto r = run_cli({"run", "--lease", "1m30s", "--grace", "1.5s", "--max-hold", "forever",
+                      "--wait", "2h", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    r = run_cli({"run", "--lease", "90", "--wait=500ms", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;  // a plain number is seconds
+}
+
+TEST(CliRun, CommandNotFoundIs127) {
+    const auto name = dlock::test::unique_name("missing");
+    const auto r = run_cli({"run", "--url", url(), name, "--", "dlock-no-such-command-xyz"});
+    EXPECT_EQ(r.status, not_found);
+    EXPECT_NE(r.err.find("command not found"), std::string::npos) << r.err;
+    EXPECT_EQ(shared_redis().command({"EXISTS", lock_key(name)}), "0");
+}
+
+TEST(CliRun, UsesDlockUrlFromTheEnvironment) {
+    const auto name = dlock::test::unique_name("env-url");
+    const auto r = run_cli({"run", name, "--", "true"}, {.env = {"DLOCK_URL=" + url()}});
+    EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST(CliRun, VerbosePrintsLockEvents) {
+    const auto name = dlock::test::unique_name("verbose");
+    const auto r = run_cli({"run", "-v", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("acquired \"" + name + "\" (fencing token 1)"), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("released"), std::string::npos) << r.err;
+}
+
+// --- exclusion and contention -----------------------------------------------------------------
+
+TEST(CliRun, RunsOnOneNameTakeTurns) {
+    const auto name = dlock::test::unique_name("turns");
+    const temp_dir dir;
+    const auto log = dir / "log";
+    // Each critical section appends "start <ns>" and "end <ns>"; O_APPEND keeps lines whole.
+    const std::string section =
+        "echo start $(date +%s%N) >> " + log + "; sleep 0.2; echo end $(date +%s%N) >> " + log;
+    std::vector<std::unique_ptr<cli_process>> runs(3);
+    for (auto& run : runs) {
+        run = std::make_unique<cli_process>(
+            std::vector<std::string>{"run", "--url", url(), name, "--", "sh", "-c", section});
+    }
+    for (auto& run : runs) {
+        const auto r = run->wait(20s);
+        EXPECT_EQ(r.status, 0) << r.err;
+    }
+    struct mark {
+        long long at;
+        bool start;
+    };
+    std::vector<mark> marks;
+    for (const auto& line : lines_of(read_text(log))) {
+        const auto space = line.find(' ');
+        marks.push_back({std::stoll(line.substr(space + 1)), line.starts_with("start")});
+    }
+    ASSERT_EQ(marks.size(), 6u) << read_text(log);
+    std::sort(marks.begin(), marks.end(), [](const mark& a, const mark& b) { return a.at < b.at; });
+    for (std::size_t i = 0; i < marks.size(); ++i) {
+        EXPECT_EQ(marks[i].start, i % 2 == 0) << "critical sections overlap:\n" << read_text(log);
+    }
+}
+
+/// Holds lock `name` from this test process until destroyed.
+class holder {
+public:
+    explicit holder(const std::string& name)
+        : client_({.url = url()}), lease_(client_.acquire(name, {.lease = 10s, .wait = 0s})) {}
+    std::uint64_t token() const { return lease_.fencing_token(); }
+    void release() { lease_.release(); }
+
+private:
+    dlock::redis::client client_;
+    dlock::lease lease_;
+};
+
+TEST(CliRun, NoWaitWhenHeldExitsWithConflictStatus) {
+    const auto name = dlock::test::unique_name("no-wait");
+    holder held(name);
+    auto r = run_cli({"run", "--no-wait", "--url", url(), name, "--", "echo", "ran"});
+    EXPECT_EQ(r.status, conflict);
+    EXPECT_EQ(r.out, "");  // the command did not run
+    EXPECT_NE(r.err.find("held by someone else"), std::string::npos) << r.err;
+    expect_one_line(r);
+
+    // flock -E: a status of the caller's choice, and --quiet for no message at all.
+    r = run_cli({"run", "-q", "--no-wait", "--conflict-exit-code", "0", "--url", url(), name, "--",
+                 "echo", "ran"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "");
+
+    const auto started = std::chrono::steady_clock::now();
+    r = run_cli({"run", "--wait", "300ms", "--url", url(), name, "--", "echo", "ran"});
+    EXPECT_EQ(r.status, conflict);
+    EXPECT_GE(std::chrono::steady_clock::now() - started, 300ms);  // never early
+    EXPECT_NE(r.err.find("--wait 300ms"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, WaitsForTheHolderAndThenRuns) {
+    const auto name = dlock::test::unique_name("waits");
+    holder held(name);
+    cli_process waiter({"run", "--url", url(), name, "--", "echo", "ran"});
+    // It waits on the release channel: `dlock status` counts it as a subscribed client.
+    EXPECT_TRUE(eventually(
+        [&] {
+            const auto r = run_cli({"status", "--json", "--url", url(), name});
+            return r.status == 0 && nlohmann::json::parse(r.out)["subscribed_clients"] == 1;
+        },
+        10s));
+    EXPECT_TRUE(waiter.running());
+    held.release();
+    const auto r = waiter.wait(10s);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "ran\n");
+}
+
+TEST(CliRun, SignalWhileWaitingGivesUp) {
+    const auto name = dlock::test::unique_name("give-up");
+    holder held(name);
+    cli_process waiter({"run", "--url", url(), name, "--", "echo", "ran"});
+    EXPECT_TRUE(eventually(
+        [&] {
+            const auto r = run_cli({"status", "--json", "--url", url(), name});
+            return nlohmann::json::parse(r.out)["subscribed_clients"] == 1;
+        },
+        10s));
+    waiter.send(SIGINT);
+    const auto r = waiter.wait(10s);
+    EXPECT_EQ(r.status, 128 + SIGINT);  // dies by the signal, as a shell expects
+    EXPECT_EQ(r.out, "");
+    EXPECT_NE(r.err.find("gave up"), std::string::npos) << r.err;
+}
+
+// --- a lost lock stops the command ------------------------------------------------------------
+
+TEST(CliRun, LostLockStopsTheCommand) {
+    const auto name = dlock::test::unique_name("lost");
+    const temp_dir dir;
+    const std::string script = "trap 'echo TERM > " + (dir / "term") + "; exit 0' TERM; touch " +
+                               (dir / "ready") + "; " + bounded_loop;
+    // A 1 s lease is renewed every ~333 ms, so the deletion is noticed quickly.
+    cli_process run({"run", "--lease", "1s", "--url", url(), name, "--", "sh", "-c", script});
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
+        << run.err();
+    EXPECT_EQ(shared_redis().command({"DEL", lock_key(name)}), "1");
+    const auto r = run.wait(10s);
+    EXPECT_EQ(r.status, lock_lost) << r.err;
+    EXPECT_EQ(read_text(dir / "term"), "TERM\n");  // the command got SIGTERM
+    EXPECT_NE(r.err.find("lost the lock"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, LostLockKillsACommandThatIgnoresSigterm) {
+    const auto name = dlock::test::unique_name("lost-kill");
+    const temp_dir dir;
+    const std::string script = "trap '' TERM; touch " + (dir / "ready") + "; " + bounded_loop;
+    cli_process run({"run", "--lease", "1s", "--grace", "300ms", "--url", url(), name, "--", "sh",
+                     "-c", script});
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
+        << run.err();
+    const auto deleted = std::chrono::steady_clock::now();
+    shared_redis().command({"DEL", lock_key(name)});
+    const auto r = run.wait(10s);
+    EXPECT_EQ(r.status, lock_lost) << r.err;
+    EXPECT_GE(std::chrono::steady_clock::now() - deleted, 300ms);  // SIGKILL only after --grace
+    EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, MaxHoldStopsTheCommand) {
+    const auto name = dlock::test::unique_name("max-hold");
+    const auto started = std::chrono::steady_clock::now();
+    const auto r = run_cli({"run", "--lease", "1s", "--max-hold", "800ms", "--url", url(), name,
+                            "--", "sh", "-c", bounded_loop});
+    EXPECT_EQ(r.status, lock_lost) << r.err;
+    EXPECT_GE(std::chrono::steady_clock::now() - started, 700ms);
+    EXPECT_NE(r.err.find("--max-hold 800ms"), std::string::npos) << r.err;
+}
+
+// --- signals are passed on ----------------------------------------------------------------------
+
+TEST(CliRun, ForwardsSignalsToTheCommand) {
+    const auto name = dlock::test::unique_name("signals");
+    const temp_dir dir;
+    const auto log = dir / "log";
+    const std::string script = "for s in INT HUP QUIT USR1 USR2; do trap \"echo $s >> " + log +
+                               "\" $s; done; "
+                               "trap 'echo TERM >> " +
+                               log + "; exit 3' TERM; touch " + (dir / "ready") + "; " +
+                               bounded_loop;
+    cli_process run({"run", "--url", url(), name, "--", "sh", "-c", script});
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
+        << run.err();
+    std::string expected;
+    for (const auto& [sig, text] :
+         {std::pair{SIGINT, "INT"}, std::pair{SIGHUP, "HUP"}, std::pair{SIGQUIT, "QUIT"},
+          std::pair{SIGUSR1, "USR1"}, std::pair{SIGUSR2, "USR2"}}) {
+        run.send(sig);
+        expected += std::string(text) + "\n";
+        EXPECT_TRUE(eventually([&] { return read_text(log) == expected; }, 5s))
+            << "after " << text << ": " << read_text(log);
+    }
+    run.send(SIGTERM);
+    const auto r = run.wait(10s);
+    EXPECT_EQ(r.status, 3) << r.err;  // the command's own status
+    EXPECT_EQ(read_text(log), expected + "TERM\n");
+    EXPECT_EQ(shared_redis().command({"EXISTS", lock_key(name)}), "0");
+}
+
+TEST(CliRun, ForegroundCommandGetsSignalsToo) {
+    const auto name = dlock::test::unique_name("foreground");
+    const temp_dir dir;
+    const std::string script = "trap 'exit 4' TERM; touch " + (dir / "ready") + "; " + bounded_loop;
+    cli_process run({"run", "--foreground", "--url", url(), name, "--", "sh", "-c", script});
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
+        << run.err();
+    run.send(SIGTERM);
+    const auto r = run.wait(10s);
+    EXPECT_EQ(r.status, 4) << r.err;
+}
+
+// --- people first: the waiting line -------------------------------------------------------------
+
+TEST(CliRun, ShowsAWaitingLineOnlyOnATerminal) {
+    const auto name = dlock::test::unique_name("tty");
+    holder held(name);
+    auto r = run_cli({"run", "--wait", "700ms", "--url", url(), name, "--", "true"},
+                     {.tty_stderr = true});
+    EXPECT_EQ(r.status, conflict);
+    EXPECT_NE(r.err.find("waiting for \"" + name + "\""), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("holder's lease"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("\r\033[K"), std::string::npos) << r.err;  // erased in place
+
+    r = run_cli({"run", "--quiet", "--wait", "300ms", "--url", url(), name, "--", "true"},
+                {.tty_stderr = true});
+    EXPECT_EQ(r.status, conflict);
+    EXPECT_EQ(r.err.find("waiting for"), std::string::npos) << r.err;
+
+    r = run_cli({"run", "--wait", "300ms", "--url", url(), name, "--", "true"});  // not a terminal
+    EXPECT_EQ(r.status, conflict);
+    EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("waiting for"), std::string::npos) << r.err;
+}
+
+// --- dlock status -------------------------------------------------------------------------------
+
+TEST(CliStatus, FreeAndHeld) {
+    const auto name = dlock::test::unique_name("status");
+    auto r = run_cli({"status", "--url", url(), name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("free"), std::string::npos) << r.out;
+
+    holder held(name);
+    r = run_cli({"status", "--url", url(), name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("held, lease"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::to_string(held.token()) + " (the last fencing token"),
+              std::string::npos)
+        << r.out;
+
+    r = run_cli({"status", "--json", "--url", url(), name});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["name"], name);
+    EXPECT_EQ(j["held"], true);
+    EXPECT_GT(j["lease_remaining_ms"].get<long long>(), 0);
+    EXPECT_LE(j["lease_remaining_ms"].get<long long>(), 10'000);
+    EXPECT_EQ(j["fencing_counter"].get<std::uint64_t>(), held.token());
+    EXPECT_EQ(j["subscribed_clients"], 0);
+    EXPECT_EQ(j["keys"]["lock"], lock_key(name));
+
+    held.release();
+    r = run_cli({"status", "--json", "--url", url(), name});
+    const auto after = nlohmann::json::parse(r.out);
+    EXPECT_EQ(after["held"], false);
+    EXPECT_TRUE(after["lease_remaining_ms"].is_null());
+}
+
+TEST(CliStatus, NeverPrintsThePassword) {
+    dlock::test::redis_server server({.extra_args = {"--requirepass", "s3cret"}});
+    const std::string with_password = "redis://:s3cret@127.0.0.1:" + std::to_string(server.port());
+    const auto r = run_cli({"status", "--json", "--url", with_password, "x"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
+}
+
+// --- dlock demo ---------------------------------------------------------------------------------
+
+/// The "oversold" row of the summary: {without a lock, with dlock}.
+std::pair<long long, long long> oversold_row(const std::string& out) {
+    for (const auto& line : lines_of(out)) {
+        if (line.starts_with("oversold")) {
+            std::istringstream in(line.substr(8));
+            long long unlocked = -1, locked = -1;
+            in >> unlocked >> locked;
+            return {unlocked, locked};
+        }
+    }
+    return {-1, -1};
+}
+
+TEST(CliDemo, OnAGivenServer) {
+    const auto r = run_cli({"demo", "--url", url(), "--workers", "3", "--stock", "20"}, {}, 60s);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("with dlock"), std::string::npos) << r.out;
+    EXPECT_EQ(oversold_row(r.out).second, 0) << r.out;
+    // It leaves nothing behind on a server it was given.
+    EXPECT_EQ(shared_redis().command({"KEYS", "dlock-demo*"}), "");
+}
+
+TEST(CliDemo, StartsItsOwnServer) {
+    const auto r = run_cli({"demo", "--workers", "2", "--stock", "10"}, {}, 60s);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("Started redis-server"), std::string::npos) << r.out;
+    EXPECT_EQ(oversold_row(r.out).second, 0) << r.out;
+}
+
+TEST(CliDemo, WithoutRedisServerInstalled) {
+    const auto r = run_cli({"demo"}, {.env = {"PATH=/nonexistent"}});
+    EXPECT_EQ(r.status, unavailable);
+    EXPECT_NE(r.err.find("redis-server is not on PATH"), std::string::npos) << r.err;
+    expect_one_line(r);
+}
+
+// --- Redlock: the same commands over a quorum of servers --------------------------------------
+
+class CliRedlock : public testing::Test {
+protected:
+    CliRedlock() {
+        for (auto& s : servers_) s = std::make_unique<dlock::test::redis_server>();
+    }
+    std::string url() const {
+        std::string u = "redlock://";
+        for (const auto& s : servers_) {
+            u += (u.back() == '/' ? "" : ",") + std::string("127.0.0.1:") +
+                 std::to_string(s->port());
+        }
+        return u;
+    }
+    std::unique_ptr<dlock::test::redis_server> servers_[3];
+};
+
+TEST_F(CliRedlock, RunAndStatus) {
+    const auto name = dlock::test::unique_name("redlock");
+    const temp_dir dir;
+    const std::string script = "echo $DLOCK_FENCING_TOKEN; touch " + (dir / "ready") + "; " +
+                               "while [ ! -e " + (dir / "done") + " ]; do sleep 0.02; done";
+    cli_process run({"run", "--url", url(), name, "--", "sh", "-c", script});
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
+        << run.err();
+
+    auto r = run_cli({"status", "--url", url(), name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("held on 3 of 3 servers (quorum 2)"), std::string::npos) << r.out;
+    r = run_cli({"status", "--json", "--url", url(), name});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["backend"], "redlock");
+    EXPECT_EQ(j["held"], true);
+    EXPECT_EQ(j["quorum"], 2);
+    EXPECT_EQ(j["servers"].size(), 3u);
+    EXPECT_EQ(j["fencing_counter"], 1);
+    // Exclusion holds across the quorum.
+    r = run_cli({"run", "--no-wait", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, conflict) << r.err;
+
+    std::ofstream(dir / "done").close();
+    r = run.wait(10s);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "1\n");
+}
+
+TEST_F(CliRedlock, NeedsAQuorumOfServers) {
+    const auto name = dlock::test::unique_name("quorum");
+    servers_[0]->stop();
+    auto r = run_cli({"run", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;  // 2 of 3 is a quorum
+    servers_[1]->stop();
+    r = run_cli({"run", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, unreachable) << r.err;
+    EXPECT_NE(r.err.find("no quorum"), std::string::npos) << r.err;
+    expect_one_line(r);
+}
+
+TEST(CliDemoRedlock, StartsThreeServers) {
+    const auto r =
+        run_cli({"demo", "--backend", "redlock", "--workers", "2", "--stock", "10"}, {}, 60s);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("Started 3 redis-servers"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("Redlock over 3 servers (quorum 2)"), std::string::npos) << r.out;
+    EXPECT_EQ(oversold_row(r.out).second, 0) << r.out;
+}
+
+// --- every bad input: a documented status and one clear line ------------------------------------
+
+struct bad_input {
+    std::vector<std::string> args;
+    int status;
+    std::string message;  // a substring of the one line on stderr
+};
+
+TEST(CliBadInput, UsageErrors) {
+    const std::string u = url();
+    const std::vector<bad_input> cases = {
+        {{}, usage, "missing command"},
+        {{"bogus"}, usage, "unknown command \"bogus\""},
+        {{"--bogus"}, usage, "unknown option --bogus"},
+        {{"run", "--bogus", "n", "--", "true"}, usage, "unknown option --bogus"},
+        {{"status", "n", "--bogus"}, usage, "unknown option --bogus"},
+        {{"demo", "--bogus"}, usage, "unknown option --bogus"},
+        {{"run"}, usage, "missing the lock NAME"},
+        {{"run", "n"}, usage, "missing the COMMAND"},
+        {{"run", "n", "--"}, usage, "missing the COMMAND"},
+        {{"status"}, usage, "missing the lock NAME"},
+        {{"run", "--wait", "10x", "n", "--", "true"}, usage, "--wait \"10x\": not a duration"},
+        {{"run", "--wait", "-1s", "n", "--", "true"},
+         usage,
+         "--wait \"-1s\": must not be negative"},
+        {{"run", "--wait", "", "n", "--", "true"}, usage, "--wait \"\": empty duration"},
+        {{"run", "--lease", "1m30", "n", "--", "true"}, usage, "--lease \"1m30\": not a duration"},
+        {{"run", "--lease", "5ms", "n", "--", "true"}, usage, "--lease \"5ms\": must be between"},
+        {{"run", "--lease", "forever", "n", "--", "true"}, usage, "must be a finite duration"},
+        {{"run", "--grace", "soon", "n", "--", "true"}, usage, "--grace \"soon\""},
+        {{"run", "--max-hold", "0", "n", "--", "true"}, usage, "must be greater than zero"},
+        {{"run", "--wait", "1s", "--no-wait", "n", "--", "true"}, usage, "cannot be combined"},
+        {{"run", "-q", "-v", "n", "--", "true"}, usage, "cannot be combined"},
+        {{"run", "--conflict-exit-code", "300", "n", "--", "true"}, usage, "between 0 and 255"},
+        {{"run", "--conflict-exit-code", "x", "n", "--", "true"}, usage, "conflict-exit-code"},
+        {{"run", "--url", "foo://h", "n", "--", "true"}, usage, "unknown scheme \"foo\""},
+        {{"run", "--url", "localhost:6379", "n", "--", "true"}, usage, "--url"},
+        {{"run", "--url", "redis://127.0.0.1:99999", "n", "--", "true"}, usage, "99999"},
+        {{"run", "--url", "", "n", "--", "true"}, usage, "empty URL"},
+        {{"run", "--key-prefix", "a{b", "--url", u, "n", "--", "true"}, usage, "--key-prefix"},
+        {{"demo", "--workers", "0"}, usage, "--workers 0"},
+        {{"demo", "--stock", "many"}, usage, "--stock"},
+        {{"demo", "--backend", "memcached"}, usage, "--backend \"memcached\""},
+        {{"demo", "--backend", "redlock", "--url", u}, usage, "does not match"},
+        {{"run", "--url", "redlock://127.0.0.1:1,,127.0.0.1:2", "n", "--", "true"},
+         usage,
+         "empty server"},
+        {{"run", "--url", "redlock://127.0.0.1:1,127.0.0.1:1", "n", "--", "true"},
+         usage,
+         "listed twice"},
+    };
+    for (const auto& c : cases) {
+        const auto r = run_cli(c.args);
+        std::string joined;
+        for (const auto& a : c.args) joined += " '" + a + "'";
+        EXPECT_EQ(r.status, c.status) << "dlock" << joined << "\n" << r.err;
+        EXPECT_NE(r.err.find(c.message), std::string::npos)
+            << "dlock" << joined << ": expected \"" << c.message << "\" in: " << r.err;
+        expect_one_line(r);
+    }
+}
+
+TEST(CliBadInput, NotAvailableInThisBuild) {
+    const std::string u = url();
+    const std::vector<bad_input> cases = {
+        {{"run", "--shared", "--url", u, "n", "--", "true"}, unavailable, "--shared"},
+        {{"run", "--fair", "--url", u, "n", "--", "true"}, unavailable, "--fair"},
+        {{"run", "--permits", "3", "--url", u, "n", "--", "true"}, unavailable, "--permits"},
+        {{"run", "--url", "rediss://127.0.0.1:6380", "n", "--", "true"}, unavailable, "TLS"},
+        {{"run", "--url", "zk://127.0.0.1:2181/locks", "n", "--", "true"},
+         unavailable,
+         "zk:// URLs"},
+        {{"status", "--url", "etcd://127.0.0.1:2379", "n"}, unavailable, "etcd:// URLs"},
+        {{"demo", "--backend", "zk"}, unavailable, "not available in this build"},
+    };
+    for (const auto& c : cases) {
+        const auto r = run_cli(c.args);
+        EXPECT_EQ(r.status, c.status) << c.args[1] << " " << c.args[2] << "\n" << r.err;
+        EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+        expect_one_line(r);
+    }
+}
+
+TEST(CliBadInput, UnreachableServer) {
+    const std::string nobody = "redis://127.0.0.1:" + std::to_string(dlock::test::free_port());
+    for (const auto& args :
+         std::vector<std::vector<std::string>>{{"run", "--url", nobody, "n", "--", "true"},
+                                               {"status", "--url", nobody, "n"},
+                                               {"demo", "--url", nobody}}) {
+        const auto r = run_cli(args);
+        EXPECT_EQ(r.status, unreachable) << args[0] << ": " << r.err;
+        EXPECT_NE(r.err.find("cannot reach the lock server at " + nobody), std::string::npos)
+            << r.err;
+        expect_one_line(r);
+    }
+}
+
+TEST(CliBadInput, WrongOrMissingPassword) {
+    dlock::test::redis_server server({.extra_args = {"--requirepass", "s3cret"}});
+    const std::string port = std::to_string(server.port());
+    for (const auto& u : {"redis://:wrong@127.0.0.1:" + port, "redis://127.0.0.1:" + port}) {
+        const auto r = run_cli({"run", "--url", u, "n", "--", "true"});
+        EXPECT_EQ(r.status, auth_failed) << u << ": " << r.err;
+        EXPECT_NE(r.err.find("refused the credentials"), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find("wrong@"), std::string::npos) << "password shown: " << r.err;
+        expect_one_line(r);
+    }
+    // The right one works.
+    const auto r =
+        run_cli({"run", "--url", "redis://:s3cret@127.0.0.1:" + port, "n", "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+}
+
+// --- help ---------------------------------------------------------------------------------------
+
+TEST(CliHelp, EveryCommandHasHelpWithExamples) {
+    auto r = run_cli({"--help"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("Examples:"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("Exit statuses"), std::string::npos) << r.out;
+    for (const char* code : {" 64 ", " 69 ", " 74 ", " 75 ", " 77 ", " 79 ", "127 "}) {
+        EXPECT_NE(r.out.find(code), std::string::npos) << code << " missing in --help";
+    }
+    EXPECT_EQ(r.out.find("__demo-worker"), std::string::npos);  // internal, hidden
+    for (const char* cmd : {"run", "status", "demo"}) {
+        r = run_cli({cmd, "--help"});
+        EXPECT_EQ(r.status, 0) << cmd;
+        EXPECT_NE(r.out.find("Usage: dlock " + std::string(cmd)), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("Examples:"), std::string::npos) << r.out;
+    }
+    r = run_cli({"--version"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_TRUE(r.out.starts_with("dlock ")) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,195 @@
+#include "backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "process.hpp"
+
+namespace dlock::cli {
+namespace {
+
+/// dlock::error's what() is "<detail>: <the code's message>"; the CLI words the second part
+/// itself, so keep only the detail.
+std::string detail_of(const dlock::error& e) {
+    std::string what = e.what();
+    const std::string suffix = ": " + e.code().message();
+    if (what.size() > suffix.size() && what.ends_with(suffix))
+        what.resize(what.size() - suffix.size());
+    return what;
+}
+
+/// The library names its option fields (client_options.url); on the command line they are flags.
+std::string as_flags(std::string text) {
+    const std::pair<std::string_view, std::string_view> renames[] = {
+        {"redlock client_options.urls", "--url"},
+        {"client_options.urls", "--url"},
+        {"client_options.url", "--url"},
+        {"client_options.key_prefix", "--key-prefix"}};
+    for (const auto& [from, to] : renames) {
+        if (text.starts_with(from)) text.replace(0, from.size(), to);
+    }
+    return text;
+}
+
+}  // namespace
+
+std::string default_url() {
+    std::string url = env_value("DLOCK_URL");
+    return url.empty() ? "redis://127.0.0.1:6379" : url;
+}
+
+std::string redact_url(std::string_view url) {
+    std::string out(url);
+    const auto scheme_end = out.find("://");
+    if (scheme_end == std::string::npos) return out;
+    const auto begin = scheme_end + 3;
+    const auto end = out.find_first_of("/?", begin);
+    const auto at = out.rfind('@', end == std::string::npos ? std::string::npos : end);
+    if (at == std::string::npos || at < begin) return out;
+    // "user:password@" keeps the user; a lone "secret@" is a password.
+    const auto colon = out.find(':', begin);
+    const auto secret = (colon != std::string::npos && colon < at) ? colon + 1 : begin;
+    out.replace(secret, at - secret, "***");
+    return out;
+}
+
+service_url parse_service_url(std::string_view url) {
+    const auto scheme_end = url.find("://");
+    if (scheme_end == std::string_view::npos) return {false, {std::string(url)}};
+    const auto scheme = url.substr(0, scheme_end);
+    const std::pair<std::string_view, std::string_view> planned[] = {{"zk", "ZooKeeper"},
+                                                                     {"etcd", "etcd"}};
+    for (const auto& [name, what] : planned) {
+        if (scheme == name) {
+            throw cli_error(exit_status::unavailable,
+                            fmt::format("{}:// URLs ({}) are not available in this build yet; use "
+                                        "redis://host:port, unix:///path/to.sock or "
+                                        "redlock://host:port,host:port,host:port",
+                                        name, what));
+        }
+    }
+    if (scheme != "redlock") return {false, {std::string(url)}};
+
+    // redlock://[userinfo@]h1:p1,h2:p2,...[/db]: the userinfo and db apply to every server.
+    const auto bad = [&](std::string_view why) {
+        return cli_error(exit_status::usage,
+                         fmt::format("--url \"{}\": {} (expected redlock://host:port,host:port,"
+                                     "host:port)",
+                                     redact_url(url), why));
+    };
+    auto rest = url.substr(scheme_end + 3);
+    if (rest.find('?') != std::string_view::npos) throw bad("query options are not supported");
+    const auto slash = rest.find('/');
+    const auto path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+    auto hosts = rest.substr(0, slash);
+    std::string_view userinfo;
+    if (const auto at = hosts.rfind('@'); at != std::string_view::npos) {
+        userinfo = hosts.substr(0, at + 1);  // with its '@'
+        hosts = hosts.substr(at + 1);
+    }
+    service_url out{.redlock = true};
+    while (true) {
+        const auto comma = hosts.find(',');
+        const auto host = hosts.substr(0, comma);
+        if (host.empty()) throw bad("empty server in the list");
+        auto server = fmt::format("redis://{}{}{}", userinfo, host, path);
+        // One server twice would count twice towards the quorum (and the library spins on it).
+        if (std::find(out.servers.begin(), out.servers.end(), server) != out.servers.end()) {
+            throw bad(fmt::format("server {} is listed twice", host));
+        }
+        out.servers.push_back(std::move(server));
+        if (comma == std::string_view::npos) break;
+        hosts = hosts.substr(comma + 1);
+    }
+    return out;
+}
+
+lock_service::lock_service(const std::string& url, const std::string& key_prefix,
+                           service_callbacks cb)
+    : key_prefix_(key_prefix) {
+    auto parsed = parse_service_url(url);
+    urls_ = std::move(parsed.servers);
+    try {
+        if (parsed.redlock) {
+            redlock_.emplace(
+                dlock::redlock::client_options{.urls = urls_,
+                                               .key_prefix = key_prefix,
+                                               .observer = std::move(cb.observer),
+                                               .error_handler = std::move(cb.error_handler)});
+        } else {
+            single_.emplace(
+                dlock::redis::client_options{.url = urls_.front(),
+                                             .key_prefix = key_prefix,
+                                             .observer = std::move(cb.observer),
+                                             .error_handler = std::move(cb.error_handler)});
+        }
+    } catch (const dlock::error& e) {
+        throw to_cli_error(e, url);
+    }
+}
+
+dlock::backend& lock_service::backend() noexcept {
+    if (redlock_) return *redlock_;
+    return *single_;
+}
+
+std::size_t lock_service::quorum() const noexcept { return redlock_ ? redlock_->quorum() : 1; }
+
+std::vector<dlock::redis::client*> lock_service::servers() {
+    if (single_) return {&*single_};
+    if (inspectors_.empty()) {
+        for (const auto& u : urls_) {
+            try {
+                inspectors_.push_back(std::make_unique<dlock::redis::client>(
+                    dlock::redis::client_options{.url = u, .key_prefix = key_prefix_}));
+            } catch (const dlock::error& e) {
+                throw to_cli_error(e, u);
+            }
+        }
+    }
+    std::vector<dlock::redis::client*> out;
+    for (const auto& c : inspectors_) out.push_back(c.get());
+    return out;
+}
+
+int status_for(std::error_code ec) {
+    using dlock::errc;
+    if (ec.category() != dlock::category()) return exit_status::internal;
+    // Comparisons rather than a switch: errc grows with the backends.
+    if (ec == errc::invalid_argument) return exit_status::usage;
+    if (dlock::is_contention(ec)) return exit_status::conflict;
+    if (ec == errc::lock_lost) return exit_status::lock_lost;
+    if (ec == errc::connection_failed || ec == errc::server_timeout ||
+        ec == errc::quorum_unreachable) {
+        return exit_status::unreachable;
+    }
+    if (ec == errc::auth_failed) return exit_status::auth_failed;
+    if (ec == errc::protocol_error || ec == errc::unexpected_reply || ec == errc::server_error) {
+        return exit_status::server_error;
+    }
+    if (ec == errc::unsupported) return exit_status::unavailable;
+    return exit_status::internal;  // not_owner, or a code this build does not know
+}
+
+cli_error to_cli_error(const dlock::error& e, std::string_view url) {
+    const int status = status_for(e.code());
+    const std::string detail = as_flags(detail_of(e));
+    const std::string where = redact_url(url);
+    switch (status) {
+        case exit_status::unreachable:
+            return {status, fmt::format("cannot reach the lock server at {}: {}", where, detail)};
+        case exit_status::auth_failed:
+            return {status, fmt::format("the lock server at {} refused the credentials: {} "
+                                        "(put them in the URL: redis://user:password@host:port)",
+                                        where, detail)};
+        case exit_status::server_error:
+            return {status,
+                    fmt::format("the lock server at {} answered unexpectedly: {}", where, detail)};
+        default: return {status, detail};
+    }
+}
+
+}  // namespace dlock::cli

@@ -1,0 +1,82 @@
+// Choosing and reaching the lock service from a URL, and turning dlock::error into the tool's
+// exit statuses and one-line messages.
+//
+//   redis://[user:password@]host[:port][/db], unix:///path[?db=N]    one Redis server
+//   redlock://[user:password@]host:port,host:port,...[/db]            a Redlock quorum (N servers)
+//   rediss://  zk://  etcd://                                         not in this build (status 69)
+#pragma once
+
+#include <dlock/backend.hpp>
+#include <dlock/error.hpp>
+#include <dlock/event.hpp>
+#include <dlock/redis/client.hpp>
+#include <dlock/redlock/client.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace dlock::cli {
+
+/// The URL used when --url is not given: $DLOCK_URL if set and not empty, else the local default.
+std::string default_url();
+
+/// `url` with any password replaced by "***", for messages and `dlock status` output.
+std::string redact_url(std::string_view url);
+
+/// What a --url names, before anything is connected.
+struct service_url {
+    bool redlock = false;
+    std::vector<std::string> servers{};  ///< one redis:// (or unix://) URL per server
+};
+
+/// Splits `url` into its servers. Throws cli_error: unavailable for the schemes of backends this
+/// build does not have yet (zk://, etcd://), usage for a malformed redlock:// list. Other URLs
+/// are passed through as one server, for the client to validate.
+service_url parse_service_url(std::string_view url);
+
+/// Passed to the lock client: lock events, and failures nobody can be thrown to.
+struct service_callbacks {
+    dlock::observer observer{};
+    std::function<void(std::error_code, std::string_view)> error_handler{};
+};
+
+/// The lock service a --url names: one Redis server or a Redlock quorum, plus a plain client per
+/// server for inspection (`dlock status`, the waiting line). Thread-safe like its clients, except
+/// servers(), which creates the inspection clients on first use: call it from one thread.
+class lock_service {
+public:
+    /// Validates the URL and options (see parse_service_url; then cli_error with the client's
+    /// message: usage for a malformed URL or key prefix, unavailable for rediss://). Connects
+    /// lazily; starts the clients' background threads.
+    lock_service(const std::string& url, const std::string& key_prefix, service_callbacks cb = {});
+
+    dlock::backend& backend() noexcept;
+    bool is_redlock() const noexcept { return redlock_.has_value(); }
+    /// Servers needed for a grant: N/2+1 for Redlock, 1 for a single server.
+    std::size_t quorum() const noexcept;
+    const std::vector<std::string>& server_urls() const noexcept { return urls_; }
+    /// One plain client per server (for a single server, the lock client itself).
+    std::vector<dlock::redis::client*> servers();
+
+private:
+    std::string key_prefix_;
+    std::vector<std::string> urls_;
+    std::optional<dlock::redis::client> single_;
+    std::optional<dlock::redlock::client> redlock_;
+    std::vector<std::unique_ptr<dlock::redis::client>> inspectors_;  // redlock only, on first use
+};
+
+/// The exit status for a dlock error code.
+int status_for(std::error_code ec);
+
+/// A cli_error for `e` with a message that says what failed in words, then the library's detail.
+cli_error to_cli_error(const dlock::error& e, std::string_view url);
+
+}  // namespace dlock::cli
