@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The oversell demo: several processes sell from one stock count in Redis, without and then with
-# a dlock::mutex (examples/oversell.cpp). Sets the machine up and builds first if needed, then
-# runs against a private redis-server on a free loopback port, stopped again on exit.
+# The README's "run" command: sets the machine up and builds if needed, then runs `dlock demo`,
+# the oversell scenario (several processes sell from one stock count, first without a lock, then
+# with dlock) on a private redis-server that dlock starts on a free loopback port and stops again.
 #
-#   bash scripts/demo.sh [--workers N] [--stock N] [--mode both|unlocked|locked]
+#   bash scripts/demo.sh [--workers N] [--stock N] [--backend redis|redlock] [--url URL]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if [[ -x build/examples/oversell ]] && command -v ninja redis-server redis-cli >/dev/null; then
-  ninja -C build example_oversell >/dev/null  # rebuild after an edit; quiet when up to date
+if [[ -x build/tools/dlock/dlock ]] && command -v ninja redis-server >/dev/null; then
+  ninja -C build dlock_cli >/dev/null  # rebuild after an edit; quiet when up to date
 else
   bash scripts/setup.sh  # installs the Debian packages and builds into build/
 fi
 
-exec bash examples/run_with_redis.sh build/examples/oversell --url @URL@ --mode both "$@"
+exec build/tools/dlock/dlock demo "$@"
