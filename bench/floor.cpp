@@ -80,9 +80,11 @@ bool call(redisContext* c, const std::vector<std::string>& args) {
         argv.push_back(a.data());
         lens.push_back(a.size());
     }
-    auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
     const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
-    if (r != nullptr && r->type == REDIS_REPLY_ERROR) std::fprintf(stderr, "dlock-bench-floor: %s\n", r->str);
+    if (r != nullptr && r->type == REDIS_REPLY_ERROR)
+        std::fprintf(stderr, "dlock-bench-floor: %s\n", r->str);
     if (r != nullptr) freeReplyObject(r);
     return ok;
 }
@@ -122,12 +124,13 @@ summary summarise(std::vector<std::int64_t> v) {
 }
 
 void print_summary(std::FILE* f, const char* event, const char* what, const summary& s) {
-    std::fprintf(f,
-                 "{\"event\":\"%s\",\"what\":\"%s\",\"client\":\"hiredis %d.%d.%d sync\",\"n\":%zu,"
-                 "\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld,\"mean_ns\":%lld}\n",
-                 event, what, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, s.n, static_cast<long long>(s.p50),
-                 static_cast<long long>(s.p90), static_cast<long long>(s.p99), static_cast<long long>(s.max),
-                 static_cast<long long>(s.mean));
+    std::fprintf(
+        f,
+        "{\"event\":\"%s\",\"what\":\"%s\",\"client\":\"hiredis %d.%d.%d sync\",\"n\":%zu,"
+        "\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld,\"mean_ns\":%lld}\n",
+        event, what, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, s.n,
+        static_cast<long long>(s.p50), static_cast<long long>(s.p90), static_cast<long long>(s.p99),
+        static_cast<long long>(s.max), static_cast<long long>(s.mean));
 }
 
 }  // namespace
@@ -158,14 +161,20 @@ int main(int argc, char** argv) {
                 if (comma == std::string_view::npos) break;
                 rest.remove_prefix(comma + 1);
             }
-        }
-        else if (a == "--out") out = v;
-        else if (a == "--duration-s") duration_s = std::atof(std::string(v).c_str());
-        else if (a == "--max-ops") max_ops = std::atoll(std::string(v).c_str());
-        else if (a == "--warmup") warmup = std::atoll(std::string(v).c_str());
-        else if (a == "--reference-s") reference_s = std::atof(std::string(v).c_str());
-        else if (a == "--lua-dir") lua_dir = v;
-        else usage("unknown option");
+        } else if (a == "--out")
+            out = v;
+        else if (a == "--duration-s")
+            duration_s = std::atof(std::string(v).c_str());
+        else if (a == "--max-ops")
+            max_ops = std::atoll(std::string(v).c_str());
+        else if (a == "--warmup")
+            warmup = std::atoll(std::string(v).c_str());
+        else if (a == "--reference-s")
+            reference_s = std::atof(std::string(v).c_str());
+        else if (a == "--lua-dir")
+            lua_dir = v;
+        else
+            usage("unknown option");
     }
     if (server.empty() || out.empty() || server.rfind(':') == std::string::npos) {
         usage("--servers and --out are required");
@@ -175,9 +184,11 @@ int main(int argc, char** argv) {
         std::string host = where.substr(0, colon);
         if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
         const timeval connect_timeout{2, 0};
-        redisContext* ctx = redisConnectWithTimeout(host.c_str(), std::atoi(where.c_str() + colon + 1), connect_timeout);
+        redisContext* ctx = redisConnectWithTimeout(
+            host.c_str(), std::atoi(where.c_str() + colon + 1), connect_timeout);
         if (ctx == nullptr || ctx->err) {
-            std::fprintf(stderr, "dlock-bench-floor: connect %s: %s\n", where.c_str(), ctx ? ctx->errstr : "out of memory");
+            std::fprintf(stderr, "dlock-bench-floor: connect %s: %s\n", where.c_str(),
+                         ctx ? ctx->errstr : "out of memory");
             return nullptr;
         }
         return ctx;
@@ -212,7 +223,8 @@ int main(int argc, char** argv) {
         acquire_sha = load_script(c, lua_dir + "/acquire.lua");
         release_sha = load_script(c, lua_dir + "/release.lua");
         if (acquire_sha.empty() || release_sha.empty()) {
-            std::fprintf(stderr, "dlock-bench-floor: cannot load %s/{acquire,release}.lua (--lua-dir)\n",
+            std::fprintf(stderr,
+                         "dlock-bench-floor: cannot load %s/{acquire,release}.lua (--lua-dir)\n",
                          lua_dir.c_str());
             return 1;
         }
@@ -245,7 +257,8 @@ int main(int argc, char** argv) {
         return true;
     };
     const std::int64_t deadline =
-        now_ns() + static_cast<std::int64_t>((references ? std::max(duration_s, reference_s) : duration_s) * 1e9);
+        now_ns() + static_cast<std::int64_t>(
+                       (references ? std::max(duration_s, reference_s) : duration_s) * 1e9);
     while (static_cast<long long>(rtt.size()) < max_ops && now_ns() < deadline) {
         std::int64_t t0 = now_ns();
         if (!ping(c)) {
@@ -263,7 +276,8 @@ int main(int argc, char** argv) {
         // A script-free acquire that also hands out a fencing token: one write, no Lua.
         t0 = now_ns();
         redisAppendCommand(c, "MULTI");
-        redisAppendCommand(c, "SET %b %b NX PX 10000", lock.data(), lock.size(), token.data(), token.size());
+        redisAppendCommand(c, "SET %b %b NX PX 10000", lock.data(), lock.size(), token.data(),
+                           token.size());
         redisAppendCommand(c, "INCR %b", fence.data(), fence.size());
         redisAppendCommand(c, "PTTL %b", lock.data(), lock.size());
         redisAppendCommand(c, "EXEC");

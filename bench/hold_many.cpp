@@ -1,7 +1,8 @@
 // dlock-bench-hold-many: workload W6, many locks held at once by one process, with renewal.
 //
 // One client (--mode mutex: dlock::redis::client on the first --servers entry; --mode redlock:
-// dlock::redlock::client over every entry) acquires --locks independent leases (default 10,000) with a short lease
+// dlock::redlock::client over every entry) acquires --locks independent leases (default 10,000)
+// with a short lease
 // (--lease-ms, default 3000, so the client's single watchdog thread renews each about every
 // second), holds them all for --hold-s seconds while the main thread sleeps, then checks that every
 // one is still held (client side: state() == held; server side: PTTL of its key > 0, on at least a
@@ -55,13 +56,16 @@ long vm_rss_kb() {
 std::int64_t cpu_ns() {
     rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);
-    const auto tv = [](const timeval& t) { return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_usec * 1000; };
+    const auto tv = [](const timeval& t) {
+        return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_usec * 1000;
+    };
     return tv(ru.ru_utime) + tv(ru.ru_stime);
 }
 
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
-                 "dlock-bench-hold-many: %s\nusage: dlock-bench-hold-many --servers HOST:PORT[,...] --out FILE "
+                 "dlock-bench-hold-many: %s\nusage: dlock-bench-hold-many --servers "
+                 "HOST:PORT[,...] --out FILE "
                  "--key-prefix P [--mode mutex|redlock] [--locks N] [--lease-ms L] [--hold-s S]\n",
                  why.c_str());
     std::exit(64);
@@ -72,12 +76,14 @@ std::atomic<long> lost_events{0};
 std::atomic<long> error_reports{0};
 
 void observe(const dlock::lock_event& e) {
-    if (e.kind == dlock::event_kind::renewed) renewed_events.fetch_add(1, std::memory_order_relaxed);
+    if (e.kind == dlock::event_kind::renewed)
+        renewed_events.fetch_add(1, std::memory_order_relaxed);
     if (e.kind == dlock::event_kind::lost) lost_events.fetch_add(1, std::memory_order_relaxed);
 }
 
 void report(std::error_code, std::string_view what) {
-    if (error_reports.fetch_add(1) < 5) std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(what.size()), what.data());
+    if (error_reports.fetch_add(1) < 5)
+        std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(what.size()), what.data());
 }
 
 std::vector<std::string> split(const std::string& list) {
@@ -106,14 +112,22 @@ int main(int argc, char** argv) {
         const std::string_view a = argv[i];
         if (i + 1 >= argc) usage("option " + std::string(a) + " without value");
         const std::string v = argv[++i];
-        if (a == "--servers") servers = split(v);
-        else if (a == "--mode") mode = v;
-        else if (a == "--out") out = v;
-        else if (a == "--key-prefix") prefix = v;
-        else if (a == "--locks") locks = std::atol(v.c_str());
-        else if (a == "--lease-ms") lease_ms = std::atol(v.c_str());
-        else if (a == "--hold-s") hold_s = std::atof(v.c_str());
-        else usage("unknown option " + std::string(a));
+        if (a == "--servers")
+            servers = split(v);
+        else if (a == "--mode")
+            mode = v;
+        else if (a == "--out")
+            out = v;
+        else if (a == "--key-prefix")
+            prefix = v;
+        else if (a == "--locks")
+            locks = std::atol(v.c_str());
+        else if (a == "--lease-ms")
+            lease_ms = std::atol(v.c_str());
+        else if (a == "--hold-s")
+            hold_s = std::atof(v.c_str());
+        else
+            usage("unknown option " + std::string(a));
     }
     if (servers.empty() || servers.front().empty() || out.empty() || prefix.empty() || locks <= 0 ||
         lease_ms <= 0 || hold_s <= 0) {
@@ -123,18 +137,18 @@ int main(int argc, char** argv) {
     const auto lease = std::chrono::milliseconds(lease_ms);
 
     if (mode == "mutex") servers.resize(1);
-    nlohmann::json result{{"event", "done"}, {"mode", mode},      {"servers", servers.size()},
+    nlohmann::json result{{"event", "done"}, {"mode", mode},         {"servers", servers.size()},
                           {"locks", locks},  {"lease_ms", lease_ms}, {"hold_s", hold_s}};
     try {
         std::unique_ptr<dlock::backend> backend;
         if (mode == "mutex") {
-            backend = std::make_unique<dlock::redis::client>(
-                dlock::redis::client_options{.url = "redis://" + servers.front(), .observer = observe, .error_handler = report});
+            backend = std::make_unique<dlock::redis::client>(dlock::redis::client_options{
+                .url = "redis://" + servers.front(), .observer = observe, .error_handler = report});
         } else {
             std::vector<std::string> urls;
             for (const auto& s : servers) urls.push_back("redis://" + s);
-            backend = std::make_unique<dlock::redlock::client>(
-                dlock::redlock::client_options{.urls = urls, .observer = observe, .error_handler = report});
+            backend = std::make_unique<dlock::redlock::client>(dlock::redlock::client_options{
+                .urls = urls, .observer = observe, .error_handler = report});
         }
         dlock::backend& client = *backend;
         client.acquire(prefix + ":warmup", {.lease = lease}).release();
@@ -146,7 +160,8 @@ int main(int argc, char** argv) {
         std::vector<dlock::lease> held;
         held.reserve(names.size());
         const std::int64_t t_acq0 = now_ns();
-        for (const auto& n : names) held.push_back(client.acquire(n, {.lease = lease, .wait = 0ms}));
+        for (const auto& n : names)
+            held.push_back(client.acquire(n, {.lease = lease, .wait = 0ms}));
         const std::int64_t t_acq1 = now_ns();
         const long rss_held = vm_rss_kb();
 
@@ -166,7 +181,8 @@ int main(int argc, char** argv) {
             if (l.state() == dlock::lock_state::held && l.expires_in() > 0ms) ++still_held;
             min_expires_ms = std::min<std::int64_t>(min_expires_ms, l.expires_in().count());
         }
-        // Server side: the lock key still has a TTL on every server (mutex) or on a quorum (redlock).
+        // Server side: the lock key still has a TTL on every server (mutex) or on a quorum
+        // (redlock).
         std::vector<long> present(names.size(), 0);
         for (const auto& s : servers) {
             dlock::redis::client check({.url = "redis://" + s});
@@ -193,11 +209,13 @@ int main(int argc, char** argv) {
             {"release_s", static_cast<double>(t_rel1 - t_rel0) / 1e9},
             {"window_s", window_s},
             {"cpu_s", static_cast<double>(cpu1 - cpu0) / 1e9},
-            {"cpu_pct_of_core", 100.0 * static_cast<double>(cpu1 - cpu0) / static_cast<double>(t1 - t0)},
+            {"cpu_pct_of_core",
+             100.0 * static_cast<double>(cpu1 - cpu0) / static_cast<double>(t1 - t0)},
             {"rss_before_kb", rss_before},
             {"rss_held_kb", rss_held},
             {"rss_end_kb", rss_end},
-            {"rss_per_lock_bytes", locks > 0 ? (rss_end - rss_before) * 1024.0 / static_cast<double>(locks) : 0.0},
+            {"rss_per_lock_bytes",
+             locks > 0 ? (rss_end - rss_before) * 1024.0 / static_cast<double>(locks) : 0.0},
             {"renewals", renewed1 - renewed0},
             {"renewals_per_s", static_cast<double>(renewed1 - renewed0) / window_s},
             {"still_held", still_held},

@@ -86,17 +86,23 @@ void decode_loop(benchmark::State& state, std::string_view bytes, std::size_t re
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes.size()));
 }
 
-void bm_decode_acquire_granted(benchmark::State& state) { decode_loop(state, "*2\r\n:1\r\n:1042\r\n", 1); }
+void bm_decode_acquire_granted(benchmark::State& state) {
+    decode_loop(state, "*2\r\n:1\r\n:1042\r\n", 1);
+}
 BENCHMARK(bm_decode_acquire_granted);
 
-void bm_decode_acquire_held(benchmark::State& state) { decode_loop(state, "*2\r\n:0\r\n:9873\r\n", 1); }
+void bm_decode_acquire_held(benchmark::State& state) {
+    decode_loop(state, "*2\r\n:0\r\n:9873\r\n", 1);
+}
 BENCHMARK(bm_decode_acquire_held);
 
 void bm_decode_release(benchmark::State& state) { decode_loop(state, ":1\r\n", 1); }
 BENCHMARK(bm_decode_release);
 
 void bm_decode_pubsub_message(benchmark::State& state) {
-    decode_loop(state, "*3\r\n$7\r\nmessage\r\n$30\r\ndlock:{orders/sku-42}:released\r\n$8\r\nreleased\r\n", 1);
+    decode_loop(
+        state, "*3\r\n$7\r\nmessage\r\n$30\r\ndlock:{orders/sku-42}:released\r\n$8\r\nreleased\r\n",
+        1);
 }
 BENCHMARK(bm_decode_pubsub_message);
 
@@ -137,14 +143,16 @@ BENCHMARK(bm_make_renewal_plan);
 
 void bm_parse_url_plain(benchmark::State& state) {
     std::error_code ec;
-    for (auto _ : state) benchmark::DoNotOptimize(core::parse_redis_url("redis://127.0.0.1:6379", ec));
+    for (auto _ : state)
+        benchmark::DoNotOptimize(core::parse_redis_url("redis://127.0.0.1:6379", ec));
 }
 BENCHMARK(bm_parse_url_plain);
 
 void bm_parse_url_full(benchmark::State& state) {
     std::error_code ec;
     for (auto _ : state) {
-        benchmark::DoNotOptimize(core::parse_redis_url("redis://app%40eu:s3cr%2Ft@[::1]:6380/3", ec));
+        benchmark::DoNotOptimize(
+            core::parse_redis_url("redis://app%40eu:s3cr%2Ft@[::1]:6380/3", ec));
     }
 }
 BENCHMARK(bm_parse_url_full);

@@ -53,9 +53,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int exit_bad_args = 64;    // BENCH-PROTOCOL §1 (sysexits EX_USAGE)
-constexpr int exit_failed = 1;       // no file written: warm-up or writing failed
-constexpr long max_errors = 1000;    // §3 rule 2
+constexpr int exit_bad_args = 64;              // BENCH-PROTOCOL §1 (sysexits EX_USAGE)
+constexpr int exit_failed = 1;                 // no file written: warm-up or writing failed
+constexpr long max_errors = 1000;              // §3 rule 2
 constexpr std::size_t max_error_events = 100;  // error events kept for the file (all are counted)
 
 /// CLOCK_MONOTONIC in nanoseconds (§2).
@@ -159,7 +159,8 @@ public:
         {
             const dlock::lease held = client_.acquire(private_key, {.lease = lease_, .wait = 0ms});
             dlock::mutex waiter(client_, private_key, {.lease = lease_});
-            if (waiter.try_lock_for(20ms)) throw std::runtime_error("warm-up: private lock taken twice");
+            if (waiter.try_lock_for(20ms))
+                throw std::runtime_error("warm-up: private lock taken twice");
         }
         dlock::mutex m(client_, private_key, {.lease = lease_});
         for (int i = 0; i < 3; ++i) {
@@ -176,7 +177,8 @@ public:
     void release() override {
         const long before = errors_reported().main_count();
         mutex_.unlock();  // noexcept: failures arrive through error_handler
-        if (errors_reported().main_count() != before) throw std::runtime_error(errors_reported().last_main());
+        if (errors_reported().main_count() != before)
+            throw std::runtime_error(errors_reported().last_main());
     }
 
 private:
@@ -210,7 +212,8 @@ const std::vector<mode_info>& modes() {
     static const std::vector<mode_info> all{
         {"mutex",
          "dlock::mutex over dlock::redis::client; url redis://<first --servers entry>, lease "
-         "--ttl-ms, all other client and lock options at their defaults (renewal on, every lease/3)",
+         "--ttl-ms, all other client and lock options at their defaults (renewal on, every "
+         "lease/3)",
          make_mutex},
         {"redlock",
          "dlock::mutex over dlock::redlock::client; every --servers entry is an independent master "
@@ -237,34 +240,37 @@ std::string available_modes() {
 // --- command line (§1) ---------------------------------------------------------------------
 
 void print_help(std::FILE* to) {
-    std::fprintf(to,
-                 "usage: dlock-bench-worker --key K --out FILE (--duration-s S | --ops N) [options]\n"
-                 "\n"
-                 "Benchmark worker protocol v1: waits for --start-at-ns (CLOCK_MONOTONIC ns), runs\n"
-                 "blocking acquire / busy-wait critical section / release cycles on lock K until\n"
-                 "start + S seconds (or N cycles), then writes JSON Lines to FILE (via FILE.tmp).\n"
-                 "\n"
-                 "  --mode M          lock type under test (default mutex), see below\n"
-                 "  --key K           lock name, [A-Za-z0-9:_.-]+; same K = same lock\n"
-                 "  --duration-s S    loop until start + S seconds (float)\n"
-                 "  --ops N           stop after N cycles (whichever comes first)\n"
-                 "  --worker-id I     integer >= 0, written into every record (default 0)\n"
-                 "  --out FILE        result file (required)\n"
-                 "  --servers LIST    host:port[,host:port...] (default 127.0.0.1:6379)\n"
-                 "  --cs-us U         busy-wait critical section in microseconds (default 0)\n"
-                 "  --ttl-ms T        lease in milliseconds (default 10000)\n"
-                 "  --start-at-ns T   common start instant, CLOCK_MONOTONIC ns; 0 = now (default)\n"
-                 "  --help            this text\n"
-                 "\n"
-                 "Modes available in this build:\n");
+    std::fprintf(
+        to,
+        "usage: dlock-bench-worker --key K --out FILE (--duration-s S | --ops N) [options]\n"
+        "\n"
+        "Benchmark worker protocol v1: waits for --start-at-ns (CLOCK_MONOTONIC ns), runs\n"
+        "blocking acquire / busy-wait critical section / release cycles on lock K until\n"
+        "start + S seconds (or N cycles), then writes JSON Lines to FILE (via FILE.tmp).\n"
+        "\n"
+        "  --mode M          lock type under test (default mutex), see below\n"
+        "  --key K           lock name, [A-Za-z0-9:_.-]+; same K = same lock\n"
+        "  --duration-s S    loop until start + S seconds (float)\n"
+        "  --ops N           stop after N cycles (whichever comes first)\n"
+        "  --worker-id I     integer >= 0, written into every record (default 0)\n"
+        "  --out FILE        result file (required)\n"
+        "  --servers LIST    host:port[,host:port...] (default 127.0.0.1:6379)\n"
+        "  --cs-us U         busy-wait critical section in microseconds (default 0)\n"
+        "  --ttl-ms T        lease in milliseconds (default 10000)\n"
+        "  --start-at-ns T   common start instant, CLOCK_MONOTONIC ns; 0 = now (default)\n"
+        "  --help            this text\n"
+        "\n"
+        "Modes available in this build:\n");
     for (const auto& m : modes()) {
-        if (m.make) std::fprintf(to, "  %-10s %.*s\n", std::string(m.name).c_str(),
-                                 static_cast<int>(m.settings.size()), m.settings.data());
+        if (m.make)
+            std::fprintf(to, "  %-10s %.*s\n", std::string(m.name).c_str(),
+                         static_cast<int>(m.settings.size()), m.settings.data());
     }
     std::fprintf(to, "Planned (rejected with exit 64 until they exist):\n");
     for (const auto& m : modes()) {
-        if (!m.make) std::fprintf(to, "  %-10s %.*s\n", std::string(m.name).c_str(),
-                                  static_cast<int>(m.settings.size()), m.settings.data());
+        if (!m.make)
+            std::fprintf(to, "  %-10s %.*s\n", std::string(m.name).c_str(),
+                         static_cast<int>(m.settings.size()), m.settings.data());
     }
     std::fprintf(to,
                  "\nExit status: 0 when FILE was written (even if some cycles failed), 64 for bad\n"
@@ -341,27 +347,41 @@ config parse(std::span<char*> args) {
             if (i + 1 >= args.size()) bad_args(std::string(name) + " needs a value");
             value = args[++i];
         }
-        if (name == "--mode") c.mode = value;
-        else if (name == "--key") c.key = value, have_key = true;
-        else if (name == "--duration-s") c.duration_s = parse_seconds(name, value);
-        else if (name == "--ops") c.ops = parse_int(name, value, 0);
-        else if (name == "--worker-id") c.worker_id = parse_int(name, value, 0);
-        else if (name == "--out") c.out = value, have_out = true;
-        else if (name == "--servers") c.servers = split_servers(value);
-        else if (name == "--cs-us") c.cs_us = parse_int(name, value, 0);
-        else if (name == "--ttl-ms") c.ttl_ms = parse_int(name, value, 1);
-        else if (name == "--start-at-ns") c.start_at_ns = parse_int(name, value, 0);
-        else bad_args("unknown option '" + std::string(name) + "'");
+        if (name == "--mode")
+            c.mode = value;
+        else if (name == "--key")
+            c.key = value, have_key = true;
+        else if (name == "--duration-s")
+            c.duration_s = parse_seconds(name, value);
+        else if (name == "--ops")
+            c.ops = parse_int(name, value, 0);
+        else if (name == "--worker-id")
+            c.worker_id = parse_int(name, value, 0);
+        else if (name == "--out")
+            c.out = value, have_out = true;
+        else if (name == "--servers")
+            c.servers = split_servers(value);
+        else if (name == "--cs-us")
+            c.cs_us = parse_int(name, value, 0);
+        else if (name == "--ttl-ms")
+            c.ttl_ms = parse_int(name, value, 1);
+        else if (name == "--start-at-ns")
+            c.start_at_ns = parse_int(name, value, 0);
+        else
+            bad_args("unknown option '" + std::string(name) + "'");
     }
     if (!have_out || c.out.empty()) bad_args("--out FILE is required");
-    if (!have_key || !valid_key(c.key)) bad_args("--key is required and must match [A-Za-z0-9:_.-]+");
+    if (!have_key || !valid_key(c.key))
+        bad_args("--key is required and must match [A-Za-z0-9:_.-]+");
     if (c.duration_s < 0 && c.ops < 0) bad_args("give --duration-s or --ops");
-    const auto m = std::find_if(modes().begin(), modes().end(), [&](const auto& x) { return x.name == c.mode; });
+    const auto m = std::find_if(modes().begin(), modes().end(),
+                                [&](const auto& x) { return x.name == c.mode; });
     if (m == modes().end()) {
         bad_args("unknown mode '" + c.mode + "'; available: " + available_modes());
     }
     if (!m->make) {
-        bad_args("mode '" + c.mode + "' is not available in this build yet; available: " + available_modes());
+        bad_args("mode '" + c.mode +
+                 "' is not available in this build yet; available: " + available_modes());
     }
     return c;
 }
@@ -383,7 +403,8 @@ void sleep_until_ns(std::int64_t t) {
     // Sleep to 200 µs before, then spin: a timer wake-up can be late by tens of µs.
     const std::int64_t sleep_to = t - 200'000;
     if (now_ns() < sleep_to) {
-        timespec ts{static_cast<time_t>(sleep_to / 1'000'000'000), static_cast<long>(sleep_to % 1'000'000'000)};
+        timespec ts{static_cast<time_t>(sleep_to / 1'000'000'000),
+                    static_cast<long>(sleep_to % 1'000'000'000)};
         while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
         }
     }
@@ -391,12 +412,14 @@ void sleep_until_ns(std::int64_t t) {
     }
 }
 
-bool write_file(const config& c, const std::vector<cycle>& cycles, const std::vector<nlohmann::json>& events,
-                long errors, long lib_retries, long background_errors) {
+bool write_file(const config& c, const std::vector<cycle>& cycles,
+                const std::vector<nlohmann::json>& events, long errors, long lib_retries,
+                long background_errors) {
     const std::string tmp = c.out + ".tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     if (f == nullptr) {
-        std::fprintf(stderr, "dlock-bench-worker: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+        std::fprintf(stderr, "dlock-bench-worker: cannot write %s: %s\n", tmp.c_str(),
+                     std::strerror(errno));
         return false;
     }
     static char buffer[1 << 16];
@@ -405,7 +428,8 @@ bool write_file(const config& c, const std::vector<cycle>& cycles, const std::ve
     for (const auto& e : events) std::fprintf(f, "%s\n", e.dump().c_str());
     for (const auto& r : cycles) {
         std::fprintf(f, "{\"w\":%lld,\"acq\":%lld,\"rel\":%lld,\"wait_ns\":%lld}\n", w,
-                     static_cast<long long>(r.acq), static_cast<long long>(r.rel), static_cast<long long>(r.wait_ns));
+                     static_cast<long long>(r.acq), static_cast<long long>(r.rel),
+                     static_cast<long long>(r.wait_ns));
     }
     const nlohmann::json done{{"w", w},
                               {"event", "done"},
@@ -421,19 +445,22 @@ bool write_file(const config& c, const std::vector<cycle>& cycles, const std::ve
         return false;
     }
     if (std::rename(tmp.c_str(), c.out.c_str()) != 0) {
-        std::fprintf(stderr, "dlock-bench-worker: rename to %s: %s\n", c.out.c_str(), std::strerror(errno));
+        std::fprintf(stderr, "dlock-bench-worker: rename to %s: %s\n", c.out.c_str(),
+                     std::strerror(errno));
         return false;
     }
     return true;
 }
 
 int run(const config& c) {
-    const auto& info = *std::find_if(modes().begin(), modes().end(), [&](const auto& x) { return x.name == c.mode; });
+    const auto& info = *std::find_if(modes().begin(), modes().end(),
+                                     [&](const auto& x) { return x.name == c.mode; });
     std::unique_ptr<lock_driver> driver;
     try {
         driver = info.make(c);
     } catch (const dlock::error& e) {
-        if (e.code() == dlock::errc::invalid_argument) bad_args(e.what());  // e.g. --ttl-ms out of range
+        if (e.code() == dlock::errc::invalid_argument)
+            bad_args(e.what());  // e.g. --ttl-ms out of range
         std::fprintf(stderr, "dlock-bench-worker: %s\n", e.what());
         return exit_failed;
     }
@@ -448,7 +475,10 @@ int run(const config& c) {
     // lock reaches; beyond that the vector grows, which is rare and only costs a copy.
     std::vector<cycle> cycles;
     const double expected = c.duration_s >= 0 ? std::min(c.duration_s, 60.0) * 200'000 : 1e6;
-    cycles.reserve(static_cast<std::size_t>(c.ops >= 0 ? std::min<double>(static_cast<double>(c.ops), expected) : expected) + 16);
+    cycles.reserve(
+        static_cast<std::size_t>(c.ops >= 0 ? std::min<double>(static_cast<double>(c.ops), expected)
+                                            : expected) +
+        16);
     std::vector<nlohmann::json> events;
 
     std::int64_t start = now_ns();
@@ -456,12 +486,14 @@ int run(const config& c) {
         if (start < c.start_at_ns) {
             sleep_until_ns(c.start_at_ns);
         } else {
-            events.push_back({{"w", c.worker_id}, {"event", "late_start"}, {"late_ns", start - c.start_at_ns}});
+            events.push_back(
+                {{"w", c.worker_id}, {"event", "late_start"}, {"late_ns", start - c.start_at_ns}});
         }
         start = c.start_at_ns;
     }
     const std::int64_t deadline =
-        c.duration_s >= 0 ? start + static_cast<std::int64_t>(std::llround(c.duration_s * 1e9)) : INT64_MAX;
+        c.duration_s >= 0 ? start + static_cast<std::int64_t>(std::llround(c.duration_s * 1e9))
+                          : INT64_MAX;
     const std::int64_t cs_ns = c.cs_us * 1000;
     long errors = 0;
     std::vector<error_event> failures;
@@ -474,7 +506,8 @@ int run(const config& c) {
             driver->acquire();
         } catch (const std::exception& e) {
             ++errors;
-            if (failures.size() < max_error_events) failures.push_back({now_ns(), std::string("acquire: ") + e.what()});
+            if (failures.size() < max_error_events)
+                failures.push_back({now_ns(), std::string("acquire: ") + e.what()});
             std::this_thread::sleep_for(1ms);
             continue;
         }
@@ -488,7 +521,8 @@ int run(const config& c) {
             driver->release();
         } catch (const std::exception& e) {
             ++errors;
-            if (failures.size() < max_error_events) failures.push_back({now_ns(), std::string("release: ") + e.what()});
+            if (failures.size() < max_error_events)
+                failures.push_back({now_ns(), std::string("release: ") + e.what()});
             std::this_thread::sleep_for(1ms);
         }
         // The cycle happened (the lock was held over [t_acq, t_rel]) even if its release failed.
@@ -498,7 +532,8 @@ int run(const config& c) {
     for (const auto& f : failures) {
         events.push_back({{"w", c.worker_id}, {"event", "error"}, {"t", f.t}, {"msg", f.msg}});
     }
-    if (!write_file(c, cycles, events, errors, driver->lib_retries(), errors_reported().background_count())) {
+    if (!write_file(c, cycles, events, errors, driver->lib_retries(),
+                    errors_reported().background_count())) {
         return exit_failed;
     }
     std::fflush(nullptr);

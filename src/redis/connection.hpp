@@ -89,7 +89,7 @@ private:
     std::vector<std::string> handshake_names_;
     std::size_t expected_ = 0;  // replies of the current exchange still to come
     std::vector<reply> replies_;
-    bool streaming_ = false;  // subscriber mode: replies are taken with receive()
+    bool streaming_ = false;          // subscriber mode: replies are taken with receive()
     steady::time_point last_used_{};  // start of the last exchange
 };
 

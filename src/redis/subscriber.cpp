@@ -110,7 +110,8 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
                 ch.requested = false;
                 ++ch.generation;  // messages may have been lost while disconnected: retry now
             }
-            const bool lingered = ch.waiters == 0 && (now - ch.idle_since >= linger || channels_.size() > max_lingering);
+            const bool lingered = ch.waiters == 0 && (now - ch.idle_since >= linger ||
+                                                      channels_.size() > max_lingering);
             if (ch.waiters > 0 && !ch.subscribed && !ch.requested) {
                 subscribe.push_back(name);
                 ch.requested = true;

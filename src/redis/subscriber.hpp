@@ -64,8 +64,8 @@ private:
     struct channel_state {
         int waiters = 0;
         std::uint64_t generation = 0;
-        bool subscribed = false;  // confirmed by the server
-        bool requested = false;   // SUBSCRIBE sent, not yet confirmed
+        bool subscribed = false;          // confirmed by the server
+        bool requested = false;           // SUBSCRIBE sent, not yet confirmed
         steady::time_point idle_since{};  // when the last waiter left
     };
     steady::time_point next_linger_expiry_locked() const;

@@ -77,9 +77,11 @@ public:
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        const int rc = ::posix_spawn(&pid_, worker_path.c_str(), &fa, nullptr, argv.data(), environ);
+        const int rc =
+            ::posix_spawn(&pid_, worker_path.c_str(), &fa, nullptr, argv.data(), environ);
         posix_spawn_file_actions_destroy(&fa);
-        if (rc != 0) throw std::runtime_error("posix_spawn " + worker_path + ": " + std::strerror(rc));
+        if (rc != 0)
+            throw std::runtime_error("posix_spawn " + worker_path + ": " + std::strerror(rc));
     }
     ~worker_process() {
         if (pid_ > 0) {
@@ -200,14 +202,16 @@ TEST(BenchWorker, TwoWorkersOnOneKeyWriteProtocolFiles) {
     std::vector<std::unique_ptr<worker_process>> workers;
     for (int w = 0; w < 2; ++w) {
         workers.push_back(std::make_unique<worker_process>(
-            std::vector<std::string>{"--mode", "mutex", "--key", key, "--duration-s", "0.3", "--worker-id",
-                                     std::to_string(w), "--out", (dir.path() / ("w" + std::to_string(w) + ".jsonl")).string(),
+            std::vector<std::string>{"--mode", "mutex", "--key", key, "--duration-s", "0.3",
+                                     "--worker-id", std::to_string(w), "--out",
+                                     (dir.path() / ("w" + std::to_string(w) + ".jsonl")).string(),
                                      "--servers", servers(), "--cs-us", "20", "--ttl-ms", "10000",
                                      "--start-at-ns", std::to_string(start_at)},
             dir.path() / ("w" + std::to_string(w) + ".log")));
     }
     for (int w = 0; w < 2; ++w) {
-        EXPECT_EQ(workers[w]->wait(30s), 0) << read_file(dir.path() / ("w" + std::to_string(w) + ".log"));
+        EXPECT_EQ(workers[w]->wait(30s), 0)
+            << read_file(dir.path() / ("w" + std::to_string(w) + ".log"));
     }
 
     std::vector<std::tuple<std::int64_t, std::int64_t, int>> intervals;  // acq, rel, worker
@@ -244,8 +248,8 @@ TEST(BenchWorker, TwoWorkersOnOneKeyWriteProtocolFiles) {
 TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
     temp_dir dir;
     const auto out = dir.path() / "w.jsonl";
-    EXPECT_EQ(run_worker({"--ops", "7", "--key", protocol_key(), "--out", out.string(), "--servers", servers(),
-                          "--worker-id", "3"},
+    EXPECT_EQ(run_worker({"--ops", "7", "--key", protocol_key(), "--out", out.string(), "--servers",
+                          servers(), "--worker-id", "3"},
                          dir.path() / "w.log"),
               0)
         << read_file(dir.path() / "w.log");
@@ -258,8 +262,8 @@ TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
 TEST(BenchWorker, UnknownModeExits64) {
     temp_dir dir;
     const auto out = dir.path() / "w.jsonl";
-    EXPECT_EQ(run_worker({"--mode", "no-such-lock", "--key", protocol_key(), "--duration-s", "0.1", "--out",
-                          out.string(), "--servers", servers()},
+    EXPECT_EQ(run_worker({"--mode", "no-such-lock", "--key", protocol_key(), "--duration-s", "0.1",
+                          "--out", out.string(), "--servers", servers()},
                          dir.path() / "w.log"),
               64);
     EXPECT_FALSE(fs::exists(out));
@@ -276,8 +280,8 @@ TEST(BenchWorker, PlannedButUnavailableModeExits64) {
     if (section == std::string::npos) GTEST_SKIP() << "every planned lock type exists now";
     const auto name_at = help.find("\n  ", section) + 3;
     const auto planned = help.substr(name_at, help.find(' ', name_at) - name_at);
-    EXPECT_EQ(run_worker({"--mode", planned, "--key", protocol_key(), "--duration-s", "0.1", "--out",
-                          (dir.path() / "w.jsonl").string(), "--servers", servers()},
+    EXPECT_EQ(run_worker({"--mode", planned, "--key", protocol_key(), "--duration-s", "0.1",
+                          "--out", (dir.path() / "w.jsonl").string(), "--servers", servers()},
                          dir.path() / "w.log"),
               64)
         << planned;
@@ -285,7 +289,8 @@ TEST(BenchWorker, PlannedButUnavailableModeExits64) {
 
 TEST(BenchWorker, MissingOutExits64) {
     temp_dir dir;
-    EXPECT_EQ(run_worker({"--mode", "mutex", "--key", protocol_key(), "--duration-s", "0.1", "--servers", servers()},
+    EXPECT_EQ(run_worker({"--mode", "mutex", "--key", protocol_key(), "--duration-s", "0.1",
+                          "--servers", servers()},
                          dir.path() / "w.log"),
               64);
 }
@@ -293,9 +298,13 @@ TEST(BenchWorker, MissingOutExits64) {
 TEST(BenchWorker, BadValuesExit64) {
     temp_dir dir;
     const auto out = (dir.path() / "w.jsonl").string();
-    EXPECT_EQ(run_worker({"--key", "bad key", "--duration-s", "0.1", "--out", out}, dir.path() / "a.log"), 64);
-    EXPECT_EQ(run_worker({"--key", "k", "--duration-s", "soon", "--out", out}, dir.path() / "b.log"), 64);
-    EXPECT_EQ(run_worker({"--key", "k", "--duration-s", "0.1", "--out", out, "--bogus", "1"}, dir.path() / "c.log"),
+    EXPECT_EQ(
+        run_worker({"--key", "bad key", "--duration-s", "0.1", "--out", out}, dir.path() / "a.log"),
+        64);
+    EXPECT_EQ(
+        run_worker({"--key", "k", "--duration-s", "soon", "--out", out}, dir.path() / "b.log"), 64);
+    EXPECT_EQ(run_worker({"--key", "k", "--duration-s", "0.1", "--out", out, "--bogus", "1"},
+                         dir.path() / "c.log"),
               64);
     EXPECT_FALSE(fs::exists(out));
 }

@@ -133,24 +133,14 @@ TEST(RedisWaiting, ManyWaitersShareOneSubscriberConnection) {
     waiters.clear();
 }
 
-const bool crashing_holder =
-    dlock::test::register_child("crashing_holder", [](const std::vector<std::string>& args) {
-        dlock::redis::client redis({.url = args.at(0)});
-        auto grant =
-            redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
-        redis.command({"SET", args.at(3), "held"});
-        std::this_thread::sleep_for(1h);
-        return 0;
-    });
-
 TEST(RedisWaiting, BlockedWaiterGetsLockAfterHolderCrash) {
-    ASSERT_TRUE(crashing_holder);
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
     const auto marker = unique_name("marker");
     const auto lease = scaled(1500ms);
     dlock::test::child_process holder(
-        "crashing_holder", {shared_redis().url(), name, std::to_string(lease.count()), marker});
+        "holder",  // registered in redis_lock_test.cpp: acquires, marks, sleeps until killed
+        {shared_redis().url(), name, std::to_string(lease.count()), marker});
     ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
     std::atomic<bool> acquired{false};
     std::jthread waiter([&] {

@@ -31,18 +31,17 @@ concept lockable = basic_lockable<L> && requires(L& m) {
 };
 
 template <class L>
-concept timed_lockable =
-    lockable<L> &&
-    requires(L& m, const std::chrono::milliseconds& rel, const std::chrono::duration<double>& rel_f,
-             const std::chrono::steady_clock::time_point& abs_steady,
-             const std::chrono::system_clock::time_point& abs_sys,
-             const std::chrono::time_point<std::chrono::steady_clock, std::chrono::seconds>& abs_coarse) {
-        { m.try_lock_for(rel) } -> std::same_as<bool>;
-        { m.try_lock_for(rel_f) } -> std::same_as<bool>;
-        { m.try_lock_until(abs_steady) } -> std::same_as<bool>;
-        { m.try_lock_until(abs_sys) } -> std::same_as<bool>;
-        { m.try_lock_until(abs_coarse) } -> std::same_as<bool>;
-    };
+concept timed_lockable = lockable<L> && requires(
+    L& m, const std::chrono::milliseconds& rel, const std::chrono::duration<double>& rel_f,
+    const std::chrono::steady_clock::time_point& abs_steady,
+    const std::chrono::system_clock::time_point& abs_sys,
+    const std::chrono::time_point<std::chrono::steady_clock, std::chrono::seconds>& abs_coarse) {
+    { m.try_lock_for(rel) } -> std::same_as<bool>;
+    { m.try_lock_for(rel_f) } -> std::same_as<bool>;
+    { m.try_lock_until(abs_steady) } -> std::same_as<bool>;
+    { m.try_lock_until(abs_sys) } -> std::same_as<bool>;
+    { m.try_lock_until(abs_coarse) } -> std::same_as<bool>;
+};
 
 // The concepts themselves must tell a timed mutex from a plain one.
 static_assert(timed_lockable<std::timed_mutex>);
@@ -67,8 +66,10 @@ static_assert(!std::is_convertible_v<dlock::backend&, dlock::mutex>);
 
 // The std lock utilities accept it.
 static_assert(std::is_constructible_v<std::unique_lock<dlock::mutex>, dlock::mutex&>);
-static_assert(std::is_constructible_v<std::unique_lock<dlock::mutex>, dlock::mutex&, std::chrono::seconds>);
-static_assert(std::is_constructible_v<std::scoped_lock<dlock::mutex, dlock::mutex>, dlock::mutex&, dlock::mutex&>);
+static_assert(
+    std::is_constructible_v<std::unique_lock<dlock::mutex>, dlock::mutex&, std::chrono::seconds>);
+static_assert(std::is_constructible_v<std::scoped_lock<dlock::mutex, dlock::mutex>, dlock::mutex&,
+                                      dlock::mutex&>);
 static_assert(std::is_constructible_v<std::lock_guard<dlock::mutex>, dlock::mutex&>);
 
 // lease: move-only, noexcept moves, noexcept destructor, explicit bool.
@@ -82,17 +83,18 @@ static_assert(std::is_nothrow_default_constructible_v<dlock::lease>);
 static_assert(std::is_nothrow_destructible_v<dlock::lease>);
 static_assert(std::is_constructible_v<bool, const dlock::lease&>);
 static_assert(!std::is_convertible_v<dlock::lease, bool>);
-static_assert(std::is_same_v<decltype(std::declval<const dlock::lease&>().lost_token()), std::stop_token>);
+static_assert(
+    std::is_same_v<decltype(std::declval<const dlock::lease&>().lost_token()), std::stop_token>);
 static_assert(noexcept(std::declval<const dlock::lease&>().expires_in()));
 static_assert(noexcept(std::declval<const dlock::lease&>().state()));
 static_assert(noexcept(std::declval<dlock::lease&>().release(std::declval<std::error_code&>())));
 
 // backend: the non-throwing acquire twin is noexcept; the throwing one is not.
-static_assert(noexcept(std::declval<dlock::backend&>().acquire(std::declval<std::string_view>(),
-                                                               std::declval<const dlock::lock_options&>(),
-                                                               std::declval<std::error_code&>())));
-static_assert(!noexcept(std::declval<dlock::backend&>().acquire(std::declval<std::string_view>(),
-                                                                std::declval<const dlock::lock_options&>())));
+static_assert(noexcept(std::declval<dlock::backend&>().acquire(
+    std::declval<std::string_view>(), std::declval<const dlock::lock_options&>(),
+    std::declval<std::error_code&>())));
+static_assert(!noexcept(std::declval<dlock::backend&>().acquire(
+    std::declval<std::string_view>(), std::declval<const dlock::lock_options&>())));
 static_assert(std::has_virtual_destructor_v<dlock::backend>);
 
 // options: an aggregate with defaults, "forever" is the max, never 0.

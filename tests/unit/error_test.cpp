@@ -18,9 +18,9 @@ namespace {
 using dlock::errc;
 
 constexpr errc all_codes[] = {
-    errc::invalid_argument, errc::timeout,        errc::attempts_exhausted, errc::lock_lost,
-    errc::not_owner,        errc::connection_failed, errc::server_timeout, errc::auth_failed,
-    errc::protocol_error,   errc::unexpected_reply, errc::server_error,   errc::unsupported,
+    errc::invalid_argument,   errc::timeout,           errc::attempts_exhausted, errc::lock_lost,
+    errc::not_owner,          errc::connection_failed, errc::server_timeout,     errc::auth_failed,
+    errc::protocol_error,     errc::unexpected_reply,  errc::server_error,       errc::unsupported,
     errc::quorum_unreachable,
 };
 
@@ -75,7 +75,8 @@ TEST(IsContention, OnlyTimeoutAndAttemptsExhausted) {
     }
     EXPECT_FALSE(dlock::is_contention(std::error_code{}));
     EXPECT_FALSE(dlock::is_contention(std::make_error_code(std::errc::timed_out)));
-    EXPECT_FALSE(dlock::is_contention(std::error_code(static_cast<int>(errc::timeout), std::generic_category())));
+    EXPECT_FALSE(dlock::is_contention(
+        std::error_code(static_cast<int>(errc::timeout), std::generic_category())));
 }
 
 TEST(ErrorException, CarriesCodeAndMessage) {
@@ -83,7 +84,8 @@ TEST(ErrorException, CarriesCodeAndMessage) {
         throw dlock::error(errc::lock_lost, "lock \"jobs/a\" expired");
     } catch (const std::system_error& e) {
         EXPECT_EQ(e.code(), errc::lock_lost);
-        EXPECT_NE(std::string(e.what()).find("lock \"jobs/a\" expired"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("lock \"jobs/a\" expired"), std::string::npos)
+            << e.what();
         return;
     }
     FAIL() << "not caught as std::system_error";
@@ -92,7 +94,8 @@ TEST(ErrorException, CarriesCodeAndMessage) {
 TEST(ErrorException, CodeOnlyUsesCategoryMessage) {
     const dlock::error e(errc::not_owner);
     EXPECT_EQ(e.code(), errc::not_owner);
-    EXPECT_NE(std::string(e.what()).find(dlock::make_error_code(errc::not_owner).message()), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(dlock::make_error_code(errc::not_owner).message()),
+              std::string::npos)
         << e.what();
 }
 

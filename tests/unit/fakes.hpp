@@ -65,7 +65,8 @@ public:
 /// whatever the deadline. `fail_with` makes the next acquire fail with that code instead.
 class fake_backend final : public dlock::backend {
 public:
-    [[nodiscard]] dlock::lease acquire_until(std::string_view name, const dlock::lock_options& options,
+    [[nodiscard]] dlock::lease acquire_until(std::string_view name,
+                                             const dlock::lock_options& options,
                                              std::chrono::steady_clock::time_point deadline,
                                              std::error_code& ec) noexcept override {
         ec.clear();

@@ -35,13 +35,15 @@ const steady::time_point t0 = steady::time_point{} + 1000h;
 
 std::shared_ptr<lease_core> make_core(const std::shared_ptr<fake_owner>& owner, std::string name,
                                       std::uint64_t fencing, steady::time_point granted,
-                                      steady::time_point valid_until, dlock::lock_options options = {}) {
-    return std::make_shared<lease_core>(owner, std::move(name), "0123456789abcdef0123456789abcdef", fencing,
-                                        options, granted, valid_until);
+                                      steady::time_point valid_until,
+                                      dlock::lock_options options = {}) {
+    return std::make_shared<lease_core>(owner, std::move(name), "0123456789abcdef0123456789abcdef",
+                                        fencing, options, granted, valid_until);
 }
 
 // A lease valid for an hour of real time, so the observers that read the clock see it held.
-dlock::lease make_live_lease(const std::shared_ptr<fake_owner>& owner, std::string name, std::uint64_t fencing) {
+dlock::lease make_live_lease(const std::shared_ptr<fake_owner>& owner, std::string name,
+                             std::uint64_t fencing) {
     const auto now = steady::now();
     return lease_access::make(make_core(owner, std::move(name), fencing, now, now + 1h));
 }
@@ -113,7 +115,8 @@ TEST(LeaseCore, HeldUntilValidUntilThenLost) {
 
 TEST(LeaseCore, PlanFollowsOptions) {
     auto owner = std::make_shared<fake_owner>();
-    const auto core = make_core(owner, "a", 1, t0, t0 + 1s, {.lease = 9s, .renew = false, .max_hold = 1min});
+    const auto core =
+        make_core(owner, "a", 1, t0, t0 + 1s, {.lease = 9s, .renew = false, .max_hold = 1min});
     EXPECT_EQ(core->plan().lease, 9s);
     EXPECT_EQ(core->plan().every, 3s);
     EXPECT_FALSE(core->plan().renew);
@@ -179,8 +182,9 @@ TEST(LeaseCore, LostIsFinal) {
 
 TEST(LeaseCore, ThrowingOnLostCallbackIsReported) {
     auto owner = std::make_shared<fake_owner>();
-    const auto core = make_core(owner, "jobs/b", 1, t0, t0 + 10s,
-                                {.on_lost = [](std::error_code) { throw std::runtime_error("boom"); }});
+    const auto core =
+        make_core(owner, "jobs/b", 1, t0, t0 + 10s,
+                  {.on_lost = [](std::error_code) { throw std::runtime_error("boom"); }});
     EXPECT_TRUE(core->lose(errc::lock_lost));
     ASSERT_EQ(owner->reported.size(), 1u);
     EXPECT_EQ(owner->reported[0].code, errc::lock_lost);
@@ -191,7 +195,8 @@ TEST(LeaseCore, ThrowingOnLostCallbackIsReported) {
 
 TEST(LeaseCore, NonStandardExceptionFromOnLostIsReported) {
     auto owner = std::make_shared<fake_owner>();
-    const auto core = make_core(owner, "jobs/c", 1, t0, t0 + 10s, {.on_lost = [](std::error_code) { throw 17; }});
+    const auto core =
+        make_core(owner, "jobs/c", 1, t0, t0 + 10s, {.on_lost = [](std::error_code) { throw 17; }});
     EXPECT_TRUE(core->lose(errc::lock_lost));
     ASSERT_EQ(owner->reported.size(), 1u);
     EXPECT_NE(owner->reported[0].what.find("jobs/c"), std::string::npos);
@@ -200,7 +205,8 @@ TEST(LeaseCore, NonStandardExceptionFromOnLostIsReported) {
 TEST(LeaseCore, ReleaseFiresTokenButNotOnLost) {
     auto owner = std::make_shared<fake_owner>();
     int calls = 0;
-    const auto core = make_core(owner, "a", 1, t0, t0 + 10s, {.on_lost = [&](std::error_code) { ++calls; }});
+    const auto core =
+        make_core(owner, "a", 1, t0, t0 + 10s, {.on_lost = [&](std::error_code) { ++calls; }});
     EXPECT_TRUE(core->mark_released());
     EXPECT_FALSE(core->mark_released());
     EXPECT_TRUE(core->released());
@@ -267,7 +273,8 @@ TEST(Lease, ThrowingReleaseReportsBackendError) {
         FAIL() << "did not throw";
     } catch (const dlock::error& e) {
         EXPECT_EQ(e.code(), errc::lock_lost);
-        EXPECT_NE(std::string(e.what()).find("fake release failure"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("fake release failure"), std::string::npos)
+            << e.what();
     }
     EXPECT_FALSE(static_cast<bool>(l));  // empty afterwards; the grant expires on the server
     EXPECT_EQ(owner->releases, 1);

@@ -171,7 +171,8 @@ TEST(Mutex, BackendFailureThrowsFromEveryLockCall) {
             FAIL() << "call " << which << " did not throw";
         } catch (const dlock::error& e) {
             EXPECT_EQ(e.code(), errc::connection_failed) << which;
-            EXPECT_NE(std::string(e.what()).find("fake backend failure"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("fake backend failure"), std::string::npos)
+                << e.what();
         }
         EXPECT_EQ(m.state(), lock_state::lost) << which;
     }
@@ -183,23 +184,29 @@ TEST(Mutex, BackendFailureThrowsFromEveryLockCall) {
 TEST(MutexDeadline, TryLockForOrdinaryDuration) {
     fake_backend b;
     dlock::mutex m(b, "a");
-    expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_for(250ms)); }, 250ms, 250ms);
+    expect_deadline(
+        b, [&] { EXPECT_TRUE(m.try_lock_for(250ms)); }, 250ms, 250ms);
     m.unlock();
-    expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_for(std::chrono::duration<double>(0.5))); }, 499ms, 501ms);
+    expect_deadline(
+        b, [&] { EXPECT_TRUE(m.try_lock_for(std::chrono::duration<double>(0.5))); }, 499ms, 501ms);
     m.unlock();
-    expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_for(2min)); }, 2min, 2min);
+    expect_deadline(
+        b, [&] { EXPECT_TRUE(m.try_lock_for(2min)); }, 2min, 2min);
 }
 
 TEST(MutexDeadline, ZeroAndNegativeTimeoutMeanNow) {
     fake_backend b;
     dlock::mutex m(b, "a");
     for (const std::chrono::milliseconds timeout : {0ms, -1ms, -3600000ms}) {
-        expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_for(timeout)); }, 0ns, 0ns);
+        expect_deadline(
+            b, [&] { EXPECT_TRUE(m.try_lock_for(timeout)); }, 0ns, 0ns);
         m.unlock();
     }
-    expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_for(std::chrono::nanoseconds::min())); }, 0ns, 0ns);
+    expect_deadline(
+        b, [&] { EXPECT_TRUE(m.try_lock_for(std::chrono::nanoseconds::min())); }, 0ns, 0ns);
     m.unlock();
-    expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_for(std::chrono::hours::min())); }, 0ns, 0ns);
+    expect_deadline(
+        b, [&] { EXPECT_TRUE(m.try_lock_for(std::chrono::hours::min())); }, 0ns, 0ns);
 }
 
 TEST(MutexDeadline, HugeTimeoutsSaturate) {
@@ -239,9 +246,11 @@ TEST(MutexDeadline, TryLockUntilOtherClockConvertsOnce) {
     dlock::mutex m(b, "a");
     using sys = std::chrono::system_clock;
     // Conversion may lose the time between the two clocks' now() calls: allow 100ms of slack.
-    expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_until(sys::now() + 1h)); }, 1h - 100ms, 1h);
+    expect_deadline(
+        b, [&] { EXPECT_TRUE(m.try_lock_until(sys::now() + 1h)); }, 1h - 100ms, 1h);
     m.unlock();
-    expect_deadline(b, [&] { EXPECT_TRUE(m.try_lock_until(sys::now() - 1h)); }, 0ns, 0ns);
+    expect_deadline(
+        b, [&] { EXPECT_TRUE(m.try_lock_until(sys::now() - 1h)); }, 0ns, 0ns);
     m.unlock();
     // The far end of another clock converts without overflow to a steady deadline centuries away.
     const auto before = steady::now();
@@ -255,7 +264,8 @@ TEST(MutexDeadline, TryLockUntilInfinitePastOnOtherClockIsOneAttempt) {
     fake_backend b;
     dlock::mutex m(b, "a");
     expect_deadline(
-        b, [&] { EXPECT_TRUE(m.try_lock_until(std::chrono::system_clock::time_point::min())); }, 0ns, 0ns);
+        b, [&] { EXPECT_TRUE(m.try_lock_until(std::chrono::system_clock::time_point::min())); },
+        0ns, 0ns);
 }
 
 // The far future in a coarse unit must stay far future: converting seconds::max() to nanoseconds

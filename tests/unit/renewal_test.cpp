@@ -91,7 +91,8 @@ TEST(MakeRenewalPlan, DefaultsRenewEveryThirdOfLease) {
 }
 
 TEST(MakeRenewalPlan, CopiesExplicitFields) {
-    const auto p = make_renewal_plan({.lease = 6s, .renew = false, .renew_every = 1500ms, .max_hold = 1min});
+    const auto p =
+        make_renewal_plan({.lease = 6s, .renew = false, .renew_every = 1500ms, .max_hold = 1min});
     EXPECT_FALSE(p.renew);
     EXPECT_EQ(p.lease, 6s);
     EXPECT_EQ(p.every, 1500ms);
@@ -111,9 +112,10 @@ TEST(ValidUntil, SubtractsDrift) {
 }
 
 TEST(ValidUntil, AlwaysConservativeAndNeverBeforeSent) {
-    for (const milliseconds lease : {milliseconds(1), milliseconds(2), milliseconds(3), milliseconds(10),
-                                     milliseconds(99), milliseconds(100), milliseconds(1s), milliseconds(30s),
-                                     milliseconds(1h), dlock::max_lease}) {
+    for (const milliseconds lease :
+         {milliseconds(1), milliseconds(2), milliseconds(3), milliseconds(10), milliseconds(99),
+          milliseconds(100), milliseconds(1s), milliseconds(30s), milliseconds(1h),
+          dlock::max_lease}) {
         const auto v = valid_until(t0, lease);
         EXPECT_LT(v, t0 + lease) << lease.count();
         EXPECT_GE(v, t0) << lease.count();
@@ -184,8 +186,8 @@ TEST(NextRenewalAt, NeverOnceMaxHoldWouldBeExceeded) {
 // so every plan that validation accepts must schedule its first renewal strictly before that,
 // with a period > 0 (a zero period renews in a tight loop).
 TEST(RenewalPlan, UsualPlansRenewBeforeValidityEnds) {
-    for (const milliseconds lease : {milliseconds(100), milliseconds(1s), milliseconds(30s), milliseconds(1h),
-                                     dlock::max_lease}) {
+    for (const milliseconds lease : {milliseconds(100), milliseconds(1s), milliseconds(30s),
+                                     milliseconds(1h), dlock::max_lease}) {
         for (const auto& o : {dlock::lock_options{.lease = lease},
                               dlock::lock_options{.lease = lease, .renew_every = lease / 2}}) {
             const auto p = make_renewal_plan(o);
@@ -199,7 +201,8 @@ TEST(RenewalPlan, UsualPlansRenewBeforeValidityEnds) {
 // [lease - drift_for(lease), lease) would fall due after valid_until() (lease 1000ms, every 990ms:
 // renewal at +990ms, validity ends at +988ms), and a 1-2 ms lease would have a 0 ms period.
 TEST(RenewalPlan, EveryAcceptedPlanRenewsBeforeValidityEnds) {
-    for (const milliseconds lease : {milliseconds(1), milliseconds(2), milliseconds(1s), milliseconds(30s)}) {
+    for (const milliseconds lease :
+         {milliseconds(1), milliseconds(2), milliseconds(1s), milliseconds(30s)}) {
         for (const milliseconds every : {lease - 1ms, lease - drift_for(lease), lease / 3}) {
             for (const auto& o : {dlock::lock_options{.lease = lease, .renew_every = every},
                                   dlock::lock_options{.lease = lease}}) {

@@ -41,7 +41,8 @@ std::string parse_bad(std::string_view url) {
             << "message leaks the password: " << message;
         quoted.replace(secret, at - secret, "***");
     }
-    EXPECT_NE(message.find(quoted), std::string::npos) << "message does not quote the URL: " << message;
+    EXPECT_NE(message.find(quoted), std::string::npos)
+        << "message does not quote the URL: " << message;
     return message;
 }
 

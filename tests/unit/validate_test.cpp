@@ -29,7 +29,8 @@ std::string options_error(const dlock::lock_options& o) {
 }
 
 void expect_has(const std::string& message, const std::string& part) {
-    EXPECT_NE(message.find(part), std::string::npos) << "\"" << message << "\" lacks \"" << part << "\"";
+    EXPECT_NE(message.find(part), std::string::npos)
+        << "\"" << message << "\" lacks \"" << part << "\"";
 }
 
 TEST(ValidateLockName, AcceptsNamesUpToTheLimit) {
