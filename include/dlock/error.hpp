@@ -41,6 +41,8 @@ enum class errc {
     /// Fewer servers than a quorum answered (Redlock); the message names each failed server.
     /// Distinct from timeout: nobody was seen holding the lock.
     quorum_unreachable,
+    /// The caller's stop token (lock_options::cancel) was triggered while waiting; nothing is held.
+    canceled,
 };
 
 /// The category of dlock::errc; its name() is "dlock".

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <stop_token>
 #include <system_error>
 
 namespace dlock {
@@ -54,6 +55,11 @@ struct lock_options {
     /// until the lease deadline, the key is gone or holds another token). Runs with no dlock lock
     /// held; an exception escaping it goes to the client's error handler.
     std::function<void(std::error_code why)> on_lost{};
+
+    /// Stops a wait early: once stop is requested, acquire gives up with errc::canceled (also
+    /// from lock() and try_lock_for, which throw it). Checked between attempts and while
+    /// sleeping, so an attempt in flight finishes first and nothing is left held.
+    std::stop_token cancel{};
 };
 
 }  // namespace dlock

@@ -24,6 +24,7 @@ public:
             case errc::server_error: return "the server answered with an error";
             case errc::unsupported: return "not supported by this build";
             case errc::quorum_unreachable: return "no quorum of servers could be reached";
+            case errc::canceled: return "the wait was canceled";
         }
         return "unknown dlock error";
     }

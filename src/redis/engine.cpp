@@ -314,6 +314,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
             const auto token = dlock::detail::random_token();
             const auto sent = steady::now();
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
+            if (options.cancel.stop_requested()) {
+                fail(ec, errc::canceled,
+                     "waiting for lock \"" + std::string(name) + "\" was canceled");
+                return {};
+            }
             const auto result = attempt(name, token, lease_ms, node_timeout);
             ++attempts;
             if (result.granted) {
@@ -355,7 +360,8 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
                 notify({event_kind::wait_started, name, 0, {}, now});
                 waiting.emplace(*subscriber_, channel(name));
                 waiting->wait_subscribed(
-                    std::min(deadline, deadline_after(now, config_.command_timeout)));
+                    std::min(deadline, deadline_after(now, config_.command_timeout)),
+                    options.cancel);
                 continue;
             }
             // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
@@ -372,7 +378,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_options& op
                 retry_at = std::min(retry_at, now + std::chrono::nanoseconds(
                                                         dlock::detail::random_jitter_ns(spread)));
             }
-            waiting->wait(seen, std::min(deadline, retry_at));
+            waiting->wait(seen, std::min(deadline, retry_at), options.cancel);
         }
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");

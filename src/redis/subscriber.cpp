@@ -59,16 +59,29 @@ std::uint64_t subscriber::registration::generation() const {
     return owner_.channels_[channel_].generation;
 }
 
-void subscriber::registration::wait_subscribed(steady::time_point deadline) const {
+// In both waits the stop_callback is made before the lock and destroyed after it: it may run at
+// once on this thread (stop already requested), and its destructor waits for a callback running
+// on another thread, which needs mutex_ (see interrupt()).
+void subscriber::registration::wait_subscribed(steady::time_point deadline,
+                                               const std::stop_token& cancel) const {
+    const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(); });
     std::unique_lock lock(owner_.mutex_);
     wait_until(owner_.changed_, lock, deadline,
-               [&] { return owner_.channels_[channel_].subscribed; });
+               [&] { return owner_.channels_[channel_].subscribed || cancel.stop_requested(); });
 }
 
-void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadline) const {
+void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadline,
+                                    const std::stop_token& cancel) const {
+    const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(); });
     std::unique_lock lock(owner_.mutex_);
-    wait_until(owner_.changed_, lock, deadline,
-               [&] { return owner_.channels_[channel_].generation != seen; });
+    wait_until(owner_.changed_, lock, deadline, [&] {
+        return owner_.channels_[channel_].generation != seen || cancel.stop_requested();
+    });
+}
+
+void subscriber::interrupt() {
+    { std::lock_guard lock(mutex_); }  // orders the notify after a waiter's predicate check
+    changed_.notify_all();
 }
 
 int subscriber::service(steady::time_point now, steady::time_point latest) {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,9 +38,10 @@ public:
         /// The channel's message count so far; pass it to wait() after the next attempt.
         std::uint64_t generation() const;
         /// Waits until the server confirmed the subscription, or `deadline`.
-        void wait_subscribed(steady::time_point deadline) const;
+        void wait_subscribed(steady::time_point deadline, const std::stop_token& cancel) const;
         /// Sleeps until a message newer than `seen` arrived, or `deadline`.
-        void wait(std::uint64_t seen, steady::time_point deadline) const;
+        void wait(std::uint64_t seen, steady::time_point deadline,
+                  const std::stop_token& cancel) const;
 
     private:
         subscriber& owner_;
@@ -57,6 +59,8 @@ public:
     steady::time_point next_retry() const;
     /// Wakes every waiter (shutdown).
     void wake_all();
+    /// Makes every sleeping waiter re-check its predicate (a cancel was requested).
+    void interrupt();
     /// Number of channels with waiters (for tests and status).
     std::size_t channel_count() const;
 

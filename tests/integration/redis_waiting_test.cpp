@@ -178,4 +178,42 @@ TEST(RedisWaiting, AttemptsLimitGivesUpWithItsOwnError) {
     }
 }
 
+TEST(RedisWaiting, CancelEndsAWaitAndLeavesNothingHeld) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name();
+    auto holder = redis.acquire(name, {.lease = 60s});
+    std::stop_source stop;
+    std::atomic<bool> done{false};
+    std::error_code seen;
+    std::jthread waiter([&] {
+        auto grant = redis.acquire(name, {.lease = 60s, .cancel = stop.get_token()}, seen);
+        done = true;
+    });
+    ASSERT_TRUE(eventually(
+        [&] {
+            return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)})
+                       .elements.at(1)
+                       .integer == 1;
+        },
+        5s))
+        << "the waiter is asleep on the release channel";
+    EXPECT_FALSE(done.load());
+    stop.request_stop();
+    EXPECT_TRUE(eventually([&] { return done.load(); }, 5s))
+        << "woken by the cancel, not the lease";
+    waiter.join();
+    EXPECT_EQ(seen, dlock::errc::canceled);
+    EXPECT_EQ(holder.state(), dlock::lock_state::held) << "the holder is untouched";
+
+    std::stop_source already;
+    already.request_stop();
+    dlock::mutex m(redis, name, {.cancel = already.get_token()});
+    try {
+        (void)m.try_lock_for(10s);
+        FAIL() << "a canceled wait is not contention";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::canceled);
+    }
+}
+
 }  // namespace

@@ -21,7 +21,7 @@ constexpr errc all_codes[] = {
     errc::invalid_argument,   errc::timeout,           errc::attempts_exhausted, errc::lock_lost,
     errc::not_owner,          errc::connection_failed, errc::server_timeout,     errc::auth_failed,
     errc::protocol_error,     errc::unexpected_reply,  errc::server_error,       errc::unsupported,
-    errc::quorum_unreachable,
+    errc::quorum_unreachable, errc::canceled,
 };
 
 static_assert(std::is_error_code_enum_v<errc>);
