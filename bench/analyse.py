@@ -5,6 +5,7 @@ Reads a run directory written by bench/run:
 
     RUN/run.json              machine, date, command, workloads, modes, pending items
     RUN/floor.jsonl           W0: {"rtt_ns":N} per PING, then a "done" summary
+    RUN/floor_zk.jsonl        W0, ZooKeeper: per-operation samples, "summary" records, "done" (read)
     RUN/<W>-<mode>/meta.json  start_at_ns, duration_s, key of every worker, cs_us, ...
     RUN/<W>-<mode>/w<I>.jsonl the workers' files (BENCH-PROTOCOL §4)
     RUN/W6-<mode>/hold_many.json, RUN/micro.json
@@ -485,6 +486,18 @@ def report(run_dir, plots_dir, report_path):
                 elif "rtt_ns" in rec:
                     floor_rtts.append(rec["rtt_ns"])
     floor_p50 = floor["p50_ns"] if floor else None
+    # W0's ZooKeeper half (bench/floor_zk.cpp): {what: summary record}, and what the runner knew.
+    zk = {}
+    zpath = os.path.join(run_dir, "floor_zk.jsonl")
+    if os.path.exists(zpath):
+        with open(zpath, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("event") in ("summary", "done"):
+                    zk[rec["what"]] = rec
+    zk_info = run.get("zk_floor") or {}
+    zk_around = [x for x in (zk_info.get("floor_before_p50"), zk_info.get("floor_after_p50")) if x]
+    zk_basis = sum(zk_around) / len(zk_around) if zk_around else floor_p50
     floor_end = None
     epath = os.path.join(run_dir, "floor_end.jsonl")
     if os.path.exists(epath):
@@ -578,6 +591,10 @@ def report(run_dir, plots_dir, report_path):
     L.append(f"| machine | {run['machine']} |")
     L.append(f"| load average (start → end) | {run.get('loadavg_start', '?')} → {run.get('loadavg_end', '?')} |")
     L.append(f"| redis-server | {run.get('redis_version', '?')}, loopback, `--save '' --appendonly no` |")
+    if zk_info.get("version"):
+        L.append(f"| ZooKeeper server (W0) | {zk_info['version']} standalone, OpenJDK, loopback, "
+                 f"`forceSync={zk_info.get('forcesync', '?')}`, `tickTime={zk_info.get('tick_ms', '?')}`, "
+                 f"serving {zk_info.get('startup_s', '?')} s after start |")
     L.append(f"| build | {run.get('build', '?')} |")
     L.append(f"| duration per workload | {run['duration_s']} s, workers start together at a common "
              "CLOCK_MONOTONIC instant |")
@@ -594,8 +611,37 @@ def report(run_dir, plots_dir, report_path):
             L.append(f"| the same, again after the last workload (drift check, not used for ratios) | "
                      f"{fe['n']:,} | {us(fe['p50_ns'])} ({ratio(fe['p50_ns'], floor_p50)}) | {us(fe['p90_ns'])} | "
                      f"{us(fe['p99_ns'])} | {us(fe['max_ns'])} |")
-        L.append("| ZooKeeper round trip | pending: no ZooKeeper backend yet | | | | |")
+        zk_rows = [
+            ("zk_exists", "ZooKeeper read round trip, `zoo_exists(\"/\")`"),
+            ("zk_create", "ZooKeeper write round trip, `zoo_create` of an EPHEMERAL_SEQUENTIAL node"),
+            ("zk_delete", "ZooKeeper `zoo_delete` of that node (a release's write)"),
+            ("zk_create_delete", "ZooKeeper create + delete: the least one ZooKeeper lock cycle costs"),
+        ]
+        if zk:
+            for what, text in zk_rows:
+                r = zk.get(what)
+                if not r:
+                    continue
+                client = f", {r['client']}" if what == "zk_exists" else ""
+                L.append(f"| {text}{client}, loopback | {r['n']:,} | "
+                         f"{us(r['p50_ns'])} ({ratio(r['p50_ns'], zk_basis)}) | "
+                         f"{us(r['p90_ns'])} ({ratio(r['p90_ns'], zk_basis)}) | "
+                         f"{us(r['p99_ns'])} ({ratio(r['p99_ns'], zk_basis)}) | {us(r['max_ns'])} |")
+        else:
+            L.append(f"| ZooKeeper round trip | {zk_info.get('status', 'not measured in this run')} | | | | |")
         L.append("")
+        if zk:
+            L.append("ZooKeeper ratios (in brackets) are to the mean of the PING p50s measured just before and just "
+                     f"after the ZooKeeper floor ({us(zk_info.get('floor_before_p50'))} / "
+                     f"{us(zk_info.get('floor_after_p50'))}"
+                     + (f", attempt {zk_info['attempt']}: earlier ones saw other load" if zk_info.get("attempt", 1) > 1
+                        else "")
+                     + "; the W0 PING above if those are missing). A read is answered by the server alone; a "
+                     "write is a transaction the server logs before it answers ("
+                     + ("fsynced: `forceSync=yes`" if zk_info.get("forcesync", "yes") == "yes"
+                        else "not fsynced: `forceSync=no`")
+                     + "). Every sync call of the C client also passes through its I/O and completion threads.")
+            L.append("")
         if references:
             ref_text = {
                 "set_nx_px": "`SET k tok NX PX 10000` (the plainest lock command)",
@@ -750,6 +796,7 @@ def report(run_dir, plots_dir, report_path):
         "floor": floor,
         "floor_references": references,
         "floor_end": floor_end,
+        "zk_floor": {"runner": zk_info, "records": zk, "ratio_basis_p50": zk_basis if zk else None},
         "workloads": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in results.items()},
         "hold_many": hold,
         "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r)) for r in target_rows],

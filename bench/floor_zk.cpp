@@ -1,0 +1,338 @@
+// dlock-bench-floor-zk: workload W0's ZooKeeper half, the floor of any ZooKeeper lock.
+//
+// The same idea as dlock-bench-floor (bench/floor.cpp) for ZooKeeper: the thinnest client there
+// is from C/C++ (libzookeeper_mt's synchronous API, one session, one handle) against a server on
+// loopback, after a warm-up, each round trip timed with CLOCK_MONOTONIC. It talks to ZooKeeper
+// directly on purpose: it measures the machine and the server, not dlock. Note that the _mt
+// client's sync calls are not a bare write(2)/read(2): the caller queues the request and sleeps,
+// the library's I/O thread sends it and reads the reply, its completion thread wakes the caller.
+// Those hand-offs are part of every C/C++ ZooKeeper client built on it, so part of the floor.
+//
+//   dlock-bench-floor-zk --servers HOST:PORT[,...] --out FILE [--duration-s S] [--max-ops N]
+//                        [--warmup-s S] [--block-ms B] [--connect-timeout-ms T] [--session-ms T]
+//                        [--zk-log off|error|warn|info|debug]
+//
+// --servers is a ZooKeeper connect string (one server, or an ensemble). Operations timed:
+//   zk_exists         zoo_exists("/"): a read, answered by the server it reaches without a quorum
+//                     round (the floor of a ZooKeeper read)
+//   zk_create         zoo_create of an EPHEMERAL_SEQUENTIAL node with a 32-byte value under "/":
+//                     a write, i.e. a transaction the server logs (and, with forceSync=yes, its
+//                     default, fsyncs) before it answers; what a lock recipe's acquire costs at
+//                     least
+//   zk_delete         zoo_delete of that node: the release's write
+//   zk_create_delete  the two together, from before the create to after the delete: the minimum of
+//                     one ZooKeeper lock cycle (a real recipe adds at least a getChildren)
+// Reads and writes run in alternating blocks of --block-ms (default 100): reads only, then
+// create+delete pairs only, and so on, so that both see the same machine load while a read seldom
+// follows a write (on the 2-core test machine, a read issued right after each write took 1.1-1.5x
+// as long as one among reads only: that is part of a lock recipe's cost, not of the floor).
+// The loop stops after --duration-s seconds (default 3) or --max-ops operations of each kind.
+// Before it, --warmup-s seconds (default 5) of the same blocks are run and not recorded, for the
+// server's JIT: in runs here a read got 1.3-3x faster over the server's first 20,000-40,000
+// requests.
+//
+// FILE gets JSON Lines: one {"what":W,"rtt_ns":N} per operation (for CDF plots), one
+// {"event":"summary","what":W,"client":..,"n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
+// "mean_ns":..} for zk_create, zk_delete and zk_create_delete, and the read floor's summary
+// {"event":"done","what":"zk_exists",...} last (the same records dlock-bench-floor writes).
+// Percentiles are nearest-rank, as in BENCH-PROTOCOL §5. Integers are nanoseconds.
+//
+// Exit status: 0 when FILE was written; 1 when the server cannot be reached within
+// --connect-timeout-ms (default 10000) or an operation fails; 64 for bad arguments.
+#include <time.h>
+#include <zookeeper/zookeeper.h>
+#include <zookeeper/zookeeper_version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+namespace {
+
+std::int64_t now_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+[[noreturn]] void usage(const char* why) {
+    std::fprintf(stderr,
+                 "dlock-bench-floor-zk: %s\n"
+                 "usage: dlock-bench-floor-zk --servers HOST:PORT[,...] --out FILE "
+                 "[--duration-s S] [--max-ops N] [--warmup-s S] [--block-ms B] "
+                 "[--connect-timeout-ms T] [--session-ms T] [--zk-log off|error|warn|info|debug]\n",
+                 why);
+    std::exit(64);
+}
+
+std::int64_t nearest_rank(const std::vector<std::int64_t>& sorted, double p) {
+    if (sorted.empty()) return 0;
+    auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+    rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+    return sorted[rank - 1];
+}
+
+struct summary {
+    std::size_t n = 0;
+    std::int64_t p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
+};
+
+summary summarise(std::vector<std::int64_t> v) {
+    std::sort(v.begin(), v.end());
+    summary s;
+    s.n = v.size();
+    if (v.empty()) return s;
+    long double sum = 0;
+    for (const auto x : v) sum += static_cast<long double>(x);
+    s.p50 = nearest_rank(v, 50);
+    s.p90 = nearest_rank(v, 90);
+    s.p99 = nearest_rank(v, 99);
+    s.max = v.back();
+    s.mean = static_cast<std::int64_t>(sum / static_cast<long double>(v.size()));
+    return s;
+}
+
+void print_summary(std::FILE* f, const char* event, const char* what, const summary& s) {
+    std::fprintf(
+        f,
+        "{\"event\":\"%s\",\"what\":\"%s\",\"client\":\"libzookeeper_mt %s sync\",\"n\":%zu,"
+        "\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld,\"mean_ns\":%lld}\n",
+        event, what, ZOO_VERSION, s.n, static_cast<long long>(s.p50), static_cast<long long>(s.p90),
+        static_cast<long long>(s.p99), static_cast<long long>(s.max),
+        static_cast<long long>(s.mean));
+}
+
+const char* state_name(int state) {
+    if (state == ZOO_CONNECTED_STATE) return "connected";
+    if (state == ZOO_CONNECTING_STATE) return "connection lost, reconnecting";
+    if (state == ZOO_ASSOCIATING_STATE) return "associating";
+    if (state == ZOO_EXPIRED_SESSION_STATE) return "session expired";
+    if (state == ZOO_AUTH_FAILED_STATE) return "authentication failed";
+    if (state == ZOO_READONLY_STATE) return "read-only";
+    if (state == ZOO_NOTCONNECTED_STATE) return "not connected";
+    if (state == 0) return "no server has answered";
+    return "unknown";
+}
+
+/// The session state as the library's completion thread reports it to the global watcher.
+struct session {
+    std::mutex m;
+    std::condition_variable cv;
+    int state = 0;  // guarded by m
+};
+
+void on_event(zhandle_t*, int type, int state, const char*, void* ctx) {
+    if (type != ZOO_SESSION_EVENT || ctx == nullptr) return;
+    auto* s = static_cast<session*>(ctx);
+    {
+        std::lock_guard lk(s->m);
+        s->state = state;
+    }
+    s->cv.notify_all();
+}
+
+bool parse_log_level(std::string_view v, ZooLogLevel& out) {
+    // Level 0 turns the library's stderr log off (zk_log.c: "disable logging").
+    if (v == "off")
+        out = static_cast<ZooLogLevel>(0);
+    else if (v == "error")
+        out = ZOO_LOG_LEVEL_ERROR;
+    else if (v == "warn")
+        out = ZOO_LOG_LEVEL_WARN;
+    else if (v == "info")
+        out = ZOO_LOG_LEVEL_INFO;
+    else if (v == "debug")
+        out = ZOO_LOG_LEVEL_DEBUG;
+    else
+        return false;
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string servers;
+    std::string out;
+    double duration_s = 3.0;
+    long long max_ops = 1'000'000;
+    double warmup_s = 5.0;
+    long long block_ms = 100;
+    long long connect_timeout_ms = 10'000;
+    long long session_ms = 10'000;
+    ZooLogLevel log_level = static_cast<ZooLogLevel>(0);
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if (a == "--help") usage("help");
+        if (i + 1 >= argc) usage("option without value");
+        const std::string_view v = argv[++i];
+        if (a == "--servers")
+            servers = v;
+        else if (a == "--out")
+            out = v;
+        else if (a == "--duration-s")
+            duration_s = std::atof(std::string(v).c_str());
+        else if (a == "--max-ops")
+            max_ops = std::atoll(std::string(v).c_str());
+        else if (a == "--warmup-s")
+            warmup_s = std::atof(std::string(v).c_str());
+        else if (a == "--block-ms")
+            block_ms = std::atoll(std::string(v).c_str());
+        else if (a == "--connect-timeout-ms")
+            connect_timeout_ms = std::atoll(std::string(v).c_str());
+        else if (a == "--session-ms")
+            session_ms = std::atoll(std::string(v).c_str());
+        else if (a == "--zk-log") {
+            if (!parse_log_level(v, log_level))
+                usage("--zk-log takes off, error, warn, info or debug");
+        } else
+            usage("unknown option");
+    }
+    if (servers.empty() || out.empty() || servers.find(':') == std::string::npos)
+        usage("--servers HOST:PORT[,...] and --out are required");
+    if (duration_s <= 0 || max_ops <= 0 || warmup_s < 0 || block_ms <= 0 ||
+        connect_timeout_ms <= 0 || session_ms <= 0 || session_ms > 1'000'000)
+        usage(
+            "--duration-s, --max-ops, --block-ms, --connect-timeout-ms and --session-ms must be > "
+            "0, --warmup-s >= 0");
+
+    zoo_set_debug_level(log_level);
+    session sess;
+    zhandle_t* zh =
+        zookeeper_init(servers.c_str(), on_event, static_cast<int>(session_ms), nullptr, &sess, 0);
+    if (zh == nullptr) {
+        const int err = errno;
+        std::fprintf(stderr,
+                     "dlock-bench-floor-zk: zookeeper_init(\"%s\"): %s (unresolvable host or bad "
+                     "connect string?)\n",
+                     servers.c_str(), std::strerror(err));
+        return 1;
+    }
+    {
+        std::unique_lock lk(sess.m);
+        const bool up = sess.cv.wait_for(lk, std::chrono::milliseconds(connect_timeout_ms), [&] {
+            return sess.state == ZOO_CONNECTED_STATE || sess.state == ZOO_EXPIRED_SESSION_STATE ||
+                   sess.state == ZOO_AUTH_FAILED_STATE;
+        });
+        if (!up || sess.state != ZOO_CONNECTED_STATE) {
+            const int state = sess.state;
+            lk.unlock();
+            std::fprintf(stderr,
+                         "dlock-bench-floor-zk: cannot connect to ZooKeeper at %s within %lld ms "
+                         "(state: %s)\n",
+                         servers.c_str(), connect_timeout_ms, state_name(state));
+            zookeeper_close(zh);
+            return 1;
+        }
+    }
+
+    // The lock-shaped write: an ephemeral sequential node, as every ZooKeeper lock recipe creates.
+    const std::string prefix = "/dlock-floor-zk-" + std::to_string(::getpid()) + "-";
+    const std::string value = "0123456789abcdef0123456789abcdef";
+    char created[512];
+    const auto fail = [&](const char* op, int rc) {
+        std::fprintf(stderr, "dlock-bench-floor-zk: %s: %s (%d)\n", op, zerror(rc), rc);
+        zookeeper_close(zh);
+        return 1;
+    };
+
+    std::vector<std::int64_t> exists_rtt, create_rtt, delete_rtt, pair_rtt;
+    for (auto* v : {&exists_rtt, &create_rtt, &delete_rtt, &pair_rtt})
+        v->reserve(static_cast<std::size_t>(std::min<long long>(max_ops, 200'000)));
+    // One read; records its round trip when `into` is given. Returns ZOK or the error code.
+    const auto read_once = [&](std::vector<std::int64_t>* into) {
+        Stat st{};
+        const std::int64_t t0 = now_ns();
+        const int rc = zoo_exists(zh, "/", 0, &st);
+        const std::int64_t t1 = now_ns();
+        if (rc == ZOK && into != nullptr) into->push_back(t1 - t0);
+        return rc;
+    };
+    // One create + delete; records the three round trips when `record` is set.
+    const char* failed_op = "";
+    const auto write_once = [&](bool record) {
+        const std::int64_t t0 = now_ns();
+        int rc =
+            zoo_create(zh, prefix.c_str(), value.data(), static_cast<int>(value.size()),
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
+        const std::int64_t t1 = now_ns();
+        if (rc != ZOK) {
+            failed_op = "zoo_create(EPHEMERAL_SEQUENTIAL)";
+            return rc;
+        }
+        rc = zoo_delete(zh, created, -1);
+        const std::int64_t t2 = now_ns();
+        if (rc != ZOK) {
+            failed_op = "zoo_delete";
+            return rc;
+        }
+        if (record) {
+            create_rtt.push_back(t1 - t0);
+            delete_rtt.push_back(t2 - t1);
+            pair_rtt.push_back(t2 - t0);
+        }
+        return rc;
+    };
+    const std::int64_t block_ns = block_ms * 1'000'000;
+    const std::int64_t warm_end = now_ns() + static_cast<std::int64_t>(warmup_s * 1e9);
+    std::int64_t deadline = 0;
+    for (bool measured = false;;) {
+        std::int64_t t = now_ns();
+        if (!measured && t >= warm_end) {
+            measured = true;
+            deadline = t + static_cast<std::int64_t>(duration_s * 1e9);
+        }
+        if (measured && (t >= deadline || (static_cast<long long>(exists_rtt.size()) >= max_ops &&
+                                           static_cast<long long>(pair_rtt.size()) >= max_ops)))
+            break;
+        // A block of reads, then a block of writes; each block ends early at the deadline.
+        const std::int64_t phase_end = measured ? deadline : warm_end;
+        std::int64_t block_end = std::min(t + block_ns, phase_end);
+        auto* reads = measured ? &exists_rtt : nullptr;
+        do {
+            if (measured && static_cast<long long>(exists_rtt.size()) >= max_ops) break;
+            if (const int rc = read_once(reads); rc != ZOK) return fail("zoo_exists(\"/\")", rc);
+        } while (now_ns() < block_end);
+        block_end = std::min(now_ns() + block_ns, phase_end);
+        do {
+            if (measured && static_cast<long long>(pair_rtt.size()) >= max_ops) break;
+            if (const int rc = write_once(measured); rc != ZOK) return fail(failed_op, rc);
+        } while (now_ns() < block_end);
+    }
+    const int rc = zookeeper_close(zh);  // ends the session; no node of ours is left behind
+    if (rc != ZOK) std::fprintf(stderr, "dlock-bench-floor-zk: zookeeper_close: %s\n", zerror(rc));
+
+    const std::string tmp = out + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) {
+        std::perror(tmp.c_str());
+        return 1;
+    }
+    const std::pair<const char*, const std::vector<std::int64_t>*> all[] = {
+        {"zk_exists", &exists_rtt},
+        {"zk_create", &create_rtt},
+        {"zk_delete", &delete_rtt},
+        {"zk_create_delete", &pair_rtt}};
+    for (const auto& [what, v] : all)
+        for (const auto x : *v)
+            std::fprintf(f, "{\"what\":\"%s\",\"rtt_ns\":%lld}\n", what, static_cast<long long>(x));
+    for (const auto& [what, v] : all)
+        if (v != &exists_rtt) print_summary(f, "summary", what, summarise(*v));
+    print_summary(f, "done", "zk_exists", summarise(exists_rtt));
+    if (std::fclose(f) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0) {
+        std::perror(out.c_str());
+        return 1;
+    }
+    return 0;
+}
