@@ -29,6 +29,8 @@
 #include <hiredis/hiredis.h>
 #include <time.h>
 
+#include "stats.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -43,11 +45,9 @@
 
 namespace {
 
-std::int64_t now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+using dlock_bench::now_ns;
+using dlock_bench::summarise;
+using dlock_bench::summary;
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
@@ -56,13 +56,6 @@ std::int64_t now_ns() noexcept {
                  "[--max-ops N] [--warmup N] [--reference-s S] [--lua-dir DIR]\n",
                  why);
     std::exit(64);
-}
-
-std::int64_t nearest_rank(const std::vector<std::int64_t>& sorted, double p) {
-    if (sorted.empty()) return 0;
-    auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-    rank = std::clamp<std::size_t>(rank, 1, sorted.size());
-    return sorted[rank - 1];
 }
 
 bool ping(redisContext* c) {
@@ -103,34 +96,11 @@ std::string load_script(redisContext* c, const std::string& path) {
     return sha;
 }
 
-struct summary {
-    std::size_t n = 0;
-    std::int64_t p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
-};
-
-summary summarise(std::vector<std::int64_t> v) {
-    std::sort(v.begin(), v.end());
-    summary s;
-    s.n = v.size();
-    if (v.empty()) return s;
-    long double sum = 0;
-    for (const auto x : v) sum += static_cast<long double>(x);
-    s.p50 = nearest_rank(v, 50);
-    s.p90 = nearest_rank(v, 90);
-    s.p99 = nearest_rank(v, 99);
-    s.max = v.back();
-    s.mean = static_cast<std::int64_t>(sum / static_cast<long double>(v.size()));
-    return s;
-}
-
 void print_summary(std::FILE* f, const char* event, const char* what, const summary& s) {
-    std::fprintf(
-        f,
-        "{\"event\":\"%s\",\"what\":\"%s\",\"client\":\"hiredis %d.%d.%d sync\",\"n\":%zu,"
-        "\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld,\"mean_ns\":%lld}\n",
-        event, what, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, s.n,
-        static_cast<long long>(s.p50), static_cast<long long>(s.p90), static_cast<long long>(s.p99),
-        static_cast<long long>(s.max), static_cast<long long>(s.mean));
+    char client[64];
+    std::snprintf(client, sizeof client, "hiredis %d.%d.%d sync", HIREDIS_MAJOR, HIREDIS_MINOR,
+                  HIREDIS_PATCH);
+    dlock_bench::print_summary(f, event, what, client, s);
 }
 
 }  // namespace

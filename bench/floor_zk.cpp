@@ -43,6 +43,8 @@
 #include <zookeeper/zookeeper.h>
 #include <zookeeper/zookeeper_version.h>
 
+#include "stats.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -61,11 +63,9 @@
 
 namespace {
 
-std::int64_t now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+using dlock_bench::now_ns;
+using dlock_bench::summarise;
+using dlock_bench::summary;
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
@@ -77,41 +77,9 @@ std::int64_t now_ns() noexcept {
     std::exit(64);
 }
 
-std::int64_t nearest_rank(const std::vector<std::int64_t>& sorted, double p) {
-    if (sorted.empty()) return 0;
-    auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-    rank = std::clamp<std::size_t>(rank, 1, sorted.size());
-    return sorted[rank - 1];
-}
-
-struct summary {
-    std::size_t n = 0;
-    std::int64_t p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
-};
-
-summary summarise(std::vector<std::int64_t> v) {
-    std::sort(v.begin(), v.end());
-    summary s;
-    s.n = v.size();
-    if (v.empty()) return s;
-    long double sum = 0;
-    for (const auto x : v) sum += static_cast<long double>(x);
-    s.p50 = nearest_rank(v, 50);
-    s.p90 = nearest_rank(v, 90);
-    s.p99 = nearest_rank(v, 99);
-    s.max = v.back();
-    s.mean = static_cast<std::int64_t>(sum / static_cast<long double>(v.size()));
-    return s;
-}
-
 void print_summary(std::FILE* f, const char* event, const char* what, const summary& s) {
-    std::fprintf(
-        f,
-        "{\"event\":\"%s\",\"what\":\"%s\",\"client\":\"libzookeeper_mt %s sync\",\"n\":%zu,"
-        "\"p50_ns\":%lld,\"p90_ns\":%lld,\"p99_ns\":%lld,\"max_ns\":%lld,\"mean_ns\":%lld}\n",
-        event, what, ZOO_VERSION, s.n, static_cast<long long>(s.p50), static_cast<long long>(s.p90),
-        static_cast<long long>(s.p99), static_cast<long long>(s.max),
-        static_cast<long long>(s.mean));
+    const std::string client = std::string("libzookeeper_mt ") + ZOO_VERSION + " sync";
+    dlock_bench::print_summary(f, event, what, client.c_str(), s);
 }
 
 const char* state_name(int state) {

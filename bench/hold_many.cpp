@@ -15,6 +15,8 @@
 //                         [--mode mutex|redlock] [--locks N] [--lease-ms L] [--hold-s S]
 //
 // FILE gets one JSON object per line: {"event":"done", ...} with every figure (last line).
+#include "stats.hpp"
+
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
@@ -38,11 +40,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+using dlock_bench::now_ns;  // CLOCK_MONOTONIC in nanoseconds (§2)
 
 long vm_rss_kb() {
     std::ifstream status("/proc/self/status");

@@ -23,6 +23,8 @@
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
+#include "stats.hpp"
+
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
@@ -58,12 +60,7 @@ constexpr int exit_failed = 1;                 // no file written: warm-up or wr
 constexpr long max_errors = 1000;              // §3 rule 2
 constexpr std::size_t max_error_events = 100;  // error events kept for the file (all are counted)
 
-/// CLOCK_MONOTONIC in nanoseconds (§2).
-std::int64_t now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+using dlock_bench::now_ns;  // CLOCK_MONOTONIC in nanoseconds (§2)
 
 struct config {
     std::string mode = "mutex";
