@@ -169,9 +169,13 @@ private:
     }
 
     /// Takes the lock on a helper thread while this one shows progress and watches for signals.
-    /// acquire() has no cancellation, so giving up on a signal ends the process (give_up()).
+    /// A signal cancels the wait (lock_options::cancel) and ends the process (give_up()).
     dlock::lease acquire() {
-        const dlock::lock_options lock{.lease = o_.lease, .wait = o_.wait, .max_hold = o_.max_hold};
+        std::stop_source cancel;
+        const dlock::lock_options lock{.lease = o_.lease,
+                                       .wait = o_.wait,
+                                       .max_hold = o_.max_hold,
+                                       .cancel = cancel.get_token()};
         acquisition result;
         wake_flag done;
         std::jthread helper([&] {
@@ -209,7 +213,7 @@ private:
                     const int sig = static_cast<int>(info->ssi_signo);
                     if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCHLD)
                         continue;  // no command yet
-                    give_up(sig, result);
+                    give_up(sig, result, helper, cancel);
                 }
             }
             if (!console_.status_enabled() || !waiting_.load()) continue;
@@ -278,20 +282,20 @@ private:
         return pttls[quorum - 1];
     }
 
-    /// A signal arrived while waiting for the lock: stop waiting and end as that signal would.
-    [[noreturn]] void give_up(int sig, acquisition& result) {
+    /// A signal arrived while waiting for the lock: cancel the wait, hand back a grant that won
+    /// the race, and end as that signal would.
+    [[noreturn]] void give_up(int sig, acquisition& result, std::jthread& helper,
+                              std::stop_source& cancel) {
         console_.clear_status();
+        cancel.request_stop();
+        helper.join();  // prompt: the wait ends at once; an attempt in flight finishes first
         std::unique_lock guard(result.mutex);
-        if (result.done && result.lease) {
-            // Granted just now: hand it back rather than leave it to expire.
+        if (result.lease) {
             std::error_code ec;
             result.lease.release(ec);
-        } else {
-            // The acquire on the helper thread cannot be cancelled. If the server grants it in
-            // the next instant, that grant expires with its lease (--lease).
-            console_.note(
-                fmt::format("{} while waiting for \"{}\"; gave up", signal_name(sig), o_.name));
         }
+        console_.note(
+            fmt::format("{} while waiting for \"{}\"; gave up", signal_name(sig), o_.name));
         die_by_signal(sig);
     }
 
