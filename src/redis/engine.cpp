@@ -25,6 +25,11 @@ namespace {
 std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
 /// The reply of the acquire script: {1, fencing token} or {0, holder's remaining ms}.
+/// One call, shared by every server's batch.
+std::shared_ptr<const std::vector<script_call>> one_call(script_call call) {
+    return std::make_shared<const std::vector<script_call>>(1, std::move(call));
+}
+
 bool is_acquire_reply(const reply& r) noexcept {
     return r.type == reply::kind::array && r.elements.size() == 2 &&
            r.elements[0].type == reply::kind::integer && r.elements[1].type == reply::kind::integer;
@@ -211,6 +216,8 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
     std::vector<script_batch> batches;
     conns.reserve(servers_.size());
     batches.reserve(servers_.size());
+    const auto call =
+        one_call({&acquire_script(), {key(name), fence(name)}, {token, ms_text(lease)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         auto* conn = conns.back().get();
@@ -218,9 +225,7 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
         // dead or slow server costs only that (docs/redlock.md).
         const auto deadline =
             single ? conn->default_deadline() : deadline_after(sent, node_timeout);
-        batches.push_back({conn,
-                           {{&acquire_script(), {key(name), fence(name)}, {token, ms_text(lease)}}},
-                           deadline});
+        batches.push_back({conn, call, deadline});
     }
     run_everywhere(batches);
 
@@ -229,7 +234,7 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
         if (!b.ec && !is_acquire_reply(b.replies.front()))
-            script_error(b.calls.front(), b.replies.front(), *b.conn, b.ec);
+            script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
         if (b.ec) {
             if (b.error.empty()) b.error = dlock::detail::message_for(b.ec);
             if (!out.error) out.error = b.ec;
@@ -254,13 +259,13 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
             // Fencing write-back: the grant counts only once a quorum holds a counter >= token
             // (docs/redlock.md, "Fencing tokens across independent counters").
             std::vector<script_batch> raises;
+            const auto raise = one_call({&raise_fence_script(),
+                                         {key(name), fence(name)},
+                                         {token, std::to_string(token_value)}});
             for (std::size_t i = 0; i < servers_.size(); ++i) {
                 if (counters[i] == token_value) continue;
-                raises.push_back({batches[i].conn,
-                                  {{&raise_fence_script(),
-                                    {key(name), fence(name)},
-                                    {token, std::to_string(token_value)}}},
-                                  deadline_after(steady::now(), node_timeout)});
+                raises.push_back(
+                    {batches[i].conn, raise, deadline_after(steady::now(), node_timeout)});
             }
             run_everywhere(raises);
             for (const auto& r : raises) {
@@ -288,11 +293,10 @@ void engine::release_everywhere(std::string_view name, const std::string& token,
     std::vector<script_batch> batches;
     const auto deadline = deadline_after(
         steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
+    const auto call = one_call({&release_script(), {key(name)}, {token, channel(name)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
-        batches.push_back({conns.back().get(),
-                           {{&release_script(), {key(name)}, {token, channel(name)}}},
-                           deadline});
+        batches.push_back({conns.back().get(), call, deadline});
     }
     run_everywhere(batches);
 }
@@ -401,13 +405,13 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         // our key there simply expires.
         const auto redlock_deadline =
             deadline_after(steady::now(), node_timeout_for(lease.plan().lease));
+        const auto call = one_call(
+            {&release_script(), {key(lease.name())}, {lease.token(), channel(lease.name())}});
         for (auto& s : servers_) {
             conns.emplace_back(*s);
             auto* conn = conns.back().get();
             batches.push_back(
-                {conn,
-                 {{&release_script(), {key(lease.name())}, {lease.token(), channel(lease.name())}}},
-                 servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
+                {conn, call, servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
         }
         run_everywhere(batches);
         lease.mark_released();
@@ -415,7 +419,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         std::string failures;
         for (auto& b : batches) {
             if (!b.ec && b.replies.front().type != reply::kind::integer) {
-                script_error(b.calls.front(), b.replies.front(), *b.conn, b.ec);
+                script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
                 b.error = dlock::detail::message_for(b.ec);
             }
             if (b.ec) {
@@ -503,17 +507,16 @@ steady::time_point engine::renew_due(steady::time_point now) {
         // time.
         auto latest = steady::time_point::max();
         for (const auto& d : due) latest = std::min(latest, d.lease->valid_until());
+        auto calls = std::make_shared<std::vector<script_call>>();
+        calls->reserve(due.size());
+        for (const auto& d : due) {
+            calls->push_back(
+                {&renew_script(), {key(d.lease->name())}, {d.lease->token(), ms_text(d.request)}});
+        }
         std::vector<script_batch> batches;
         for (auto& s : servers_) {
-            script_batch b{
-                s->renew_conn.get(), {}, std::min(s->renew_conn->default_deadline(), latest)};
-            b.calls.reserve(due.size());
-            for (const auto& d : due) {
-                b.calls.push_back({&renew_script(),
-                                   {key(d.lease->name())},
-                                   {d.lease->token(), ms_text(d.request)}});
-            }
-            batches.push_back(std::move(b));
+            batches.push_back(
+                {s->renew_conn.get(), calls, std::min(s->renew_conn->default_deadline(), latest)});
         }
         run_everywhere(batches);
         std::string failures;

@@ -49,11 +49,11 @@ void run_everywhere(std::span<script_batch> batches) {
     std::vector<exchange> first(batches.size());
     for (std::size_t b = 0; b < batches.size(); ++b) {
         auto& batch = batches[b];
-        nkeys[b].resize(batch.calls.size());
+        nkeys[b].resize(batch.calls->size());
         first[b].conn = batch.conn;
         first[b].deadline = batch.deadline;
-        for (std::size_t i = 0; i < batch.calls.size(); ++i) {
-            first[b].commands.push_back(eval_command(batch.calls[i], nkeys[b][i], true));
+        for (std::size_t i = 0; i < batch.calls->size(); ++i) {
+            first[b].commands.push_back(eval_command((*batch.calls)[i], nkeys[b][i], true));
         }
     }
     exchange_all(first);
@@ -74,7 +74,7 @@ void run_everywhere(std::span<script_batch> batches) {
         if (missing.empty()) continue;
         exchange x{batch.conn, {}, batch.deadline};
         for (const auto i : missing)
-            x.commands.push_back(eval_command(batch.calls[i], nkeys[b][i], false));
+            x.commands.push_back(eval_command((*batch.calls)[i], nkeys[b][i], false));
         second.push_back(std::move(x));
         retried.emplace_back(b, std::move(missing));
     }
@@ -96,7 +96,8 @@ void run_everywhere(std::span<script_batch> batches) {
 
 std::vector<reply> run_scripts(connection& conn, const std::vector<script_call>& calls,
                                std::error_code& ec, steady::time_point latest) {
-    script_batch batch{&conn, calls, std::min(conn.default_deadline(), latest)};
+    script_batch batch{&conn, std::make_shared<const std::vector<script_call>>(calls),
+                       std::min(conn.default_deadline(), latest)};
     run_everywhere({&batch, 1});
     if (batch.ec) dlock::detail::fail(ec, batch.ec, batch.error);
     return std::move(batch.replies);

@@ -3,6 +3,7 @@
 // without an extra round trip in the common case. Scripts can run on several servers at once.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,7 +36,8 @@ struct script_call {
 /// One server's batch of script calls in run_everywhere.
 struct script_batch {
     connection* conn = nullptr;
-    std::vector<script_call> calls{};
+    /// Shared, because every server of a fan-out runs the same calls (10,000 renewals x N).
+    std::shared_ptr<const std::vector<script_call>> calls{};
     steady::time_point deadline{};
     std::vector<reply> replies{};  ///< one per call, on success
     std::error_code ec{};          ///< transport/protocol/auth failure
