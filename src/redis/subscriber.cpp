@@ -100,14 +100,10 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
     if (!conn_->is_open()) {
         std::error_code ec;
         conn_->open(ec, latest);  // bounded by connect_timeout and by the caller
-        if (ec && servers_.size() > 1) {
-            server_ = (server_ + 1) % servers_.size();
-            conn_ = std::make_unique<connection>(servers_[server_]);
-        }
+        if (ec) move_to_next_server();
         std::lock_guard lock(mutex_);
         if (ec) {
-            backoff_ = std::clamp(backoff_ * 2, min_backoff, max_backoff);
-            reconnect_at_ = steady::now() + backoff_;
+            back_off_locked();
             return -1;
         }
         backoff_ = std::chrono::milliseconds{0};
@@ -189,12 +185,21 @@ void subscriber::dispatch(const reply& r) {
     changed_.notify_all();
 }
 
-void subscriber::reset_connection() {
+void subscriber::move_to_next_server() {
     conn_->close();
-    if (servers_.size() > 1) {  // try the next server: any of them carries every release
+    if (servers_.size() > 1) {  // any of them carries every release
         server_ = (server_ + 1) % servers_.size();
         conn_ = std::make_unique<connection>(servers_[server_]);
     }
+}
+
+void subscriber::back_off_locked() {
+    backoff_ = std::clamp(backoff_ * 2, min_backoff, max_backoff);
+    reconnect_at_ = steady::now() + backoff_;
+}
+
+void subscriber::reset_connection() {
+    move_to_next_server();
     {
         std::lock_guard lock(mutex_);
         for (auto& [name, ch] : channels_) {
@@ -203,8 +208,7 @@ void subscriber::reset_connection() {
             ++ch.generation;  // wake waiters: they retry now and fall back on the lease bound
         }
         dirty_ = true;
-        backoff_ = std::clamp(backoff_ * 2, min_backoff, max_backoff);
-        reconnect_at_ = steady::now() + backoff_;
+        back_off_locked();
     }
     changed_.notify_all();
 }
@@ -231,11 +235,6 @@ void subscriber::wake_all() {
         for (auto& [name, ch] : channels_) ++ch.generation;
     }
     changed_.notify_all();
-}
-
-std::size_t subscriber::channel_count() const {
-    std::lock_guard lock(mutex_);
-    return channels_.size();
 }
 
 }  // namespace dlock::redis::detail

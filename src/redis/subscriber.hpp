@@ -61,8 +61,6 @@ public:
     void wake_all();
     /// Makes every sleeping waiter re-check its predicate (a cancel was requested).
     void interrupt();
-    /// Number of channels with waiters (for tests and status).
-    std::size_t channel_count() const;
 
 private:
     struct channel_state {
@@ -75,6 +73,10 @@ private:
     steady::time_point next_linger_expiry_locked() const;
     void dispatch(const reply& r);
     void reset_connection();
+    /// Closes the connection; with several servers the next attempt goes to the next one.
+    void move_to_next_server();
+    /// Doubles the reconnect delay (within [min, max]) and schedules the next attempt.
+    void back_off_locked();
 
     const std::vector<connection_settings> servers_;
     std::function<void()> wake_;
