@@ -38,13 +38,14 @@ bool percent_decode(std::string_view in, std::string& out) {
     return true;
 }
 
-/// `url` with its password replaced by "***", so error messages can quote it.
-std::string redacted(std::string_view url) {
+}  // namespace
+
+std::string redact_url(std::string_view url) {
     std::string out(url);
     const auto start = out.find("://");
     if (start == std::string::npos) return out;
     const auto authority_begin = start + 3;
-    const auto authority_end = out.find('/', authority_begin);
+    const auto authority_end = out.find_first_of("/?", authority_begin);
     const auto at = out.rfind('@', authority_end == std::string::npos ? out.size() : authority_end);
     if (at == std::string::npos || at < authority_begin) return out;
     const auto colon = out.find(':', authority_begin);
@@ -54,8 +55,6 @@ std::string redacted(std::string_view url) {
     out.replace(secret_begin, at - secret_begin, "***");
     return out;
 }
-
-}  // namespace
 
 std::string redis_endpoint::describe() const {
     if (kind == transport::unix_socket) return path;
@@ -67,7 +66,7 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
     ec.clear();
     redis_endpoint ep;
     const auto bad = [&](const std::string& why) {
-        fail(ec, errc::invalid_argument, "client_options.url \"" + redacted(url) + "\": " + why);
+        fail(ec, errc::invalid_argument, "client_options.url \"" + redact_url(url) + "\": " + why);
         return redis_endpoint{};
     };
     const auto scheme_end = url.find("://");

@@ -26,6 +26,9 @@ struct redis_endpoint {
     std::string describe() const;
 };
 
+/// `url` with its password replaced by "***", so messages can quote it.
+std::string redact_url(std::string_view url);
+
 /// Parses `url`; on failure sets ec to errc::invalid_argument with a message naming the problem.
 redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec);
 

@@ -75,6 +75,8 @@ std::string client::release_channel(std::string_view name) const {
     return impl_->engine->channel(name);
 }
 
+std::string redact_url(std::string_view url) { return dlock::detail::redact_url(url); }
+
 const char* to_string(reply::kind kind) noexcept {
     switch (kind) {
         case reply::kind::nil: return "nil";

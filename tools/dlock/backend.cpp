@@ -41,21 +41,6 @@ std::string default_url() {
     return url.empty() ? "redis://127.0.0.1:6379" : url;
 }
 
-std::string redact_url(std::string_view url) {
-    std::string out(url);
-    const auto scheme_end = out.find("://");
-    if (scheme_end == std::string::npos) return out;
-    const auto begin = scheme_end + 3;
-    const auto end = out.find_first_of("/?", begin);
-    const auto at = out.rfind('@', end == std::string::npos ? std::string::npos : end);
-    if (at == std::string::npos || at < begin) return out;
-    // "user:password@" keeps the user; a lone "secret@" is a password.
-    const auto colon = out.find(':', begin);
-    const auto secret = (colon != std::string::npos && colon < at) ? colon + 1 : begin;
-    out.replace(secret, at - secret, "***");
-    return out;
-}
-
 service_url parse_service_url(std::string_view url) {
     const auto scheme_end = url.find("://");
     if (scheme_end == std::string_view::npos) return {false, {std::string(url)}};

@@ -28,7 +28,7 @@ namespace dlock::cli {
 std::string default_url();
 
 /// `url` with any password replaced by "***", for messages and `dlock status` output.
-std::string redact_url(std::string_view url);
+using dlock::redis::redact_url;
 
 /// What a --url names, before anything is connected.
 struct service_url {

@@ -49,6 +49,10 @@ struct client_options {
     std::function<void(std::error_code, std::string_view what)> error_handler{};
 };
 
+/// `url` with any password replaced by "***", for logs and messages (error messages of this
+/// library already redact URLs).
+std::string redact_url(std::string_view url);
+
 class client final : public dlock::backend {
 public:
     /// Validates the options and parses the URL (errc::invalid_argument / errc::unsupported);
