@@ -19,6 +19,29 @@ lease backend::acquire(std::string_view name, const lock_options& options,
                          ec);
 }
 
+const char* to_string(lock_kind kind) noexcept {
+    switch (kind) {
+        case lock_kind::exclusive: return "exclusive";
+        case lock_kind::reentrant: return "reentrant";
+        case lock_kind::fair: return "fair";
+        case lock_kind::read: return "read";
+        case lock_kind::write: return "write";
+        case lock_kind::permits: return "permits";
+    }
+    return "unknown";
+}
+
+void backend::set_permits(std::string_view name, std::uint32_t permits) {
+    std::error_code ec;
+    set_permits(name, permits, ec);
+    detail::throw_if(ec);
+}
+
+void backend::set_permits(std::string_view name, std::uint32_t, std::error_code& ec) noexcept {
+    detail::fail(ec, errc::unsupported,
+                 "semaphore \"" + std::string(name) + "\": this backend has no semaphore");
+}
+
 mutex::mutex(backend& backend, std::string name, lock_options options)
     : backend_(backend), name_(std::move(name)), options_(std::move(options)) {
     std::error_code ec;

@@ -35,14 +35,15 @@ client::client(client&&) noexcept = default;
 client& client::operator=(client&&) noexcept = default;
 client::~client() = default;
 
-lease client::acquire_until(std::string_view name, const lock_options& options,
+lease client::acquire_until(std::string_view name, const lock_request& request,
+                            const lock_options& options,
                             std::chrono::steady_clock::time_point deadline,
                             std::error_code& ec) noexcept {
     if (!impl_) {
         fail(ec, errc::invalid_argument, "acquire on a moved-from client");
         return {};
     }
-    return impl_->engine->acquire_until(name, options, deadline, ec);
+    return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 
 reply client::command(const std::vector<std::string>& args) {

@@ -301,10 +301,16 @@ void engine::release_everywhere(std::string_view name, const std::string& token,
     run_everywhere(batches);
 }
 
-dlock::lease engine::acquire_until(std::string_view name, const lock_options& options,
-                                   steady::time_point deadline, std::error_code& ec) noexcept {
+dlock::lease engine::acquire_until(std::string_view name, const lock_request& request,
+                                   const lock_options& options, steady::time_point deadline,
+                                   std::error_code& ec) noexcept {
     ec.clear();
     try {
+        if (request.kind != lock_kind::exclusive) {
+            fail(ec, errc::unsupported,
+                 std::string("lock kind ") + to_string(request.kind) + " is not built yet");
+            return {};
+        }
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
         if (ec) return {};

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <dlock/backend.hpp>
 #include <dlock/event.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
@@ -55,8 +56,9 @@ public:
     /// Joins the background thread; leases still alive are reported lost (nobody renews them).
     void stop() noexcept;
 
-    dlock::lease acquire_until(std::string_view name, const lock_options& options,
-                               steady::time_point deadline, std::error_code& ec) noexcept;
+    dlock::lease acquire_until(std::string_view name, const lock_request& request,
+                               const lock_options& options, steady::time_point deadline,
+                               std::error_code& ec) noexcept;
     /// Runs a command on server 0 (the single-instance client's command()).
     reply command(const std::vector<std::string>& args, std::error_code& ec) noexcept;
 

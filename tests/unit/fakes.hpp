@@ -65,12 +65,15 @@ public:
 /// whatever the deadline. `fail_with` makes the next acquire fail with that code instead.
 class fake_backend final : public dlock::backend {
 public:
+    using dlock::backend::acquire_until;
     [[nodiscard]] dlock::lease acquire_until(std::string_view name,
+                                             const dlock::lock_request& request,
                                              const dlock::lock_options& options,
                                              std::chrono::steady_clock::time_point deadline,
                                              std::error_code& ec) noexcept override {
         ec.clear();
         ++attempts;
+        requests.push_back(request);
         deadlines.push_back(deadline);
         if (fail_with) {
             const auto code = std::exchange(fail_with, {});
@@ -89,6 +92,7 @@ public:
 
     std::shared_ptr<fake_owner> owner = std::make_shared<fake_owner>();
     std::vector<std::chrono::steady_clock::time_point> deadlines;
+    std::vector<dlock::lock_request> requests;
     std::error_code fail_with;
     std::uint64_t fencing = 0;
     int attempts = 0;

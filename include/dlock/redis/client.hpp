@@ -69,10 +69,12 @@ public:
 
     /// See dlock::backend::acquire_until. One round trip when the lock is free: a script does
     /// SET NX PX and increments the lock's fence counter atomically.
-    [[nodiscard]] lease acquire_until(std::string_view name, const lock_options& options,
+    [[nodiscard]] lease acquire_until(std::string_view name, const lock_request& request,
+                                      const lock_options& options,
                                       std::chrono::steady_clock::time_point deadline,
                                       std::error_code& ec) noexcept override;
     using dlock::backend::acquire;
+    using dlock::backend::acquire_until;
 
     /// Runs one Redis command on a pooled connection (e.g. {"INCRBY", "stock", "-1"}), bounded by
     /// command_timeout. An error reply is returned as reply::kind::error, not thrown; transport

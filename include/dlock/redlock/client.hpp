@@ -66,10 +66,12 @@ public:
     /// See dlock::backend::acquire_until and docs/redlock.md. Contention ends in errc::timeout /
     /// attempts_exhausted; fewer than a quorum of servers answering is errc::quorum_unreachable,
     /// whose message names each failed server.
-    [[nodiscard]] lease acquire_until(std::string_view name, const lock_options& options,
+    [[nodiscard]] lease acquire_until(std::string_view name, const lock_request& request,
+                                      const lock_options& options,
                                       std::chrono::steady_clock::time_point deadline,
                                       std::error_code& ec) noexcept override;
     using dlock::backend::acquire;
+    using dlock::backend::acquire_until;
 
     /// Number of servers and the quorum (N/2+1).
     std::size_t size() const noexcept;
