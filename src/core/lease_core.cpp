@@ -7,11 +7,12 @@ namespace dlock::detail {
 
 lease_core::lease_core(std::shared_ptr<lease_owner> owner, std::string name, std::string token,
                        std::uint64_t fencing_token, const lock_options& options,
-                       steady::time_point granted, steady::time_point valid_until)
+                       steady::time_point granted, steady::time_point valid_until, lock_kind kind)
     : owner_(std::move(owner)),
       name_(std::move(name)),
       token_(std::move(token)),
       fencing_token_(fencing_token),
+      kind_(kind),
       plan_(make_renewal_plan(options)),
       granted_(granted),
       on_lost_(options.on_lost),

@@ -14,6 +14,7 @@
 #include <string>
 #include <system_error>
 
+#include <dlock/backend.hpp>
 #include <dlock/error.hpp>
 #include <dlock/event.hpp>
 #include <dlock/lease.hpp>
@@ -43,11 +44,12 @@ class lease_core {
 public:
     lease_core(std::shared_ptr<lease_owner> owner, std::string name, std::string token,
                std::uint64_t fencing_token, const lock_options& options, steady::time_point granted,
-               steady::time_point valid_until);
+               steady::time_point valid_until, lock_kind kind = lock_kind::exclusive);
 
     const std::string& name() const noexcept { return name_; }
     const std::string& token() const noexcept { return token_; }
     std::uint64_t fencing_token() const noexcept { return fencing_token_; }
+    lock_kind kind() const noexcept { return kind_; }
     const renewal_plan& plan() const noexcept { return plan_; }
     steady::time_point granted_at() const noexcept { return granted_; }
     lease_owner& owner() const noexcept { return *owner_; }
@@ -72,6 +74,7 @@ private:
     const std::string name_;
     const std::string token_;
     const std::uint64_t fencing_token_;
+    const lock_kind kind_;
     const renewal_plan plan_;
     const steady::time_point granted_;
     std::function<void(std::error_code)> on_lost_;

@@ -207,8 +207,18 @@ std::chrono::milliseconds engine::node_timeout_for(std::chrono::milliseconds lea
     return std::clamp(lease / 200, std::chrono::milliseconds(5), std::chrono::milliseconds(50));
 }
 
-engine::attempt_outcome engine::attempt(std::string_view name, const std::string& token,
-                                        std::chrono::milliseconds lease,
+std::vector<std::string> engine::keys(const lock_protocol& protocol, std::string_view name) const {
+    std::vector<std::string> out;
+    out.reserve(1 + protocol.key_suffixes.size());
+    out.push_back(key(name));
+    for (const auto suffix : protocol.key_suffixes)
+        out.push_back(out.front() + std::string(suffix));
+    return out;
+}
+
+engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::string_view name,
+                                        const std::string& token, std::chrono::milliseconds lease,
+                                        const lock_request& request,
                                         std::chrono::milliseconds node_timeout) {
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
@@ -216,8 +226,11 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
     std::vector<script_batch> batches;
     conns.reserve(servers_.size());
     batches.reserve(servers_.size());
-    const auto call =
-        one_call({&acquire_script(), {key(name), fence(name)}, {token, ms_text(lease)}});
+    const auto call = one_call(
+        {protocol.acquire,
+         keys(protocol, name),
+         {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
+          ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0"}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         auto* conn = conns.back().get();
@@ -283,17 +296,39 @@ engine::attempt_outcome engine::attempt(std::string_view name, const std::string
     }
     // Not granted: undo whatever landed, on every server, including those that did not answer
     // (their SET may have arrived after our deadline). Compare-and-delete touches only our token.
-    if (out.granting > 0 || !out.failures.empty()) release_everywhere(name, token, node_timeout);
+    // A re-entry that failed holds nothing of its own; a queued waiter leaves through leave_queue.
+    if ((out.granting > 0 || !out.failures.empty()) && !request.reenter && !protocol.queued)
+        release_everywhere(protocol, name, token, node_timeout);
     return out;
 }
 
-void engine::release_everywhere(std::string_view name, const std::string& token,
-                                std::chrono::milliseconds node_timeout) {
+void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
+                         const std::string& token) noexcept {
+    try {
+        pooled conn(*servers_.front());
+        std::error_code ec;
+        const auto r = run_script(
+            *conn.get(),
+            {protocol.leave, keys(protocol, name), {token, channel(name), ms_text(handoff_lease)}},
+            ec);
+        if (ec) {
+            report_error(ec, "leaving the queue of \"" + std::string(name) +
+                                 "\" failed; the entry expires with its liveness deadline: " +
+                                 dlock::detail::message_for(ec));
+        }
+    } catch (...) {
+        // Out of memory: the queue entry expires with its liveness deadline.
+    }
+}
+
+void engine::release_everywhere(const lock_protocol& protocol, std::string_view name,
+                                const std::string& token, std::chrono::milliseconds node_timeout) {
     std::vector<pooled> conns;
     std::vector<script_batch> batches;
     const auto deadline = deadline_after(
         steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
-    const auto call = one_call({&release_script(), {key(name)}, {token, channel(name)}});
+    const auto call = one_call(
+        {protocol.release, keys(protocol, name), {token, channel(name), ms_text(handoff_lease)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         batches.push_back({conns.back().get(), call, deadline});
@@ -301,74 +336,143 @@ void engine::release_everywhere(std::string_view name, const std::string& token,
     run_everywhere(batches);
 }
 
+dlock::lease engine::grant(std::string_view name, const std::string& token, std::uint64_t fence,
+                           const lock_options& options, lock_kind kind, steady::time_point sent,
+                           steady::time_point valid_until, bool renew_now) {
+    auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token, fence,
+                                             options, sent, valid_until, kind);
+    track(core, renew_now);
+    notify({event_kind::acquired, name, fence, {}, steady::now()});
+    return dlock::detail::lease_access::make(std::move(core));
+}
+
+dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view name,
+                             const lease& held, const lock_options& options, std::error_code& ec) {
+    const auto* core = dlock::detail::lease_access::core(held);
+    if (!core || &core->owner() != this || core->name() != name ||
+        core->kind() != lock_kind::reentrant) {
+        fail(ec, errc::invalid_argument,
+             "lock_request.reenter of \"" + std::string(name) +
+                 "\" must be a reentrant lease of the same lock from the same client");
+        return {};
+    }
+    const auto plan = dlock::detail::make_renewal_plan(options);
+    const auto sent = steady::now();
+    const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
+    lock_request request;
+    request.kind = lock_kind::reentrant;
+    request.reenter = &held;
+    const auto result =
+        attempt(protocol, name, core->token(), lease_ms, request, node_timeout_for(lease_ms));
+    if (result.granted) {
+        return grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant, sent,
+                     dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+    }
+    if (result.error) {
+        fail(ec, result.error, result.failures);
+    } else {
+        fail(ec, errc::lock_lost,
+             "re-entering \"" + std::string(name) + "\": this owner no longer holds it");
+    }
+    return {};
+}
+
 dlock::lease engine::acquire_until(std::string_view name, const lock_request& request,
                                    const lock_options& options, steady::time_point deadline,
                                    std::error_code& ec) noexcept {
     ec.clear();
     try {
-        if (request.kind != lock_kind::exclusive) {
-            fail(ec, errc::unsupported,
-                 std::string("lock kind ") + to_string(request.kind) + " is not built yet");
-            return {};
-        }
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
         if (ec) return {};
+        const auto* protocol = protocol_for(request.kind);
+        if (!protocol || (request.kind != lock_kind::exclusive && servers_.size() > 1)) {
+            fail(ec, errc::unsupported,
+                 std::string("lock \"") + std::string(name) + "\": the " + to_string(request.kind) +
+                     " lock kind is not available " +
+                     (servers_.size() > 1 ? "on Redlock (only dlock::mutex is)" : "in this build"));
+            return {};
+        }
+        if (request.kind == lock_kind::permits &&
+            (request.count < 1 || request.limit < request.count)) {
+            fail(ec, errc::invalid_argument,
+                 "semaphore \"" + std::string(name) + "\": lock_request.count (" +
+                     std::to_string(request.count) + ") must be >= 1 and <= limit (" +
+                     std::to_string(request.limit) + ")");
+            return {};
+        }
+        if (request.reenter) {
+            if (request.kind != lock_kind::reentrant) {
+                fail(ec, errc::invalid_argument,
+                     "lock_request.reenter is only for the reentrant kind");
+                return {};
+            }
+            return reenter(*protocol, name, *request.reenter, options, ec);
+        }
         const auto plan = dlock::detail::make_renewal_plan(options);
         const auto node_timeout = node_timeout_for(options.lease);
         std::optional<subscriber::registration> waiting;
         unsigned attempts = 0;
+        // A queued waiter keeps one token: it is its place in the queue and its hand-off channel.
+        std::string token = dlock::detail::random_token();
+        const auto handoff_channel = channel(name) + ":" + token;
+        bool enqueued = false;
+        auto refreshed_at = steady::time_point::min();  // send time of the last "not yet" reply
+        const auto give_up = [&](std::error_code code, const std::string& why) {
+            if (enqueued) leave_queue(*protocol, name, token);
+            fail(ec, code, why);
+            return dlock::lease{};
+        };
         for (;;) {
             // Read the generation BEFORE the attempt: a release after a failed attempt bumps it.
             const auto seen = waiting ? waiting->generation() : 0;
-            const auto token = dlock::detail::random_token();
+            if (!protocol->queued && attempts > 0) token = dlock::detail::random_token();
             const auto sent = steady::now();
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
             if (options.cancel.stop_requested()) {
-                fail(ec, errc::canceled,
-                     "waiting for lock \"" + std::string(name) + "\" was canceled");
-                return {};
+                return give_up(make_error_code(errc::canceled),
+                               "waiting for lock \"" + std::string(name) + "\" was canceled");
             }
-            const auto result = attempt(name, token, lease_ms, node_timeout);
+            const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout);
             ++attempts;
             if (result.granted) {
-                auto core = std::make_shared<lease_core>(
-                    shared_from_this(), std::string(name), token, result.fencing_token, options,
-                    sent, dlock::detail::valid_until(sent, lease_ms, config_.drift));
-                track(core);
-                notify({event_kind::acquired, name, result.fencing_token, {}, steady::now()});
-                return dlock::detail::lease_access::make(std::move(core));
+                return grant(name, token, result.fencing_token, options, request.kind, sent,
+                             dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
             }
             if (result.granting + result.holding < quorum()) {
                 // Not contention: too few servers answered for any quorum.
-                if (servers_.size() == 1) {
-                    fail(ec, result.error, result.failures);
-                } else {
-                    fail(ec, errc::quorum_unreachable,
-                         "lock \"" + std::string(name) + "\": no quorum (" +
-                             std::to_string(quorum()) + " of " + std::to_string(servers_.size()) +
-                             ") could be reached: " + result.failures);
+                std::error_code code = result.error;
+                std::string why = result.failures;
+                if (servers_.size() > 1) {
+                    code = make_error_code(errc::quorum_unreachable);
+                    why = "lock \"" + std::string(name) + "\": no quorum (" +
+                          std::to_string(quorum()) + " of " + std::to_string(servers_.size()) +
+                          ") could be reached: " + result.failures;
                 }
+                give_up(code, why);
                 notify({event_kind::error, name, 0, ec, steady::now()});
                 return {};
             }
-            const auto now = steady::now();
+            if (protocol->queued) {
+                enqueued = true;
+                refreshed_at = sent;
+            }
+            auto now = steady::now();
             if (options.max_attempts && attempts >= *options.max_attempts) {
-                fail(ec, errc::attempts_exhausted,
-                     "lock \"" + std::string(name) + "\" still held after " +
-                         std::to_string(attempts) + " attempts");
-                return {};
+                return give_up(make_error_code(errc::attempts_exhausted),
+                               "lock \"" + std::string(name) + "\" still held after " +
+                                   std::to_string(attempts) + " attempts");
             }
             if (now >= deadline) {
-                fail(ec, errc::timeout,
-                     "lock \"" + std::string(name) + "\" is held by someone else");
-                return {};
+                return give_up(make_error_code(errc::timeout),
+                               "lock \"" + std::string(name) + "\" is held by someone else");
             }
             if (!waiting) {
-                // Register for the release notification, then attempt again at once: a release
-                // between the first attempt and the subscription is caught by that attempt.
+                // Register for the release (or hand-off) notification, then attempt again at
+                // once: a release between the first attempt and the subscription is caught by
+                // that attempt.
                 notify({event_kind::wait_started, name, 0, {}, now});
-                waiting.emplace(*subscriber_, channel(name));
+                waiting.emplace(*subscriber_, protocol->queued ? handoff_channel : channel(name));
                 waiting->wait_subscribed(
                     std::min(deadline, deadline_after(now, config_.command_timeout)),
                     options.cancel);
@@ -376,8 +480,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             }
             // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
             // bounds the sleep. Unknown expiry (a key set without one): re-check after our lease.
-            const auto fallback =
+            // A queued waiter also refreshes its liveness on time (that refresh is the bounded
+            // re-check for a missed hand-off).
+            auto fallback =
                 result.holder_ms >= 0 ? std::chrono::milliseconds(result.holder_ms) : lease_ms;
+            if (protocol->queued) fallback = std::min(fallback, waiter_liveness / 3);
             auto retry_at = deadline_after(now, fallback) +
                             std::chrono::nanoseconds(dlock::detail::random_jitter_ns(2'000'000));
             if (result.granting > 0) {
@@ -389,11 +496,27 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                                         dlock::detail::random_jitter_ns(spread)));
             }
             waiting->wait(seen, std::min(deadline, retry_at), options.cancel);
+            if (protocol->queued) {
+                // Direct hand-off: the releaser made us the owner and told us the fencing token,
+                // so no round trip is needed. The grant happened after the server answered our
+                // last refresh "not yet", so its lease counts from that refresh's send time.
+                const auto message = waiting->last_message();
+                constexpr std::string_view granted = "granted ";
+                if (message.starts_with(granted)) {
+                    const auto fence = std::stoull(message.substr(granted.size()));
+                    return grant(
+                        name, token, fence, options, request.kind, refreshed_at,
+                        dlock::detail::valid_until(refreshed_at, handoff_lease, config_.drift),
+                        true);
+                }
+            }
         }
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
     } catch (const std::system_error& e) {
         fail(ec, e.code(), e.what());
+    } catch (const std::exception& e) {
+        fail(ec, errc::protocol_error, e.what());  // a malformed hand-off message
     }
     return {};
 }
@@ -411,8 +534,11 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         // our key there simply expires.
         const auto redlock_deadline =
             deadline_after(steady::now(), node_timeout_for(lease.plan().lease));
-        const auto call = one_call(
-            {&release_script(), {key(lease.name())}, {lease.token(), channel(lease.name())}});
+        const auto* protocol = protocol_for(lease.kind());
+        const auto call =
+            one_call({protocol->release,
+                      keys(*protocol, lease.name()),
+                      {lease.token(), channel(lease.name()), ms_text(handoff_lease)}});
         for (auto& s : servers_) {
             conns.emplace_back(*s);
             auto* conn = conns.back().get();
@@ -459,13 +585,15 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     }
 }
 
-void engine::track(const std::shared_ptr<lease_core>& lease) {
-    const auto next = std::min(
-        dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), lease->granted_at()),
-        lease->valid_until());
+void engine::track(const std::shared_ptr<lease_core>& lease, bool renew_now) {
+    const auto next = renew_now
+                          ? steady::now()
+                          : std::min(dlock::detail::next_renewal_at(
+                                         lease->plan(), lease->granted_at(), lease->granted_at()),
+                                     lease->valid_until());
     {
         std::lock_guard lock(registry_mutex_);
-        registry_[lease.get()] = {lease, next};
+        registry_[lease.get()] = {lease, next, renew_now};
     }
     // Only wake the background thread if it would otherwise sleep past this lease's first due time.
     if (next.time_since_epoch().count() < worker_wakes_at_.load()) wake();
@@ -496,7 +624,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
             if (it->second.next_renewal <= now + slack) {
                 const auto request =
                     dlock::detail::lease_to_request(lease->plan(), lease->granted_at(), now);
-                if (request && lease->plan().renew) {
+                if (request && (lease->plan().renew || it->second.extend_once)) {
                     due.push_back({std::move(lease), *request});
                 } else {
                     it->second.next_renewal =
@@ -516,8 +644,10 @@ steady::time_point engine::renew_due(steady::time_point now) {
         auto calls = std::make_shared<std::vector<script_call>>();
         calls->reserve(due.size());
         for (const auto& d : due) {
-            calls->push_back(
-                {&renew_script(), {key(d.lease->name())}, {d.lease->token(), ms_text(d.request)}});
+            const auto* protocol = protocol_for(d.lease->kind());
+            calls->push_back({protocol->renew,
+                              keys(*protocol, d.lease->name()),
+                              {d.lease->token(), ms_text(d.request)}});
         }
         std::vector<script_batch> batches;
         for (auto& s : servers_) {
@@ -550,6 +680,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     (r.integer == 1 ? extended : not_ours) += 1;
                 }
                 if (extended >= quorum()) {
+                    it->second.extend_once = false;
                     lease->renewed(dlock::detail::valid_until(sent, due[i].request, config_.drift));
                     it->second.next_renewal = std::min(
                         dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), sent),

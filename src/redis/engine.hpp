@@ -27,6 +27,7 @@
 #include "core/renewal.hpp"
 #include "core/url.hpp"
 #include "redis/connection.hpp"
+#include "redis/protocol.hpp"
 #include "redis/scripts.hpp"
 #include "redis/subscriber.hpp"
 
@@ -91,14 +92,28 @@ private:
     };
 
     struct attempt_outcome;
-    attempt_outcome attempt(std::string_view name, const std::string& token,
-                            std::chrono::milliseconds lease,
-                            std::chrono::milliseconds node_timeout);
-    void release_everywhere(std::string_view name, const std::string& token,
-                            std::chrono::milliseconds node_timeout);
+    attempt_outcome attempt(const lock_protocol& protocol, std::string_view name,
+                            const std::string& token, std::chrono::milliseconds lease,
+                            const lock_request& request, std::chrono::milliseconds node_timeout);
+    void release_everywhere(const lock_protocol& protocol, std::string_view name,
+                            const std::string& token, std::chrono::milliseconds node_timeout);
+    /// A queued waiter gives up: leaves the queue (releasing with hand-off if it was granted
+    /// meanwhile). Best effort: its liveness deadline cleans up after a failure.
+    void leave_queue(const lock_protocol& protocol, std::string_view name,
+                     const std::string& token) noexcept;
+    /// KEYS of every script of `protocol` for lock `name`.
+    std::vector<std::string> keys(const lock_protocol& protocol, std::string_view name) const;
+    /// Re-enters `held` (lock_request::reenter): one round trip, no waiting.
+    dlock::lease reenter(const lock_protocol& protocol, std::string_view name, const lease& held,
+                         const lock_options& options, std::error_code& ec);
+    dlock::lease grant(std::string_view name, const std::string& token, std::uint64_t fence,
+                       const lock_options& options, lock_kind kind, steady::time_point sent,
+                       steady::time_point valid_until, bool renew_now);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
 
-    void track(const std::shared_ptr<dlock::detail::lease_core>& lease);
+    /// Registers `lease` with the watchdog; `renew_now`: extend it at once (a hand-off grant
+    /// carries only the short hand-off lease), even if it is a fixed lease.
+    void track(const std::shared_ptr<dlock::detail::lease_core>& lease, bool renew_now = false);
     void wake() noexcept;
     void run(std::stop_token stop);
     steady::time_point renew_due(steady::time_point now);
@@ -109,6 +124,7 @@ private:
     struct tracked {
         std::weak_ptr<dlock::detail::lease_core> lease;
         steady::time_point next_renewal;
+        bool extend_once = false;  // a hand-off grant not yet extended to its own lease
     };
     std::mutex registry_mutex_;  // guards registry_
     std::unordered_map<const dlock::detail::lease_core*, tracked> registry_;

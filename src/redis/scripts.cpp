@@ -1,27 +1,46 @@
 #include "redis/scripts.hpp"
 
+#include <cstdlib>
+
 #include "core/status.hpp"
 
 namespace dlock::redis::detail {
 namespace lua {
-extern const std::string_view acquire, acquire_sha1, release, release_sha1, renew, renew_sha1,
-    raise_fence, raise_fence_sha1;
+struct embedded_script {
+    std::string_view name, text, sha1;
+};
+extern const embedded_script embedded[];
+extern const std::size_t embedded_count;
 }  // namespace lua
 
-const script& acquire_script() noexcept {
-    static const script s{"acquire", lua::acquire, lua::acquire_sha1};
-    return s;
+const script* find_script(std::string_view name) noexcept {
+    // Built once from the generated table (cmake/embed_lua.cmake); a handful of entries.
+    static const std::vector<script> all = [] {
+        std::vector<script> v;
+        for (std::size_t i = 0; i < lua::embedded_count; ++i) {
+            const auto& e = lua::embedded[i];
+            v.push_back({e.name, e.text, e.sha1});
+        }
+        return v;
+    }();
+    for (const auto& s : all) {
+        if (s.name == name) return &s;
+    }
+    return nullptr;
 }
-const script& release_script() noexcept {
-    static const script s{"release", lua::release, lua::release_sha1};
-    return s;
+
+namespace {
+const script& required(std::string_view name) noexcept {
+    const auto* s = find_script(name);
+    if (!s)
+        std::abort();  // the build embeds every src/redis/lua/*.lua: a missing core script is a
+                       // broken build, not a runtime condition
+    return *s;
 }
-const script& renew_script() noexcept {
-    static const script s{"renew", lua::renew, lua::renew_sha1};
-    return s;
-}
+}  // namespace
+
 const script& raise_fence_script() noexcept {
-    static const script s{"raise_fence", lua::raise_fence, lua::raise_fence_sha1};
+    static const script& s = required("raise_fence");
     return s;
 }
 

@@ -22,9 +22,9 @@ struct script {
     std::string_view sha1;
 };
 
-const script& acquire_script() noexcept;
-const script& release_script() noexcept;
-const script& renew_script() noexcept;
+/// The embedded script src/redis/lua/<name>.lua; nullptr when there is none.
+const script* find_script(std::string_view name) noexcept;
+
 const script& raise_fence_script() noexcept;
 
 struct script_call {

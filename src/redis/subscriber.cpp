@@ -59,6 +59,11 @@ std::uint64_t subscriber::registration::generation() const {
     return owner_.channels_[channel_].generation;
 }
 
+std::string subscriber::registration::last_message() const {
+    std::lock_guard lock(owner_.mutex_);
+    return owner_.channels_[channel_].last_message;
+}
+
 // In both waits the stop_callback is made before the lock and destroyed after it: it may run at
 // once on this thread (stop already requested), and its destructor waits for a callback running
 // on another thread, which needs mutex_ (see interrupt()).
@@ -172,6 +177,7 @@ void subscriber::dispatch(const reply& r) {
         auto& ch = it->second;
         if (kind == "message") {
             ++ch.generation;
+            ch.last_message = r.elements[2].text;
         } else if (kind == "subscribe") {
             ch.requested = false;
             ch.subscribed = true;

@@ -42,6 +42,8 @@ public:
         /// Sleeps until a message newer than `seen` arrived, or `deadline`.
         void wait(std::uint64_t seen, steady::time_point deadline,
                   const std::stop_token& cancel) const;
+        /// The payload of the channel's latest message (empty before the first).
+        std::string last_message() const;
 
     private:
         subscriber& owner_;
@@ -69,6 +71,7 @@ private:
         bool subscribed = false;          // confirmed by the server
         bool requested = false;           // SUBSCRIBE sent, not yet confirmed
         steady::time_point idle_since{};  // when the last waiter left
+        std::string last_message;
     };
     steady::time_point next_linger_expiry_locked() const;
     void dispatch(const reply& r);

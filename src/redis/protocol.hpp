@@ -1,0 +1,55 @@
+// The server side of each lock kind on Redis: which Lua scripts it runs and the keys they touch.
+// The engine (engine.cpp) drives every kind through the same calling convention, so a kind is a
+// set of scripts (src/redis/lua/<kind>_*.lua) plus one row of the table in protocol.cpp.
+//
+// Calling convention (every script of a kind gets the same KEYS):
+//   KEYS     <prefix>:{name} followed by the kind's key suffixes (all in one hash slot).
+//   acquire  ARGV token, lease_ms, count, limit, liveness_ms, release_channel, reenter ("1"/"0")
+//            -> {1, fencing token} granted, or {0, ms}: not granted, re-check within ms at the
+//            latest (-1: unknown). Queued kinds (re)register the waiter with a liveness deadline
+//            of now + liveness_ms and are idempotent, so the same call refreshes it.
+//   release  ARGV token, release_channel, grant_lease_ms -> 1 ours and released, 0 not ours.
+//            A hand-off (queued kinds) makes the next live waiter the owner with a lease of
+//            grant_lease_ms and PUBLISHes "granted <fencing token>" on
+//            <release_channel>:<waiter token>; other releases PUBLISH on release_channel.
+//   renew    ARGV token, lease_ms -> 1 extended, 0 not ours.
+//   leave    (queued kinds) ARGV as release: the waiter gives up; removes it from the queue and,
+//            if it was granted meanwhile, releases with hand-off. Returns 1 when it was granted.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <dlock/backend.hpp>
+
+#include "redis/scripts.hpp"
+
+namespace dlock::redis::detail {
+
+/// A queued waiter's liveness: it refreshes its queue entry every third of this; an entry not
+/// refreshed for this long belongs to a dead waiter, and scripts skip and purge it.
+inline constexpr std::chrono::milliseconds waiter_liveness{2000};
+/// The lease a hand-off grants: short, so a grant to a waiter that died just after its last
+/// refresh frees the lock soon; the new owner's watchdog extends it to its own lease at once.
+inline constexpr std::chrono::milliseconds handoff_lease{2000};
+
+struct lock_protocol {
+    lock_kind kind;
+    const script* acquire;
+    const script* release;
+    const script* renew;
+    const script* leave;  ///< queued kinds only
+    /// Suffixes appended to <prefix>:{name} after the first key (which has none).
+    std::vector<std::string_view> key_suffixes;
+    /// Queued: a waiter keeps one token for the whole wait (its place in the queue), refreshes
+    /// its liveness while waiting, sleeps on its own channel for a hand-off, and leaves the
+    /// queue when it gives up.
+    bool queued = false;
+};
+
+/// The protocol of `kind` on Redis; nullptr when its scripts are not part of this build.
+const lock_protocol* protocol_for(lock_kind kind) noexcept;
+
+}  // namespace dlock::redis::detail
