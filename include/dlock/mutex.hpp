@@ -18,6 +18,7 @@
 #include <string>
 
 #include <dlock/backend.hpp>
+#include <dlock/detail/deadline.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 
@@ -45,30 +46,14 @@ public:
     /// someone else; throws on backend failure.
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-        return try_lock_until_steady(steady_deadline_after(timeout));
+        return try_lock_until_steady(detail::steady_deadline_after(timeout));
     }
 
     /// Waits until `deadline`, converted to steady_clock once on entry. A past deadline means one
     /// attempt.
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-        using steady = std::chrono::steady_clock;
-        if constexpr (std::is_same_v<Clock, steady>) {
-            // Exact, but clamped: a coarse extreme deadline would overflow in nanoseconds.
-            if (deadline >= std::chrono::floor<Duration>(steady::time_point::max())) {
-                return try_lock_until_steady(steady::time_point::max());
-            }
-            if (deadline <= std::chrono::ceil<Duration>(steady::time_point::min())) {
-                return try_lock_until_steady(steady::time_point::min());
-            }
-            return try_lock_until_steady(std::chrono::time_point_cast<steady::duration>(deadline));
-        } else {
-            // Subtract in the caller's unit, for the same reason, and only a later deadline from
-            // an earlier now (min() - now would overflow too).
-            const auto now = std::chrono::time_point_cast<Duration>(Clock::now());
-            if (deadline <= now) return try_lock_until_steady(steady::now());
-            return try_lock_until_steady(steady_deadline_after(deadline - now));
-        }
+        return try_lock_until_steady(detail::steady_deadline(deadline));
     }
 
     /// Releases the lock (atomic compare-and-delete). Never throws: if the lease was already lost
@@ -87,26 +72,38 @@ public:
     const std::string& name() const noexcept { return name_; }
 
 private:
-    template <class Rep, class Period>
-    static std::chrono::steady_clock::time_point steady_deadline_after(
-        const std::chrono::duration<Rep, Period>& timeout) {
-        const auto now = std::chrono::steady_clock::now();
-        if (timeout <= timeout.zero()) return now;
-        // Compare in the caller's unit: converting `forever` to nanoseconds would overflow.
-        const auto room = std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(
-            std::chrono::steady_clock::time_point::max() - now);
-        if (timeout >= room) return std::chrono::steady_clock::time_point::max();
-        return now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-    }
     bool try_lock_until_steady(std::chrono::steady_clock::time_point deadline);
     void adopt(lease&& grant);
 
+protected:
+    /// For the mutex-shaped members of the lock family (fair_mutex): the same adapter over
+    /// another lock kind.
+    mutex(backend& backend, std::string name, lock_options options, lock_request request);
+
+private:
     backend& backend_;
+    lock_request request_{};
     std::string name_;
     lock_options options_;
     mutable std::mutex
         lease_mutex_;  // guards lease_ (a holder's queries may race a waiter's adopt)
     lease lease_;
+};
+
+/// `dlock::fair_mutex`: a mutex whose waiters are served strictly first come, first served, with
+/// direct hand-off (Redisson's fair lock): unlock() makes the longest-waiting live waiter the
+/// owner on the server and notifies only that waiter, which owns the lock without a further round
+/// trip. Nobody barges in ahead of a queued waiter, and a release wakes one process, not all.
+/// A waiter that gives up (timeout, cancel) leaves the queue; a waiter that crashed loses its
+/// place within the backend's waiter liveness (2 s on Redis), and a hand-off to a waiter that
+/// died meanwhile expires after the short hand-off lease (2 s). Same interface and contract as
+/// dlock::mutex; a lock name is used either by mutexes or by fair mutexes, not both.
+/// Backends: Redis single instance; ZooKeeper (its lock recipe is FIFO). Not Redlock
+/// (errc::unsupported).
+class fair_mutex : public mutex {
+public:
+    fair_mutex(backend& backend, std::string name, lock_options options = {})
+        : mutex(backend, std::move(name), std::move(options), lock_request{lock_kind::fair}) {}
 };
 
 }  // namespace dlock

@@ -43,7 +43,10 @@ void backend::set_permits(std::string_view name, std::uint32_t, std::error_code&
 }
 
 mutex::mutex(backend& backend, std::string name, lock_options options)
-    : backend_(backend), name_(std::move(name)), options_(std::move(options)) {
+    : mutex(backend, std::move(name), std::move(options), lock_request{}) {}
+
+mutex::mutex(backend& backend, std::string name, lock_options options, lock_request request)
+    : backend_(backend), request_(request), name_(std::move(name)), options_(std::move(options)) {
     std::error_code ec;
     if (name_.empty()) detail::fail(ec, errc::invalid_argument, "lock name is empty");
     if (!ec) detail::validate_lock_options(options_, ec);
@@ -54,7 +57,8 @@ mutex::~mutex() { unlock(); }
 
 void mutex::lock() {
     std::error_code ec;
-    auto grant = backend_.acquire_until(name_, options_, detail::steady::time_point::max(), ec);
+    auto grant =
+        backend_.acquire_until(name_, request_, options_, detail::steady::time_point::max(), ec);
     detail::throw_if(ec);
     adopt(std::move(grant));
 }
@@ -63,7 +67,7 @@ bool mutex::try_lock() { return try_lock_until_steady(detail::steady::time_point
 
 bool mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
     std::error_code ec;
-    auto grant = backend_.acquire_until(name_, options_, deadline, ec);
+    auto grant = backend_.acquire_until(name_, request_, options_, deadline, ec);
     if (is_contention(ec)) return false;
     detail::throw_if(ec);
     adopt(std::move(grant));

@@ -30,7 +30,7 @@ const std::array<protocol_row, 6>& rows() {
          "fair_release",
          "renew",
          "fair_release",
-         {":fence", ":queue", ":alive", ":grants"},
+         {":fence", ":queue", ":alive", ":arrivals"},
          true},
         {lock_kind::read,
          "rw_read_acquire",
@@ -51,7 +51,7 @@ const std::array<protocol_row, 6>& rows() {
          "semaphore_release",
          "semaphore_renew",
          "",
-         {":fence", ":holders", ":limit"},
+         {":fence", ":counts", ":limit"},
          false},
     }};
     return table;
