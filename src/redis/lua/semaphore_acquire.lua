@@ -1,0 +1,61 @@
+-- Take ARGV[3] permits of a permit-expirable semaphore in one round trip (docs/lock-family.md,
+-- "counting_semaphore"). Each grant is one member of the holders ZSET with its own expiry, so the
+-- permits of a crashed client come back when its lease runs out.
+-- KEYS[1] holders: ZSET grant token -> expiry (server ms); KEYS[2] fence counter;
+-- KEYS[3] counts: HASH grant token -> permits it holds; KEYS[4] limit: the number of permits.
+-- ARGV[1] grant token, ARGV[2] lease in ms, ARGV[3] count, ARGV[4] the limit to set when none is
+-- set yet; ARGV[5..7] (liveness, release channel, re-enter) are unused: waiters are not queued.
+-- Returns {1, fencing token} when granted, else {0, ms until the earliest held permit expires}
+-- (-1 when none is held, e.g. the limit was lowered below the count: wait for set_permits).
+for i, want in ipairs({'zset', 'string', 'hash', 'string'}) do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[i] .. ' holds a ' .. t ..
+                             ', not a ' .. want .. ' (is the name used by another lock kind?)')
+  end
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+-- Purge the grants whose lease ran out (crashed or paused holders).
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, token in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], token)
+  redis.call('HDEL', KEYS[3], token)
+end
+
+local limit = redis.call('GET', KEYS[4])
+if not limit then
+  redis.call('SET', KEYS[4], ARGV[4])
+  limit = ARGV[4]
+end
+limit = tonumber(limit)
+if not limit then
+  return redis.error_reply('WRONGTYPE semaphore limit ' .. KEYS[4] .. ' is not a number')
+end
+
+local held = 0
+for _, permits in ipairs(redis.call('HVALS', KEYS[3])) do
+  held = held + (tonumber(permits) or 0)
+end
+local count = tonumber(ARGV[3])
+if held + count <= limit then
+  -- INCR first: if the counter is unusable nothing has been taken yet.
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' and fence.err then
+    return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
+  end
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('HSET', KEYS[3], ARGV[1], count)
+  -- Both keys live as long as their longest grant: a semaphore whose holders all crashed leaves
+  -- only its limit and fence counter behind.
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+  redis.call('PEXPIREAT', KEYS[3], last[2])
+  return {1, fence}
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 0 then
+  return {0, -1}
+end
+return {0, math.max(1, tonumber(first[2]) - now)}

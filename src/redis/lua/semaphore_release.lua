@@ -1,0 +1,23 @@
+-- Give back one grant's permits, then wake the waiters (docs/lock-family.md, "counting_semaphore").
+-- KEYS as semaphore_acquire (holders ZSET, fence, counts HASH, limit); ARGV[1] grant token,
+-- ARGV[2] release channel (ARGV[3], the hand-off lease, is unused: waiters are not queued).
+-- Returns 1 when our live grant was removed, 0 when it is gone or its lease had run out (an
+-- expired entry is removed too; it no longer counted as ours). Never touches another grant.
+local holders_type = redis.call('TYPE', KEYS[1]).ok
+if holders_type ~= 'none' and holders_type ~= 'zset' then
+  return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[1] .. ' holds a ' .. holders_type ..
+                           ', not a zset')
+end
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('PUBLISH', ARGV[2], 'released')
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if tonumber(expiry) <= now then
+  return 0
+end
+return 1

@@ -1,0 +1,16 @@
+-- The administrative call behind backend::set_permits (docs/lock-family.md, "counting_semaphore"):
+-- set the number of permits, then wake the waiters so they re-check against the new number.
+-- Grants already held stay held, even above a lowered number.
+-- KEYS as semaphore_acquire (holders ZSET, fence, counts HASH, limit); ARGV[1] permits (>= 1),
+-- ARGV[2] release channel.
+-- Returns 1.
+for i, want in ipairs({'zset', 'string', 'hash', 'string'}) do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[i] .. ' holds a ' .. t ..
+                             ', not a ' .. want .. ' (is the name used by another lock kind?)')
+  end
+end
+redis.call('SET', KEYS[4], ARGV[1])
+redis.call('PUBLISH', ARGV[2], 'released')
+return 1
