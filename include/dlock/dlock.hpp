@@ -6,6 +6,7 @@
 #include <dlock/error.hpp>
 #include <dlock/event.hpp>
 #include <dlock/lease.hpp>
+#include <dlock/multi_lock.hpp>
 #include <dlock/mutex.hpp>
 #include <dlock/options.hpp>
 #include <dlock/redlock/client.hpp>
