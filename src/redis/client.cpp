@@ -46,6 +46,15 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
     return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 
+void client::set_permits(std::string_view name, std::uint32_t permits,
+                         std::error_code& ec) noexcept {
+    if (!impl_) {
+        fail(ec, errc::invalid_argument, "set_permits on a moved-from client");
+        return;
+    }
+    impl_->engine->set_permits(name, permits, ec);
+}
+
 reply client::command(const std::vector<std::string>& args) {
     std::error_code ec;
     auto r = command(args, ec);

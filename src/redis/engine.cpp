@@ -202,6 +202,36 @@ reply engine::command(const std::vector<std::string>& args, std::error_code& ec)
     }
 }
 
+void engine::set_permits(std::string_view name, std::uint32_t permits,
+                         std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return;
+        if (permits < 1) {
+            fail(ec, errc::invalid_argument,
+                 "semaphore \"" + std::string(name) + "\": permits must be >= 1, got 0");
+            return;
+        }
+        const auto* protocol = protocol_for(lock_kind::permits);
+        const auto* script = find_script("semaphore_set_permits");
+        if (!protocol || !script || servers_.size() > 1) {
+            fail(ec, errc::unsupported,
+                 "semaphore \"" + std::string(name) + "\": not available " +
+                     (servers_.size() > 1 ? "on Redlock" : "in this build"));
+            return;
+        }
+        pooled conn(*servers_.front());
+        // The same KEYS as the semaphore's other scripts: one hash slot, one layout.
+        const script_call call{
+            script, keys(*protocol, name), {std::to_string(permits), channel(name)}};
+        const auto r = run_script(*conn.get(), call, ec);
+        if (!ec && r.type != reply::kind::integer) script_error(call, r, *conn.get(), ec);
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+    }
+}
+
 std::chrono::milliseconds engine::node_timeout_for(std::chrono::milliseconds lease) const noexcept {
     if (config_.node_timeout) return *config_.node_timeout;
     return std::clamp(lease / 200, std::chrono::milliseconds(5), std::chrono::milliseconds(50));

@@ -62,6 +62,10 @@ public:
                                std::error_code& ec) noexcept;
     /// Runs a command on server 0 (the single-instance client's command()).
     reply command(const std::vector<std::string>& args, std::error_code& ec) noexcept;
+    /// backend::set_permits: sets the number of permits of semaphore `name` and wakes its
+    /// waiters (src/redis/lua/semaphore_set_permits.lua). One server only (errc::unsupported on
+    /// several).
+    void set_permits(std::string_view name, std::uint32_t permits, std::error_code& ec) noexcept;
 
     std::string key(std::string_view name) const {
         return config_.key_prefix + ":{" + std::string(name) + "}";

@@ -76,6 +76,12 @@ public:
     using dlock::backend::acquire;
     using dlock::backend::acquire_until;
 
+    /// See dlock::backend::set_permits: one script SETs the semaphore's number of permits and
+    /// wakes its waiters, so they re-check at once when permits were added.
+    void set_permits(std::string_view name, std::uint32_t permits,
+                     std::error_code& ec) noexcept override;
+    using dlock::backend::set_permits;
+
     /// Runs one Redis command on a pooled connection (e.g. {"INCRBY", "stock", "-1"}), bounded by
     /// command_timeout. An error reply is returned as reply::kind::error, not thrown; transport
     /// failures throw dlock::error.
