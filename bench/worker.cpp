@@ -19,7 +19,10 @@
 //                    as an independent master (quorum N/2+1). client_options: urls = redis://<each
 //                    entry>, everything else at its default (node_timeout lease/200 clamped to
 //                    [5, 50] ms). lock_options, acquire and release as for `mutex`.
-//   fair, reentrant, shared, zk: planned lock types; rejected (exit 64) until they exist.
+//   fair             dlock::fair_mutex over dlock::redis::client: FIFO queue with direct hand-off
+//                    (the release script makes the next live waiter the owner and notifies only
+//                    it). client_options, lock_options, acquire and release as for `mutex`.
+//   reentrant, shared, zk: planned lock types; rejected (exit 64) until they exist.
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
@@ -138,9 +141,10 @@ std::string redis_url(const config& c) { return "redis://" + c.servers.front(); 
 
 void report_error(std::error_code ec, std::string_view what) { errors_reported().report(ec, what); }
 
-/// dlock::mutex over any dlock::backend (settings in the header comment). `Client` is the
-/// backend's client type, constructed from `Options`.
-template <class Client>
+/// A mutex-shaped lock type (`Lock`: dlock::mutex, dlock::fair_mutex) over any dlock::backend
+/// (settings in the header comment). `Client` is the backend's client type, constructed from
+/// `Options`.
+template <class Client, class Lock = dlock::mutex>
 class mutex_driver final : public lock_driver {
 public:
     template <class Options>
@@ -154,12 +158,14 @@ public:
         // wait: hold the private lock, let a second mutex wait on it briefly (SUBSCRIBE, then a
         // time-out), release, then run plain cycles on it.
         {
-            const dlock::lease held = client_.acquire(private_key, {.lease = lease_, .wait = 0ms});
-            dlock::mutex waiter(client_, private_key, {.lease = lease_});
+            Lock held(client_, private_key, {.lease = lease_});
+            if (!held.try_lock()) throw std::runtime_error("warm-up: private lock is held");
+            Lock waiter(client_, private_key, {.lease = lease_});
             if (waiter.try_lock_for(20ms))
                 throw std::runtime_error("warm-up: private lock taken twice");
+            held.unlock();
         }
-        dlock::mutex m(client_, private_key, {.lease = lease_});
+        Lock m(client_, private_key, {.lease = lease_});
         for (int i = 0; i < 3; ++i) {
             m.lock();
             m.unlock();
@@ -181,11 +187,16 @@ public:
 private:
     std::chrono::milliseconds lease_;
     Client client_;
-    dlock::mutex mutex_;
+    Lock mutex_;
 };
 
 std::unique_ptr<lock_driver> make_mutex(const config& c) {
     return std::make_unique<mutex_driver<dlock::redis::client>>(
+        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+}
+
+std::unique_ptr<lock_driver> make_fair(const config& c) {
+    return std::make_unique<mutex_driver<dlock::redis::client, dlock::fair_mutex>>(
         c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
 }
 
@@ -216,7 +227,10 @@ const std::vector<mode_info>& modes() {
          "dlock::mutex over dlock::redlock::client; every --servers entry is an independent master "
          "(quorum N/2+1), lease --ttl-ms, all other options at their defaults",
          make_redlock},
-        {"fair", "fair (FIFO) mutex over Redis", nullptr},
+        {"fair",
+         "dlock::fair_mutex over dlock::redis::client (FIFO queue, direct hand-off); url, lease "
+         "and other options as for mutex",
+         make_fair},
         {"reentrant", "dlock::recursive_mutex over Redis", nullptr},
         {"shared", "read lock of dlock::shared_mutex over Redis", nullptr},
         {"zk", "dlock::mutex over ZooKeeper (--servers is the ensemble)", nullptr},

@@ -80,6 +80,11 @@ public:
     /// The non-throwing twin of acquire(); returns an empty lease and sets `ec` on failure.
     [[nodiscard]] lease acquire(std::string_view name, const lock_options& options,
                                 std::error_code& ec) noexcept;
+    /// acquire() for any lock kind (a fair lock, a read lock, k permits, ...).
+    [[nodiscard]] lease acquire(std::string_view name, const lock_request& request,
+                                const lock_options& options);
+    [[nodiscard]] lease acquire(std::string_view name, const lock_request& request,
+                                const lock_options& options, std::error_code& ec) noexcept;
 };
 
 }  // namespace dlock

@@ -19,6 +19,20 @@ lease backend::acquire(std::string_view name, const lock_options& options,
                          ec);
 }
 
+lease backend::acquire(std::string_view name, const lock_request& request,
+                       const lock_options& options) {
+    std::error_code ec;
+    auto grant = acquire(name, request, options, ec);
+    detail::throw_if(ec);
+    return grant;
+}
+
+lease backend::acquire(std::string_view name, const lock_request& request,
+                       const lock_options& options, std::error_code& ec) noexcept {
+    return acquire_until(name, request, options,
+                         detail::deadline_after(detail::steady::now(), options.wait), ec);
+}
+
 const char* to_string(lock_kind kind) noexcept {
     switch (kind) {
         case lock_kind::exclusive: return "exclusive";

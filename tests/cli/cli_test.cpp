@@ -588,9 +588,10 @@ TEST(CliBadInput, UsageErrors) {
 TEST(CliBadInput, NotAvailableInThisBuild) {
     const std::string u = url();
     const std::vector<bad_input> cases = {
-        {{"run", "--shared", "--url", u, "n", "--", "true"}, unavailable, "--shared"},
-        {{"run", "--fair", "--url", u, "n", "--", "true"}, unavailable, "--fair"},
-        {{"run", "--permits", "3", "--url", u, "n", "--", "true"}, unavailable, "--permits"},
+        {{"run", "--fair", "--url", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "n", "--",
+          "true"},
+         unavailable,
+         "not available on Redlock"},
         {{"run", "--url", "rediss://127.0.0.1:6380", "n", "--", "true"}, unavailable, "TLS"},
         {{"run", "--url", "zk://127.0.0.1:2181/locks", "n", "--", "true"},
          unavailable,

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <dlock/backend.hpp>
+
 namespace dlock::cli {
 
 /// dlock's own exit statuses, sysexits(3)-style. `dlock run` otherwise exits with the command's
@@ -49,6 +51,7 @@ struct server_options {
 struct run_options {
     server_options server{};
     std::string name{};
+    dlock::lock_request request{};  ///< --fair, --shared, --permits N; default exclusive
     std::vector<std::string> command{};
     std::chrono::milliseconds lease{};
     std::chrono::milliseconds wait{};      ///< dlock::forever = wait until granted

@@ -38,7 +38,8 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
 Exit statuses (besides these, `dlock run` exits with the command's own status, 128+N if signal N
 killed it):
    64  bad command line or option value (unknown option, bad duration, bad URL)
-   69  not available in this build (--shared, --fair, --permits, rediss://, zk://, etcd://),
+   69  not available in this build or on this backend (rediss://, zk://, etcd://; --fair,
+       --shared, --write, --permits on redlock://),
        or redis-server not installed for `dlock demo`
    70  internal error in dlock          71  operating-system error (signalfd, spawn)
    74  lock server unreachable or not answering in time (Redlock: no quorum)
@@ -116,6 +117,7 @@ struct raw_options {
     bool quiet = false;
     bool verbose = false;
     bool shared = false;
+    bool write = false;
     bool fair = false;
     int permits = 0;
     bool json = false;
@@ -203,14 +205,10 @@ std::string server_url(const CLI::App* cmd, const std::string& given) {
 run_options make_run_options(const CLI::App* run, const raw_options& raw,
                              std::vector<std::string> command) {
     const auto given = [run](const char* option) { return run->get_option(option)->count() > 0; };
-    if (raw.shared || raw.fair || given("--permits")) {
-        const char* which = raw.shared ? "--shared (a reader-writer lock)"
-                            : raw.fair ? "--fair (a first-come-first-served lock)"
-                                       : "--permits (a counting semaphore)";
-        throw cli_error(exit_status::unavailable,
-                        fmt::format("{} is not available in this build yet; only the exclusive "
-                                    "lock exists today",
-                                    which));
+    if (int(raw.shared) + int(raw.write) + int(raw.fair) + int(given("--permits")) > 1) {
+        throw cli_error(exit_status::usage,
+                        "run: --shared, --write, --fair and --permits choose the lock kind: give "
+                        "one");
     }
     if (given("--wait") && raw.no_wait) {
         throw cli_error(exit_status::usage, "run: --wait and --no-wait cannot be combined");
@@ -222,6 +220,15 @@ run_options make_run_options(const CLI::App* run, const raw_options& raw,
     run_options o;
     o.server = {server_url(run, raw.url), raw.key_prefix};
     o.name = raw.name;
+    if (raw.fair) o.request.kind = dlock::lock_kind::fair;
+    if (raw.shared) o.request.kind = dlock::lock_kind::read;
+    if (raw.write) o.request.kind = dlock::lock_kind::write;
+    if (given("--permits")) {
+        check_range("--permits", raw.permits, 1, 1'000'000);
+        o.request = {.kind = dlock::lock_kind::permits,
+                     .count = 1,
+                     .limit = static_cast<std::uint32_t>(raw.permits)};
+    }
     o.command = std::move(command);
     if (o.command.empty()) {
         throw cli_error(exit_status::usage,
@@ -294,14 +301,26 @@ int dispatch(int argc, char** argv) {
                   "the terminal; then only the command itself is signalled");
     run->add_flag("-q,--quiet", raw.quiet, "No progress line or notes");
     run->add_flag("-v,--verbose", raw.verbose, "Print lock events (acquired, renewed, lost...)");
-    run->add_flag("--shared", raw.shared, "Shared (reader) lock: not available yet")
-        ->group("Planned");
-    run->add_flag("--fair", raw.fair, "First-come-first-served lock: not available yet")
-        ->group("Planned");
+    run->add_flag("--fair", raw.fair,
+                  "First come, first served: waiters queue and the lock is\n"
+                  "handed to the longest-waiting one (dlock::fair_mutex)")
+        ->group("Lock kind (default: exclusive)");
+    run->add_flag("--shared", raw.shared,
+                  "The read side of a reader-writer lock: many --shared\n"
+                  "holders at once, none while a --write holder holds or\n"
+                  "waits (dlock::shared_mutex)")
+        ->group("Lock kind (default: exclusive)");
+    run->add_flag("--write", raw.write,
+                  "The write side of the reader-writer lock that --shared\n"
+                  "holders share: alone, and served before later readers.\n"
+                  "(A plain `dlock run` is a different lock kind: one name\n"
+                  "is used by one kind only.)")
+        ->group("Lock kind (default: exclusive)");
     run->add_option("--permits", raw.permits,
-                    "Counting semaphore with N permits: not available yet")
+                    "A counting semaphore: up to N holders at once, each\n"
+                    "holding one permit (N is set on first use)")
         ->type_name("N")
-        ->group("Planned");
+        ->group("Lock kind (default: exclusive)");
 
     CLI::App* status = app.add_subcommand("status", "Show whether a lock is held, and by how much");
     status->allow_extras();

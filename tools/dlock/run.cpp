@@ -183,7 +183,7 @@ private:
             std::optional<dlock::error> error;
             std::string other;
             try {
-                lease = service_.backend().acquire(o_.name, lock);
+                lease = service_.backend().acquire(o_.name, o_.request, lock);
             } catch (const dlock::error& e) {
                 error = e;
             } catch (const std::exception& e) {
