@@ -10,3 +10,4 @@
 #include <dlock/mutex.hpp>
 #include <dlock/options.hpp>
 #include <dlock/redlock/client.hpp>
+#include <dlock/semaphore.hpp>
