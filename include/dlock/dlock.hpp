@@ -11,3 +11,4 @@
 #include <dlock/options.hpp>
 #include <dlock/redlock/client.hpp>
 #include <dlock/semaphore.hpp>
+#include <dlock/shared_mutex.hpp>

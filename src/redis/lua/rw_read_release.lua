@@ -1,0 +1,38 @@
+-- Shared mutex, read side: give back a reader share (docs/lock-family.md).
+-- KEYS as rw_read_acquire; ARGV[1] reader token, ARGV[2] release channel, ARGV[3] lease of a
+-- hand-off grant in ms.
+-- Returns 1 when our live share was removed, 0 when it was gone or had expired. When it was the
+-- last live share and no writer holds the lock, the first live waiting writer gets it at once:
+-- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence>" on <ARGV[2]>:<its token>.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local ours = 0
+if expiry then
+  if tonumber(expiry) >= now then ours = 1 end
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[4], w)
+  redis.call('ZREM', KEYS[5], w)
+end
+
+if redis.call('ZCARD', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  if head then
+    local fence = redis.pcall('INCR', KEYS[2])
+    if type(fence) == 'table' and fence.err then
+      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
+    end
+    redis.call('SET', KEYS[1], head, 'PX', ARGV[3])
+    redis.call('ZREM', KEYS[4], head)
+    redis.call('ZREM', KEYS[5], head)
+    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence)
+  elseif #dead > 0 then
+    redis.call('PUBLISH', ARGV[2], 'released')  -- the writers readers waited for are dead
+  end
+end
+return ours

@@ -1,0 +1,70 @@
+-- Shared mutex, write side: take the lock, or join / refresh our place among the waiting writers
+-- (docs/lock-family.md, writer preference, writers first come first served).
+-- KEYS[1] writer (string: token, PX lease), KEYS[2] fence counter, KEYS[3] readers (ZSET reader
+-- token -> expiry, server ms), KEYS[4] waiting writers (ZSET token -> arrival number), KEYS[5]
+-- their liveness (ZSET token -> deadline, server ms), KEYS[6] arrival counter.
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[5] waiter liveness ms, ARGV[6] release channel.
+-- Returns {1, fencing token} when we own the lock, else {0, ms}: re-check within ms (the
+-- writer's PTTL, or the time until the last live share expires; -1: unknown). Idempotent: a
+-- waiter calls it again to refresh its liveness, and that call is the bounded re-check that finds
+-- a hand-off whose notification was lost.
+for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
+  local t = redis.call('TYPE', k[1]).ok
+  if t ~= 'none' and t ~= k[2] then
+    return redis.error_reply('WRONGTYPE lock key ' .. k[1] .. ' holds a ' .. t .. ', not a ' ..
+                             'shared_mutex ' .. k[2])
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] then
+  -- Handed to us while we waited. While a writer holds the lock no grant moves the counter, so
+  -- the counter is our fencing token.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[4], w)
+  redis.call('ZREM', KEYS[5], w)
+end
+
+if not owner and redis.call('ZCARD', KEYS[3]) == 0 then
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  if not head or head == ARGV[1] then
+    local fence = redis.pcall('INCR', KEYS[2])
+    if type(fence) == 'table' and fence.err then
+      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
+    end
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+    redis.call('ZREM', KEYS[5], ARGV[1])
+    return {1, fence}
+  end
+end
+
+if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+  redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[6]), ARGV[1])
+end
+local liveness = tonumber(ARGV[5])
+redis.call('ZADD', KEYS[5], now + liveness, ARGV[1])
+for _, k in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
+  if redis.call('PTTL', k) < liveness then
+    redis.call('PEXPIRE', k, liveness)  -- gone once every waiter's liveness has passed
+  end
+end
+
+if owner then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+if last[1] then
+  return {0, math.max(1, tonumber(last[2]) - now + 1)}
+end
+return {0, -1}  -- a live writer ahead of us takes it first

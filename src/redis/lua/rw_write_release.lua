@@ -1,0 +1,42 @@
+-- Shared mutex, write side: release, and also the "leave" of a waiting writer that gives up
+-- (docs/lock-family.md).
+-- KEYS as rw_write_acquire; ARGV[1] token, ARGV[2] release channel, ARGV[3] lease of a hand-off
+-- grant in ms.
+-- Returns 1 when the writer key held our token (deleted), 0 otherwise. Either way we leave the
+-- queue. Then, if no writer holds the lock and no live share remains, the first live waiting
+-- writer gets it at once (SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence>" on
+-- <ARGV[2]>:<its token>); if no writer waits any more, PUBLISH "released" on ARGV[2] wakes the
+-- waiting readers.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ours = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  ours = 1
+end
+local left = redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
+
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[4], w)
+  redis.call('ZREM', KEYS[5], w)
+end
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  if head and redis.call('ZCARD', KEYS[3]) == 0 then
+    local fence = redis.pcall('INCR', KEYS[2])
+    if type(fence) == 'table' and fence.err then
+      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
+    end
+    redis.call('SET', KEYS[1], head, 'PX', ARGV[3])
+    redis.call('ZREM', KEYS[4], head)
+    redis.call('ZREM', KEYS[5], head)
+    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence)
+  elseif not head and (ours == 1 or left == 1 or #dead > 0) then
+    redis.call('PUBLISH', ARGV[2], 'released')
+  end
+end
+return ours
