@@ -111,38 +111,38 @@ std::vector<counting_semaphore::grant> counting_semaphore::detach(std::uint32_t 
     ec.clear();
     std::vector<grant> out;
     if (update == 0) return out;
-    std::lock_guard guard(grants_mutex_);
-    std::uint64_t sum = 0;
-    std::size_t n = 0;
-    for (auto it = grants_.rbegin(); it != grants_.rend() && sum < update; ++it, ++n)
-        sum += it->count;
-    if (sum < update) {
-        detail::fail(ec, errc::not_owner,
-                     "counting_semaphore \"" + name_ + "\": release(" + std::to_string(update) +
-                         ") but this object holds " + std::to_string(sum) + " permits");
-        return out;
-    }
-    if (sum > update) {
-        detail::fail(ec, errc::invalid_argument,
-                     "counting_semaphore \"" + name_ + "\": release(" + std::to_string(update) +
-                         ") would split a grant of " +
-                         std::to_string(grants_[grants_.size() - n].count) +
-                         " permits; release whole grants, most recent first");
-        return out;
-    }
     try {
+        std::stop_source next_period;  // allocated up front: nothing below may fail half-way
+        std::lock_guard guard(grants_mutex_);
+        std::uint64_t sum = 0;
+        std::size_t n = 0;
+        for (auto it = grants_.rbegin(); it != grants_.rend() && sum < update; ++it, ++n)
+            sum += it->count;
+        if (sum < update) {
+            detail::fail(ec, errc::not_owner,
+                         "counting_semaphore \"" + name_ + "\": release(" + std::to_string(update) +
+                             ") but this object holds " + std::to_string(sum) + " permits");
+            return out;
+        }
+        if (sum > update) {
+            detail::fail(ec, errc::invalid_argument,
+                         "counting_semaphore \"" + name_ + "\": release(" + std::to_string(update) +
+                             ") would split a grant of " +
+                             std::to_string(grants_[grants_.size() - n].count) +
+                             " permits; release whole grants, most recent first");
+            return out;
+        }
         out.reserve(n);
-    } catch (...) {
+        const auto first = grants_.end() - static_cast<std::ptrdiff_t>(n);
+        std::move(first, grants_.end(), std::back_inserter(out));
+        grants_.erase(first, grants_.end());
+        if (grants_.empty()) {
+            // The holding period ends: its token fires once the permits are back, and the next
+            // grant starts a fresh one.
+            ended = std::exchange(period_, std::move(next_period));
+        }
+    } catch (const std::bad_alloc&) {
         detail::fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
-        return out;
-    }
-    const auto first = grants_.end() - static_cast<std::ptrdiff_t>(n);
-    std::move(first, grants_.end(), std::back_inserter(out));
-    grants_.erase(first, grants_.end());
-    if (grants_.empty()) {
-        // The holding period ends: its token fires once the permits are back, and the next grant
-        // starts a fresh one.
-        ended = std::exchange(period_, std::stop_source{});
     }
     return out;
 }
