@@ -197,7 +197,8 @@ TEST(FairMutex, RenewedPastItsLeaseAfterAHandOff) {
     const auto name = unique_name("lock");
     dlock::fair_mutex holder(redis, name);
     holder.lock();
-    dlock::fair_mutex waiter(redis, name, {.lease = 1s});
+    const auto lease = scaled(500ms);
+    dlock::fair_mutex waiter(redis, name, {.lease = lease});
     std::jthread release([&] {
         EXPECT_TRUE(eventually([&] { return queue_length(redis, name) == 1; }, 5s));
         holder.unlock();
@@ -205,7 +206,7 @@ TEST(FairMutex, RenewedPastItsLeaseAfterAHandOff) {
     waiter.lock();
     // The hand-off lease is short; the watchdog extends it to the waiter's own lease and keeps
     // renewing it.
-    std::this_thread::sleep_for(scaled(3s));
+    std::this_thread::sleep_for(3 * lease);
     EXPECT_EQ(waiter.state(), dlock::lock_state::held);
     dlock::fair_mutex other(redis, name);
     EXPECT_FALSE(other.try_lock());
