@@ -1,0 +1,44 @@
+#include <dlock/zk/client.hpp>
+
+#include "core/status.hpp"
+#include "zk/engine.hpp"
+
+namespace dlock::zk {
+
+using dlock::detail::fail;
+
+class client::impl {
+public:
+    explicit impl(client_options o) : engine(std::make_shared<detail::engine>(std::move(o))) {
+        engine->start();
+    }
+    ~impl() { engine->stop(); }
+    impl(const impl&) = delete;
+    impl& operator=(const impl&) = delete;
+
+    std::shared_ptr<detail::engine> engine;
+};
+
+client::client(client_options options) : impl_(std::make_shared<impl>(std::move(options))) {}
+client::client(client&&) noexcept = default;
+client& client::operator=(client&&) noexcept = default;
+client::~client() = default;
+
+lease client::acquire_until(std::string_view name, const lock_request& request,
+                            const lock_options& options,
+                            std::chrono::steady_clock::time_point deadline,
+                            std::error_code& ec) noexcept {
+    if (!impl_) {
+        fail(ec, errc::invalid_argument, "acquire on a moved-from client");
+        return {};
+    }
+    return impl_->engine->acquire_until(name, request, options, deadline, ec);
+}
+
+const client_options& client::options() const noexcept { return impl_->engine->options(); }
+
+std::string client::lock_path(std::string_view name) const {
+    return impl_->engine->lock_path(name);
+}
+
+}  // namespace dlock::zk

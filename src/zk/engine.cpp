@@ -1,0 +1,573 @@
+#include "zk/engine.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <limits>
+
+#include "core/status.hpp"
+#include "core/token.hpp"
+#include "core/validate.hpp"
+
+namespace dlock::zk::detail {
+
+using dlock::detail::fail;
+
+namespace {
+
+std::string ms_text(milliseconds d) { return std::to_string(d.count()) + "ms"; }
+
+/// The server answered (so it saw our session when the request was sent).
+bool answered(int rc) {
+    return rc == ZOK || rc == ZNONODE || rc == ZNODEEXISTS || rc == ZNOAUTH || rc == ZNOTEMPTY ||
+           rc == ZBADVERSION || rc == ZNOCHILDRENFOREPHEMERALS || rc == ZINVALIDACL;
+}
+
+/// The request's outcome is unknown: the connection dropped; the session may come back.
+bool retriable(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
+
+/// The session (and its ephemeral nodes) is gone.
+bool session_gone(int rc) {
+    return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING || rc == ZSESSIONMOVED;
+}
+
+errc code_for(int rc) {
+    if (rc == ZNOAUTH || rc == ZAUTHFAILED) return errc::auth_failed;
+    if (retriable(rc) || session_gone(rc)) return errc::connection_failed;
+    return errc::server_error;
+}
+
+std::string zk_text(int rc) { return std::string(zerror(rc)) + " (" + std::to_string(rc) + ")"; }
+
+int get_children(session& s, const std::string& path, std::vector<std::string>& out) {
+    out.clear();
+    const auto sent = steady::now();
+    const int rc = s.with_handle([&](zhandle_t* zh) {
+        String_vector children{0, nullptr};
+        const int r = zoo_get_children(zh, path.c_str(), 0, &children);
+        if (r == ZOK) {
+            for (int i = 0; i < children.count; ++i) out.emplace_back(children.data[i]);
+            deallocate_String_vector(&children);
+        }
+        return r;
+    });
+    if (answered(rc)) s.confirm(sent);
+    return rc;
+}
+
+std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+}  // namespace
+
+engine::engine(client_options options) : options_(std::move(options)) {
+    const auto positive = [](milliseconds d, const char* field) {
+        if (d <= milliseconds::zero()) {
+            throw error(errc::invalid_argument,
+                        std::string("client_options.") + field + " must be > 0, got " + ms_text(d));
+        }
+    };
+    positive(options_.session_timeout, "session_timeout");
+    positive(options_.connect_timeout, "connect_timeout");
+    if (options_.session_timeout > milliseconds(std::numeric_limits<int>::max())) {
+        throw error(errc::invalid_argument, "client_options.session_timeout " +
+                                                ms_text(options_.session_timeout) +
+                                                " is too large");
+    }
+    if (!options_.digest.empty() && options_.digest.find(':') == std::string::npos) {
+        throw error(errc::invalid_argument,
+                    "client_options.digest must be \"user:password\" (no ':' found)");
+    }
+    std::error_code ec;
+    endpoint_ = parse_zk_url(options_.url, ec);
+    dlock::detail::throw_if(ec);
+}
+
+engine::~engine() { stop(); }
+
+void engine::start() {
+    worker_ = std::jthread([this](std::stop_token st) { run(st); });
+}
+
+void engine::stop() noexcept {
+    if (worker_.joinable()) {
+        worker_.request_stop();
+        wake();
+        worker_.join();
+    }
+    std::vector<std::shared_ptr<lease_core>> orphaned;
+    std::vector<std::shared_ptr<session>> sessions;
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [ptr, e] : registry_) {
+            if (auto l = e.lease.lock()) orphaned.push_back(std::move(l));
+            sessions.push_back(e.node->owner);
+            e.node->deleted = true;
+        }
+        if (session_) sessions.push_back(std::move(session_));
+    }
+    for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost));
+    for (auto& s : sessions) s->close();  // the nodes go with the session
+}
+
+void engine::wake() noexcept {
+    {
+        std::lock_guard lock(mutex_);
+        wake_ = true;
+    }
+    worker_cv_.notify_all();
+}
+
+void engine::report_error(std::error_code ec, std::string_view what) noexcept {
+    try {
+        if (options_.error_handler) {
+            options_.error_handler(ec, what);
+            return;
+        }
+    } catch (...) {
+        // The handler itself failed: fall through to stderr rather than lose the report.
+    }
+    std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(what.size()), what.data());
+}
+
+void engine::notify(const lock_event& event) noexcept {
+    if (!options_.observer) return;
+    try {
+        options_.observer(event);
+    } catch (const std::exception& e) {
+        report_error(make_error_code(errc::invalid_argument),
+                     std::string("observer threw: ") + e.what());
+    } catch (...) {
+        report_error(make_error_code(errc::invalid_argument),
+                     "observer threw a non-standard exception");
+    }
+}
+
+std::string engine::lock_path(std::string_view name) const {
+    return endpoint_.base + "/" + encode_name(name);
+}
+
+const ACL_vector* engine::acl() const noexcept {
+    return options_.digest.empty() ? &ZOO_OPEN_ACL_UNSAFE : &ZOO_CREATOR_ALL_ACL;
+}
+
+int engine::ensure_path(session& s, const std::string& path, int mode) {
+    // Create each missing component: the base as persistent nodes with an open ACL (a namespace),
+    // the lock node itself as `mode`.
+    std::size_t at = 1;
+    while (at <= path.size()) {
+        const auto next = std::min(path.find('/', at), path.size());
+        const auto prefix = path.substr(0, next);
+        const bool last = next == path.size();
+        const auto sent = steady::now();
+        const int rc = s.with_handle([&](zhandle_t* zh) {
+            return zoo_create(zh, prefix.c_str(), nullptr, -1, last ? acl() : &ZOO_OPEN_ACL_UNSAFE,
+                              last ? mode : 0, nullptr, 0);
+        });
+        if (answered(rc)) s.confirm(sent);
+        if (rc != ZOK && rc != ZNODEEXISTS) return rc;
+        at = next + 1;
+    }
+    return ZOK;
+}
+
+std::shared_ptr<session> engine::session_for(std::error_code& ec) {
+    std::lock_guard connecting(connect_mutex_);
+    std::shared_ptr<session> old;
+    {
+        std::lock_guard lock(mutex_);
+        if (session_ && !session_->dead()) return session_;
+        old = std::move(session_);
+    }
+    if (old) old->close();
+    auto s = std::make_shared<session>([this] { wake(); });
+    const auto deadline = dlock::detail::deadline_after(steady::now(), options_.connect_timeout);
+    std::string why;
+    if (!s->open(endpoint_.hosts, options_.session_timeout, deadline, why)) {
+        fail(ec, errc::connection_failed,
+             "ZooKeeper " + endpoint_.hosts + ": " + why + " (" +
+                 ms_text(options_.connect_timeout) + ")");
+        return nullptr;
+    }
+    if (!options_.digest.empty()) {
+        const int rc = s->add_digest(options_.digest, deadline);
+        if (rc != ZOK) {
+            s->close();
+            fail(ec, rc == ZOPERATIONTIMEOUT ? errc::connection_failed : errc::auth_failed,
+                 "ZooKeeper " + endpoint_.hosts + ": addauth digest failed: " + zk_text(rc));
+            return nullptr;
+        }
+    }
+    if (!endpoint_.base.empty()) {
+        const int rc = ensure_path(*s, endpoint_.base, 0);
+        if (rc != ZOK) {
+            s->close();
+            fail(ec, code_for(rc),
+                 "ZooKeeper " + endpoint_.hosts + ": cannot create base path " + endpoint_.base +
+                     ": " + zk_text(rc));
+            return nullptr;
+        }
+    }
+    std::lock_guard lock(mutex_);
+    session_ = s;
+    return s;
+}
+
+dlock::lease engine::grant(std::string_view name, const lock_options& options,
+                           std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
+                           steady::time_point sent) {
+    auto node = std::make_shared<held_node>();
+    node->owner = s;
+    node->path = std::move(path);
+    node->czxid = czxid;
+    // renew = false: a fixed lease of `lease` (docs/zookeeper.md, lock_options on ZooKeeper).
+    auto cap = options.renew ? options.max_hold : std::min(options.max_hold, options.lease);
+    if (cap != forever) node->cap_valid = dlock::detail::valid_until(sent, cap);
+    const auto valid = std::min(s->valid_until(), node->cap_valid);
+    auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
+                                             czxid, options, sent, valid);
+    {
+        std::lock_guard lock(mutex_);
+        registry_[core.get()] = {core, std::move(node)};
+        wake_ = true;
+    }
+    worker_cv_.notify_all();
+    notify({event_kind::acquired, name, czxid, {}, steady::now()});
+    return dlock::detail::lease_access::make(std::move(core));
+}
+
+dlock::lease engine::reenter(std::string_view name, const lock_request& request,
+                             const lock_options& options, std::error_code& ec) {
+    auto* previous = dlock::detail::lease_access::core(*request.reenter);
+    if (previous == nullptr) {
+        fail(ec, errc::not_owner, "re-entering lock \"" + std::string(name) + "\": empty lease");
+        return {};
+    }
+    std::shared_ptr<lease_core> core;
+    std::shared_ptr<held_node> node;
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = registry_.find(previous);
+        if (it == registry_.end() || previous->name() != name) {
+            fail(ec, errc::not_owner,
+                 "re-entering lock \"" + std::string(name) +
+                     "\": the lease is not a live grant of this lock on this client");
+            return {};
+        }
+        node = it->second.node;
+        if (node->deleted || previous->state(steady::now()) == lock_state::lost) {
+            fail(ec, errc::lock_lost,
+                 "re-entering lock \"" + std::string(name) + "\": the grant was lost");
+            return {};
+        }
+        ++node->depth;
+        core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
+                                            node->czxid, options, steady::now(),
+                                            previous->valid_until());
+        registry_[core.get()] = {core, node};
+    }
+    notify({event_kind::acquired, name, node->czxid, {}, steady::now()});
+    return dlock::detail::lease_access::make(std::move(core));
+}
+
+dlock::lease engine::acquire_until(std::string_view name, const lock_request& request,
+                                   const lock_options& options, steady::time_point deadline,
+                                   std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        if (request.kind == lock_kind::permits) {
+            fail(ec, errc::unsupported,
+                 "lock kind permits (counting_semaphore) is not available on ZooKeeper yet");
+            return {};
+        }
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (!ec) dlock::detail::validate_lock_options(options, ec);
+        if (ec) return {};
+        if (request.kind == lock_kind::reentrant && request.reenter != nullptr)
+            return reenter(name, request, options, ec);
+
+        const bool read = request.kind == lock_kind::read;
+        const std::string parent = lock_path(name);
+        const std::string guid = dlock::detail::random_token();
+        const std::string prefix = node_prefix(guid, read);
+        const std::string quoted = "lock \"" + std::string(name) + "\"";
+        std::shared_ptr<session> s;
+        std::string node;  // our child's name, once known
+        std::uint64_t czxid = 0;
+        bool unknown = false;  // a create may have landed without our knowing (protection mode)
+        bool waiting = false;
+        unsigned attempts = 0;
+        std::vector<std::string> children;
+
+        // Giving up: our node (or the guid whose create is in doubt) must not stay behind.
+        const auto give_up = [&](errc code, std::string message) {
+            if (s && !s->dead() && (!node.empty() || unknown)) {
+                int rc = ZCONNECTIONLOSS;
+                if (!node.empty()) {
+                    const auto path = parent + "/" + node;
+                    rc = s->with_handle(
+                        [&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+                    if (rc != ZOK && rc != ZNONODE) s->queue_cleanup({parent, {}, path});
+                }
+                if (unknown) s->queue_cleanup({parent, guid, {}});
+            }
+            fail(ec, code, std::move(message));
+            if (code != errc::timeout && code != errc::attempts_exhausted &&
+                code != errc::canceled) {
+                notify({event_kind::error, name, 0, ec, steady::now()});
+            }
+            return dlock::lease{};
+        };
+        // A failed request: true to go round again (connection or session trouble), false after
+        // giving up.
+        const auto recoverable = [&](int rc) { return retriable(rc) || session_gone(rc); };
+
+        for (;;) {
+            if (options.cancel.stop_requested())
+                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+            if (!s || s->dead()) {
+                // A dead session took our node with it: start over on a new one (not yet granted).
+                node.clear();
+                unknown = false;
+                s = session_for(ec);
+                if (!s) {
+                    notify({event_kind::error, name, 0, ec, steady::now()});
+                    return {};
+                }
+            }
+            if (!s->connected() && !s->wait_connected(deadline, options.cancel)) {
+                if (s->dead()) continue;
+                if (options.cancel.stop_requested())
+                    return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+                return give_up(errc::connection_failed,
+                               "ZooKeeper " + endpoint_.hosts + ": disconnected while acquiring " +
+                                   quoted + " and not back before the deadline");
+            }
+            if (unknown) {
+                const int rc = get_children(*s, parent, children);
+                if (rc != ZOK && rc != ZNONODE) {
+                    if (recoverable(rc)) continue;
+                    return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
+                }
+                unknown = false;
+                for (const auto& c : children) {
+                    if (c.starts_with(prefix)) node = c;
+                }
+                if (!node.empty()) {
+                    Stat stat{};
+                    const auto path = parent + "/" + node;
+                    const int erc = s->with_handle(
+                        [&](zhandle_t* zh) { return zoo_exists(zh, path.c_str(), 0, &stat); });
+                    if (erc == ZOK) {
+                        czxid = static_cast<std::uint64_t>(stat.czxid);
+                    } else {
+                        node.clear();
+                        if (retriable(erc)) unknown = true;  // it may still be there: look again
+                        if (recoverable(erc)) continue;
+                    }
+                }
+            }
+            if (node.empty()) {
+                const auto want = parent + "/" + prefix;
+                std::vector<char> buffer(want.size() + 32);
+                Stat stat{};
+                const auto sent = steady::now();
+                const int rc = s->with_handle([&](zhandle_t* zh) {
+                    return zoo_create2(zh, want.c_str(), nullptr, -1, acl(),
+                                       ZOO_EPHEMERAL_SEQUENTIAL, buffer.data(),
+                                       static_cast<int>(buffer.size()), &stat);
+                });
+                if (answered(rc)) s->confirm(sent);
+                if (rc == ZNONODE) {
+                    const int prc = ensure_path(*s, parent, ZOO_CONTAINER);
+                    if (prc == ZOK || recoverable(prc)) continue;
+                    return give_up(code_for(prc),
+                                   quoted + ": cannot create " + parent + ": " + zk_text(prc));
+                }
+                if (retriable(rc)) {
+                    unknown = true;  // protection mode: find it by its guid once reconnected
+                    continue;
+                }
+                if (session_gone(rc)) continue;
+                if (rc != ZOK) return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
+                node = base_name(buffer.data());
+                czxid = static_cast<std::uint64_t>(stat.czxid);
+            }
+            const auto sent = steady::now();
+            const int rc = get_children(*s, parent, children);
+            if (rc != ZOK) {
+                if (recoverable(rc)) continue;
+                if (rc == ZNONODE) {  // the container went with our node: start over
+                    node.clear();
+                    continue;
+                }
+                return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
+            }
+            const auto where = locate(children, node);
+            if (!where.found) {  // our node is gone (session expired, or deleted by someone)
+                node.clear();
+                continue;
+            }
+            if (where.holds) return grant(name, options, s, parent + "/" + node, czxid, sent);
+            ++attempts;
+            if (!waiting) {
+                waiting = true;
+                notify({event_kind::wait_started, name, 0, {}, steady::now()});
+            }
+            if (options.max_attempts && attempts >= *options.max_attempts) {
+                return give_up(
+                    errc::attempts_exhausted,
+                    quoted + " still held after " + std::to_string(attempts) + " attempts");
+            }
+            if (steady::now() >= deadline)
+                return give_up(errc::timeout, quoted + " is held by someone else");
+            // Watch only the node we wait for (no herd). ZNONODE: it went between getChildren
+            // and exists, so look again at once.
+            const auto watched = parent + "/" + where.watch;
+            const auto seen = s->watch_begin(watched);
+            Stat stat{};
+            const int wrc = s->with_handle([&](zhandle_t* zh) {
+                return zoo_wexists(zh, watched.c_str(), &session::on_event, s.get(), &stat);
+            });
+            if (wrc == ZOK) s->watch_wait(watched, seen, deadline, options.cancel);
+            s->watch_end(watched);
+            if (wrc != ZOK && wrc != ZNONODE && !recoverable(wrc))
+                return give_up(code_for(wrc), quoted + ": exists: " + zk_text(wrc));
+        }
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+    } catch (const std::system_error& e) {
+        fail(ec, e.code(), e.what());
+    }
+    return {};
+}
+
+void engine::release(lease_core& lease, std::error_code& ec) noexcept {
+    ec.clear();
+    std::shared_ptr<held_node> node;
+    bool last = false;
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = registry_.find(&lease);
+        if (it != registry_.end()) {
+            node = it->second.node;
+            registry_.erase(it);
+            last = --node->depth == 0 && !node->deleted;
+            if (last) node->deleted = true;
+        }
+    }
+    lease.mark_released();
+    try {
+        if (!node) {
+            return fail(ec, errc::lock_lost,
+                        "lock \"" + lease.name() + "\": the client was closed; nothing to release");
+        }
+        if (node->depth > 0 && !node->deleted) {  // one re-entry level left; the node stays
+            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
+            return;
+        }
+        if (!last) {
+            return fail(ec, errc::lock_lost,
+                        "lock \"" + lease.name() + "\" was lost before it was released");
+        }
+        const int rc = node->owner->with_handle(
+            [&](zhandle_t* zh) { return zoo_delete(zh, node->path.c_str(), -1); });
+        if (rc == ZOK) {
+            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
+            return;
+        }
+        if (rc == ZNONODE || session_gone(rc)) {
+            fail(ec, errc::lock_lost,
+                 "lock \"" + lease.name() + "\": our node " + node->path +
+                     " was already gone (session expired)");
+        } else {
+            // Unknown outcome: delete it once reconnected (or it goes with the session).
+            node->owner->queue_cleanup({{}, {}, node->path});
+            fail(ec, code_for(rc),
+                 "release of \"" + lease.name() + "\": delete " + node->path + ": " + zk_text(rc) +
+                     "; retried once reconnected, or it goes with the session");
+        }
+        notify({event_kind::error, lease.name(), lease.fencing_token(), ec, steady::now()});
+    } catch (...) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "release: out of memory");
+    }
+}
+
+steady::time_point engine::check_leases(steady::time_point now) {
+    std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> lost;
+    std::vector<std::pair<std::shared_ptr<session>, std::string>> doomed;  // nodes to delete
+    auto next = steady::time_point::max();
+    {
+        std::lock_guard lock(mutex_);
+        for (auto it = registry_.begin(); it != registry_.end();) {
+            auto lease = it->second.lease.lock();
+            if (!lease) {
+                it = registry_.erase(it);
+                continue;
+            }
+            auto& node = *it->second.node;
+            ++it;
+            if (lease->released() || lease->lost_token().stop_requested()) continue;
+            auto& s = *node.owner;
+            if (s.dead()) {
+                node.deleted = true;
+                lost.emplace_back(std::move(lease), "its ZooKeeper session expired");
+                continue;
+            }
+            const auto bound = std::min(s.valid_until(), node.cap_valid);
+            if (now >= node.cap_valid) {
+                if (!node.deleted) doomed.emplace_back(node.owner, node.path);
+                node.deleted = true;
+                lost.emplace_back(std::move(lease), "max_hold (or the fixed lease) ran out");
+                continue;
+            }
+            if (now >= bound) {
+                // Disconnected past the bound: the server may expire the session from now on.
+                // If we reconnect in time the node is deleted, as nobody trusts it any more.
+                if (!node.deleted) doomed.emplace_back(node.owner, node.path);
+                node.deleted = true;
+                lost.emplace_back(std::move(lease),
+                                  "no answer from ZooKeeper within the session timeout");
+                continue;
+            }
+            if (s.connected()) {
+                lease->renewed(bound);
+            } else {
+                lease->renewal_failed();
+            }
+            next = std::min(next, bound);
+        }
+    }
+    // Outside mutex_: queue_cleanup wakes this thread, which takes mutex_.
+    for (auto& [s, path] : doomed) s->queue_cleanup({{}, {}, path});
+    // The observer and on_lost hear why through the lost event (as with Redis, no error report).
+    for (auto& entry : lost) entry.first->lose(make_error_code(errc::lock_lost));
+    return next;
+}
+
+void engine::run(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+        const auto now = steady::now();
+        auto next = check_leases(now);
+        std::vector<std::shared_ptr<session>> sessions;
+        {
+            std::lock_guard lock(mutex_);
+            if (session_) sessions.push_back(session_);
+            for (const auto& [ptr, e] : registry_) {
+                if (std::find(sessions.begin(), sessions.end(), e.node->owner) == sessions.end())
+                    sessions.push_back(e.node->owner);
+            }
+        }
+        for (auto& s : sessions) {
+            if (s->dead()) continue;
+            next = std::min(next, s->heartbeat(now));
+            s->run_cleanup();
+        }
+        sessions.clear();
+        std::unique_lock lock(mutex_);
+        worker_cv_.wait_until(lock, stop, std::min(next, now + std::chrono::seconds(1)),
+                              [&] { return wake_; });
+        wake_ = false;
+    }
+}
+
+}  // namespace dlock::zk::detail

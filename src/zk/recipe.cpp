@@ -1,0 +1,188 @@
+#include "zk/recipe.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/status.hpp"
+
+namespace dlock::zk::detail {
+
+using dlock::detail::fail;
+
+namespace {
+
+constexpr std::string_view scheme = "zk://";
+constexpr std::string_view default_base = "/dlock";
+constexpr std::size_t guid_length = 32;
+constexpr std::size_t sequence_digits = 10;
+
+bool valid_port(std::string_view text) {
+    if (text.empty() || text.size() > 5) return false;
+    unsigned value = 0;
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return err == std::errc() && end == text.data() + text.size() && value >= 1 && value <= 65535;
+}
+
+// One "host[:port]" of the list, with the default port added.
+bool parse_host(std::string_view item, std::string& out, std::string& why) {
+    std::string_view host, port;
+    if (item.starts_with('[')) {
+        const auto close = item.find(']');
+        if (close == std::string_view::npos) {
+            why = "unclosed '[' in host \"" + std::string(item) + "\"";
+            return false;
+        }
+        host = item.substr(0, close + 1);
+        const auto rest = item.substr(close + 1);
+        if (!rest.empty()) {
+            if (rest[0] != ':') {
+                why = "unexpected text after ']' in \"" + std::string(item) + "\"";
+                return false;
+            }
+            port = rest.substr(1);
+            if (port.empty()) port = "!";
+        }
+    } else {
+        const auto colon = item.find(':');
+        host = item.substr(0, colon);
+        if (colon != std::string_view::npos) {
+            port = item.substr(colon + 1);
+            if (port.empty()) port = "!";
+        }
+    }
+    if (host.empty() || host == "[]") {
+        why = "empty host in \"" + std::string(item) + "\"";
+        return false;
+    }
+    if (!port.empty() && !valid_port(port)) {
+        why = "bad port \"" + std::string(port == "!" ? "" : port) + "\" in \"" +
+              std::string(item) + "\" (must be 1..65535)";
+        return false;
+    }
+    out = std::string(host) + ":" + std::string(port.empty() ? "2181" : port);
+    return true;
+}
+
+}  // namespace
+
+zk_endpoint parse_zk_url(std::string_view url, std::error_code& ec) {
+    ec.clear();
+    const auto bad = [&](const std::string& why) {
+        fail(ec, errc::invalid_argument, "client_options.url \"" + std::string(url) + "\": " + why);
+        return zk_endpoint{};
+    };
+    if (!url.starts_with(scheme)) return bad("must start with zk://");
+    const auto rest = url.substr(scheme.size());
+    if (rest.find_first_of("?#@") != std::string_view::npos) {
+        return bad(
+            "query strings, fragments and credentials are not supported "
+            "(use client_options.digest)");
+    }
+    const auto slash = rest.find('/');
+    const auto authority = rest.substr(0, slash);
+    if (authority.empty()) return bad("no host given");
+    zk_endpoint out;
+    std::size_t start = 0;
+    for (;;) {
+        const auto comma = authority.find(',', start);
+        const auto item = authority.substr(start, comma - start);
+        std::string host, why;
+        if (!parse_host(item, host, why)) return bad(why);
+        if (!out.hosts.empty()) out.hosts += ',';
+        out.hosts += host;
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+    }
+    std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
+    if (path.empty()) path = default_base;
+    if (path == "/") return out;  // the root itself
+    if (path.ends_with('/')) return bad("the base path must not end with '/'");
+    std::size_t at = 1;
+    while (at <= path.size()) {
+        const auto next = std::min(path.find('/', at), path.size());
+        const auto part = path.substr(at, next - at);
+        if (part.empty()) return bad("empty component in the base path");
+        if (part == "." || part == "..") return bad("'.' and '..' are not allowed in the path");
+        for (const char c : part) {
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+                return bad("control character in the base path");
+        }
+        at = next + 1;
+    }
+    out.base = std::string(path);
+    return out;
+}
+
+std::string encode_name(std::string_view name) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    if (name == ".") return "%2E";
+    if (name == "..") return "%2E%2E";
+    std::string out;
+    out.reserve(name.size());
+    for (const char ch : name) {
+        const auto c = static_cast<unsigned char>(ch);
+        const bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                           (c >= '0' && c <= '9') ||
+                           std::string_view("._~:@=+,-").find(ch) != std::string_view::npos;
+        if (plain) {
+            out += ch;
+        } else {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 0xF];
+        }
+    }
+    return out;
+}
+
+std::string node_prefix(std::string_view guid, bool read) {
+    return std::string(guid) + (read ? "-rd-" : "-wr-");
+}
+
+std::optional<lock_node> parse_node(const std::string& name) {
+    // <32 hex guid>-rd-<10 digits> or -wr-
+    if (name.size() != guid_length + 4 + sequence_digits) return std::nullopt;
+    const std::string_view view(name);
+    const auto kind = view.substr(guid_length, 4);
+    if (kind != "-rd-" && kind != "-wr-") return std::nullopt;
+    const auto digits = view.substr(guid_length + 4);
+    std::int64_t sequence = 0;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), sequence);
+    if (err != std::errc() || end != digits.data() + digits.size() || sequence < 0)
+        return std::nullopt;
+    return lock_node{name, std::string(view.substr(0, guid_length)), kind == "-rd-", sequence};
+}
+
+position locate(const std::vector<std::string>& children, std::string_view ours) {
+    std::vector<lock_node> nodes;
+    nodes.reserve(children.size());
+    for (const auto& c : children) {
+        if (auto n = parse_node(c)) nodes.push_back(std::move(*n));
+    }
+    std::sort(nodes.begin(), nodes.end(),
+              [](const lock_node& a, const lock_node& b) { return a.sequence < b.sequence; });
+    position out;
+    const auto me = std::find_if(nodes.begin(), nodes.end(),
+                                 [&](const lock_node& n) { return n.name == ours; });
+    if (me == nodes.end()) return out;
+    out.found = true;
+    if (!me->read) {
+        if (me == nodes.begin()) {
+            out.holds = true;
+        } else {
+            out.watch = std::prev(me)->name;
+        }
+        return out;
+    }
+    for (auto it = me; it != nodes.begin();) {
+        --it;
+        if (!it->read) {
+            out.watch = it->name;
+            return out;
+        }
+    }
+    out.holds = true;
+    return out;
+}
+
+}  // namespace dlock::zk::detail

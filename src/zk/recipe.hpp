@@ -1,0 +1,55 @@
+// The ZooKeeper lock recipe's pure logic, free of I/O (docs/zookeeper.md): URL parsing, the
+// encoding of lock names into one znode name, lock-node names, and the decision "do we hold, and
+// if not, which node do we watch" over a getChildren result.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace dlock::zk::detail {
+
+struct zk_endpoint {
+    /// "host:port,host:port" as the C client's connect string.
+    std::string hosts;
+    /// The base path without a trailing slash; "" for the root.
+    std::string base;
+};
+
+/// Parses `zk://host[:port][,host[:port]...][/base/path]`; on failure sets ec to
+/// errc::invalid_argument with a message naming the problem.
+zk_endpoint parse_zk_url(std::string_view url, std::error_code& ec);
+
+/// `name` as one znode name: bytes outside [A-Za-z0-9._~:@=+,-] become %XX; "." and ".." are
+/// escaped too. Injective, so distinct names never share a node.
+std::string encode_name(std::string_view name);
+
+/// The prefix of a lock node: "<guid>-rd-" or "<guid>-wr-"; the server appends the sequence.
+std::string node_prefix(std::string_view guid, bool read);
+
+struct lock_node {
+    std::string name;  ///< the child's name, as listed
+    std::string guid;
+    bool read = false;
+    std::int64_t sequence = 0;
+};
+
+/// Parses a child name made by node_prefix + a 10-digit sequence; nullopt for anything else
+/// (foreign nodes are ignored by the recipe).
+std::optional<lock_node> parse_node(const std::string& name);
+
+struct position {
+    bool found = false;   ///< our node is among the children
+    bool holds = false;   ///< it holds the lock
+    std::string watch{};  ///< when found && !holds: the child to watch
+};
+
+/// Where the node named `ours` stands among `children` (docs/zookeeper.md, step 2): a write node
+/// holds when it is first and watches its immediate predecessor; a read node holds when no write
+/// node is before it and watches the nearest earlier write node.
+position locate(const std::vector<std::string>& children, std::string_view ours);
+
+}  // namespace dlock::zk::detail

@@ -1,0 +1,276 @@
+#include "zk/session.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include "core/renewal.hpp"
+
+namespace dlock::zk::detail {
+
+namespace {
+
+// A cleanup request in flight: owned by its completion (the C client calls every pending
+// completion, with ZCLOSING at the latest, when the handle is closed).
+struct cleanup_op {
+    session* owner;
+    cleanup_item item;
+};
+
+bool retriable(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
+
+// The C client logs every connect, close and retry at INFO to stderr. Our errors carry what
+// matters, so its log is dropped unless DLOCK_ZK_LOG=1 (then: stderr, as the C client would).
+void client_log(const char* message) {
+    static const bool enabled = [] {
+        const char* env = std::getenv("DLOCK_ZK_LOG");
+        return env != nullptr && std::string_view(env) == "1";
+    }();
+    if (enabled) std::fprintf(stderr, "%s\n", message);
+}
+
+// Wait bounds: a far deadline (forever) is cut so time arithmetic in the library cannot overflow;
+// callers loop.
+steady::time_point bounded(steady::time_point deadline) {
+    return std::min(deadline, dlock::detail::deadline_after(steady::now(), std::chrono::hours(1)));
+}
+
+}  // namespace
+
+session::session(std::function<void()> wake) : wake_(std::move(wake)) {}
+
+session::~session() { close(); }
+
+void session::close() noexcept {
+    zhandle_t* zh = nullptr;
+    {
+        std::unique_lock lock(handle_mutex_);
+        zh = std::exchange(zh_, nullptr);
+        if (zh != nullptr) zookeeper_close(zh);  // joins the C client's threads
+    }
+    if (zh == nullptr) return;
+    std::lock_guard lock(mutex_);
+    dead_ = true;
+    ++state_gen_;
+    cleanup_.clear();
+    changed_.notify_all();
+}
+
+bool session::open(const std::string& hosts, milliseconds timeout, steady::time_point deadline,
+                   std::string& why) {
+    const auto sent = steady::now();
+    {
+        std::unique_lock lock(handle_mutex_);
+        errno = 0;
+        zh_ = zookeeper_init2(hosts.c_str(), &session::on_event, static_cast<int>(timeout.count()),
+                              nullptr, this, 0, &client_log);
+        if (zh_ == nullptr) {
+            why = std::string("zookeeper_init failed: ") +
+                  (errno != 0 ? std::strerror(errno) : "bad host list");
+            return false;
+        }
+    }
+    if (!wait_connected(deadline, {})) {
+        why = "no session established within the connect timeout";
+        close();
+        return false;
+    }
+    timeout_ = milliseconds(with_handle([](zhandle_t* zh) { return zoo_recv_timeout(zh); }));
+    confirm(sent);
+    return true;
+}
+
+int session::add_digest(const std::string& digest, steady::time_point deadline) {
+    const int rc = with_handle([&](zhandle_t* zh) {
+        return zoo_add_auth(
+            zh, "digest", digest.data(), static_cast<int>(digest.size()),
+            [](int result, const void* data) {
+                auto* self = static_cast<session*>(const_cast<void*>(data));
+                std::lock_guard lock(self->mutex_);
+                self->auth_rc_ = result;
+                self->changed_.notify_all();
+            },
+            this);
+    });
+    if (rc != ZOK) return rc;
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_until(lock, deadline, [&] { return auth_rc_ != 1 || dead_; }))
+        return ZOPERATIONTIMEOUT;
+    return dead_ && auth_rc_ == 1 ? ZAUTHFAILED : auth_rc_;
+}
+
+bool session::connected() const {
+    std::lock_guard lock(mutex_);
+    return !dead_ && state_ == ZOO_CONNECTED_STATE;
+}
+
+bool session::dead() const {
+    std::lock_guard lock(mutex_);
+    return dead_;
+}
+
+void session::confirm(steady::time_point sent) noexcept {
+    const auto wanted = sent.time_since_epoch().count();
+    auto current = answered_sent_.load();
+    while (current < wanted && !answered_sent_.compare_exchange_weak(current, wanted)) {
+    }
+}
+
+steady::time_point session::valid_until() const noexcept {
+    const steady::time_point sent{steady::duration(answered_sent_.load())};
+    return dlock::detail::valid_until(sent, timeout_);
+}
+
+bool session::wait_connected(steady::time_point deadline, const std::stop_token& cancel) {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        if (dead_) return false;
+        if (state_ == ZOO_CONNECTED_STATE) return true;
+        if (steady::now() >= deadline || cancel.stop_requested()) return false;
+        std::stop_token token = cancel;
+        changed_.wait_until(lock, token, bounded(deadline),
+                            [&] { return dead_ || state_ == ZOO_CONNECTED_STATE; });
+    }
+}
+
+std::uint64_t session::watch_begin(const std::string& path) {
+    std::lock_guard lock(mutex_);
+    auto& w = watches_[path];
+    ++w.waiters;
+    return w.fired;
+}
+
+void session::watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
+                         const std::stop_token& cancel) {
+    std::unique_lock lock(mutex_);
+    const auto gen = state_gen_;
+    std::stop_token token = cancel;
+    changed_.wait_until(lock, token, bounded(deadline), [&] {
+        const auto it = watches_.find(path);
+        return dead_ || state_gen_ != gen || (it != watches_.end() && it->second.fired != seen);
+    });
+}
+
+void session::watch_end(const std::string& path) {
+    std::lock_guard lock(mutex_);
+    const auto it = watches_.find(path);
+    if (it != watches_.end() && --it->second.waiters <= 0) watches_.erase(it);
+}
+
+void session::on_event(zhandle_t*, int type, int state, const char* path, void* ctx) {
+    auto* self = static_cast<session*>(ctx);
+    bool state_change = false;
+    {
+        std::lock_guard lock(self->mutex_);
+        if (type == ZOO_SESSION_EVENT) {
+            self->state_ = state;
+            if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+                self->dead_ = true;
+                self->cleanup_.clear();  // the session's ephemeral nodes go with it
+            }
+            ++self->state_gen_;
+            state_change = true;
+        } else if (path != nullptr) {
+            // Deleted, changed, or the watch was dropped: the waiter looks again either way.
+            const auto it = self->watches_.find(path);
+            if (it != self->watches_.end()) ++it->second.fired;
+        }
+        self->changed_.notify_all();
+    }
+    if (state_change && self->wake_) self->wake_();
+}
+
+void session::on_heartbeat(int rc, const char*, const void* data) {
+    auto* self = static_cast<session*>(const_cast<void*>(data));
+    if (rc == ZOK)
+        self->confirm(steady::time_point(steady::duration(self->heartbeat_sent_.load())));
+    self->heartbeat_in_flight_.store(false);
+    if (rc != ZCLOSING && self->wake_) self->wake_();
+}
+
+steady::time_point session::heartbeat(steady::time_point now) {
+    const auto period = std::max(timeout_ / 4, milliseconds(10));
+    if (heartbeat_in_flight_.load() || !connected()) return now + period;
+    if (now < next_heartbeat_) return next_heartbeat_;
+    heartbeat_in_flight_.store(true);
+    heartbeat_sent_.store(steady::now().time_since_epoch().count());
+    // sync is answered only after the leader answered our server (docs/zookeeper.md).
+    const int rc = with_handle(
+        [&](zhandle_t* zh) { return zoo_async(zh, "/", &session::on_heartbeat, this); });
+    if (rc != ZOK) heartbeat_in_flight_.store(false);
+    next_heartbeat_ = now + period;
+    return next_heartbeat_;
+}
+
+void session::queue_cleanup(cleanup_item item) {
+    {
+        std::lock_guard lock(mutex_);
+        if (dead_) return;
+        cleanup_.push_back(std::move(item));
+    }
+    if (wake_) wake_();
+}
+
+void session::requeue(cleanup_item item) {
+    std::lock_guard lock(mutex_);
+    if (!dead_) cleanup_.push_back(std::move(item));
+}
+
+void session::run_cleanup() {
+    std::vector<cleanup_item> items;
+    {
+        std::lock_guard lock(mutex_);
+        if (dead_ || state_ != ZOO_CONNECTED_STATE) return;
+        items.swap(cleanup_);
+    }
+    for (auto& item : items) {
+        auto op = std::make_unique<cleanup_op>(cleanup_op{this, std::move(item)});
+        int rc = ZOK;
+        if (!op->item.path.empty()) {
+            rc = with_handle([&](zhandle_t* zh) {
+                return zoo_adelete(
+                    zh, op->item.path.c_str(), -1,
+                    [](int result, const void* data) {
+                        std::unique_ptr<cleanup_op> done(
+                            static_cast<cleanup_op*>(const_cast<void*>(data)));
+                        if (retriable(result)) done->owner->requeue(std::move(done->item));
+                    },
+                    op.get());
+            });
+        } else {
+            rc = with_handle([&](zhandle_t* zh) {
+                return zoo_aget_children(
+                    zh, op->item.parent.c_str(), 0,
+                    [](int result, const String_vector* children, const void* data) {
+                        std::unique_ptr<cleanup_op> done(
+                            static_cast<cleanup_op*>(const_cast<void*>(data)));
+                        if (retriable(result)) {
+                            done->owner->requeue(std::move(done->item));
+                            return;
+                        }
+                        if (result != ZOK || children == nullptr) return;
+                        for (int i = 0; i < children->count; ++i) {
+                            const std::string child = children->data[i];
+                            if (!child.starts_with(done->item.guid)) continue;
+                            done->owner->requeue(
+                                {done->item.parent, {}, done->item.parent + "/" + child});
+                        }
+                        if (done->owner->wake_) done->owner->wake_();
+                    },
+                    op.get());
+            });
+        }
+        if (rc == ZOK) {
+            op.release();  // owned by the completion now
+        } else if (retriable(rc)) {
+            requeue(std::move(op->item));
+        }
+    }
+}
+
+}  // namespace dlock::zk::detail

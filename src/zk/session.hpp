@@ -1,0 +1,121 @@
+// One ZooKeeper session (a zhandle_t of the C client) and what waiters need from it: its state,
+// the validity bound it proves (docs/zookeeper.md, "Sessions, validity and loss"), one-shot node
+// watches, and orphan clean-up. The C client calls on_event and completions on its completion
+// thread; they only take mutex_ and notify, never call ZooKeeper synchronously.
+#pragma once
+
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <shared_mutex>
+#include <stop_token>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/time.hpp"
+
+namespace dlock::zk::detail {
+
+using dlock::detail::steady;
+using std::chrono::milliseconds;
+
+/// A node (known path) or a guid under a parent (unknown create outcome) to delete.
+struct cleanup_item {
+    std::string parent;
+    std::string guid;  ///< delete every child of parent that starts with it (when path is empty)
+    std::string path;  ///< the exact node to delete
+};
+
+class session {
+public:
+    /// `wake` is called (from the C client's thread) on every state change and heartbeat answer.
+    explicit session(std::function<void()> wake);
+    /// Closes the handle (joins the C client's threads). Never from a ZooKeeper callback.
+    ~session();
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
+
+    /// zookeeper_init and wait for the session until `deadline`. false (with `why`) on failure;
+    /// the handle is then closed.
+    bool open(const std::string& hosts, milliseconds timeout, steady::time_point deadline,
+              std::string& why);
+    /// addauth digest; waits for the answer until `deadline`. ZooKeeper's rc, or ZOPERATIONTIMEOUT.
+    int add_digest(const std::string& digest, steady::time_point deadline);
+    /// Closes the handle; afterwards every call fails with ZCLOSING. Idempotent.
+    void close() noexcept;
+
+    /// Runs `fn(zh)` with the handle kept open (shared lock against close()); ZCLOSING if closed.
+    template <class Fn>
+    int with_handle(Fn&& fn) {
+        std::shared_lock lock(handle_mutex_);
+        if (zh_ == nullptr) return ZCLOSING;
+        return fn(zh_);
+    }
+
+    bool connected() const;
+    /// Expired, auth failed or closed: its ephemeral nodes are (or will be) gone.
+    bool dead() const;
+    /// The session timeout the server granted.
+    milliseconds timeout() const noexcept { return timeout_; }
+
+    /// A request sent at `sent` was answered: the server cannot expire us before sent + timeout.
+    void confirm(steady::time_point sent) noexcept;
+    /// sent_last + timeout - drift(timeout).
+    steady::time_point valid_until() const noexcept;
+
+    /// Waits until connected, dead, `deadline` or `cancel`; true if connected.
+    bool wait_connected(steady::time_point deadline, const std::stop_token& cancel);
+
+    /// One-shot watches on nodes: begin before zoo_wexists (returns the event count seen), wait,
+    /// end when done. wait returns when the node's watch fired, the session changed state, the
+    /// deadline passed or cancel was requested.
+    std::uint64_t watch_begin(const std::string& path);
+    void watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
+                    const std::stop_token& cancel);
+    void watch_end(const std::string& path);
+
+    /// The watcher for the session and for node watches (ctx = this session).
+    static void on_event(zhandle_t* zh, int type, int state, const char* path, void* ctx);
+
+    /// Heartbeat (a `sync` through the leader), from the background thread: sends one if none is
+    /// in flight and `now` is past its due time. Returns when the next is due.
+    steady::time_point heartbeat(steady::time_point now);
+
+    /// Queue nodes to delete once connected (background thread sends them: run_cleanup).
+    void queue_cleanup(cleanup_item item);
+    void run_cleanup();
+
+private:
+    static void on_heartbeat(int rc, const char* value, const void* data);
+    void requeue(cleanup_item item);
+
+    std::function<void()> wake_;
+    std::shared_mutex handle_mutex_;  // guards zh_ against close() while a call uses it
+    zhandle_t* zh_ = nullptr;
+    milliseconds timeout_{0};
+    std::atomic<steady::rep> answered_sent_{0};
+    std::atomic<bool> heartbeat_in_flight_{false};
+    std::atomic<steady::rep> heartbeat_sent_{0};
+    steady::time_point next_heartbeat_{};  // background thread only
+
+    struct watch {
+        std::uint64_t fired = 0;
+        int waiters = 0;
+    };
+    mutable std::mutex mutex_;  // guards state_, dead_, state_gen_, watches_, cleanup_
+    std::condition_variable_any changed_;
+    int state_ = 0;
+    bool dead_ = false;
+    std::uint64_t state_gen_ = 0;
+    std::unordered_map<std::string, watch> watches_;
+    std::vector<cleanup_item> cleanup_;
+    int auth_rc_ = 1;  // 1 = no answer yet
+};
+
+}  // namespace dlock::zk::detail

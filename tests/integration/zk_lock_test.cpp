@@ -1,0 +1,376 @@
+// The ZooKeeper backend against one private standalone server (docs/zookeeper.md): mutual
+// exclusion across threads and processes, FIFO service, timeouts that leave no node behind,
+// fencing tokens, read/write and re-entrant grants, max_hold, digest ACLs and bad input.
+#include <dlock/dlock.hpp>
+#include <dlock/zk/client.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_process.hpp"
+#include "test_env.hpp"
+#include "zk_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using dlock::test::shared_zk;
+using steady = std::chrono::steady_clock;
+
+dlock::zk::client make_client(dlock::observer observer = {}) {
+    return dlock::zk::client({.url = shared_zk().url("/dlock-it"),
+                              .session_timeout = 4s,
+                              .connect_timeout = scaled(5s),
+                              .observer = std::move(observer)});
+}
+
+dlock::lease take(dlock::zk::client& zk, const std::string& name, dlock::lock_kind kind,
+                  std::chrono::milliseconds wait, std::error_code& ec,
+                  const dlock::lease* reenter = nullptr, dlock::lock_options options = {}) {
+    return zk.acquire_until(name, dlock::lock_request{.kind = kind, .reenter = reenter}, options,
+                            steady::now() + wait, ec);
+}
+
+/// Load, pause, store: two separate atomic steps, so concurrent unlocked callers lose updates
+/// (atomics keep TSan quiet: libzookeeper is not instrumented, so TSan cannot see the lock's
+/// happens-before).
+void unsafe_increment(std::atomic<long>& counter) {
+    const auto v = counter.load();
+    std::this_thread::sleep_for(50us);
+    counter.store(v + 1);
+}
+
+TEST(ZkLock, EightThreadsHundredIncrementsEach) {
+    auto zk = make_client();
+    const auto name = dlock::test::unique_name("lock");
+    std::atomic<long> counter{0};
+    std::vector<std::jthread> workers;
+    for (int t = 0; t < 8; ++t) {
+        workers.emplace_back([&] {
+            dlock::mutex m(zk, name);
+            for (int i = 0; i < 100; ++i) {
+                std::unique_lock guard(m);
+                unsafe_increment(counter);
+            }
+        });
+    }
+    workers.clear();
+    EXPECT_EQ(counter.load(), 800);
+    EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
+}
+
+// File counter for the multi-process test: read, pause, write.
+void file_increment(const std::string& path) {
+    long value = 0;
+    {
+        std::ifstream in(path);
+        in >> value;
+    }
+    std::this_thread::sleep_for(100us);
+    std::ofstream(path, std::ios::trunc) << value + 1 << "\n";
+}
+
+const bool counter_child =
+    dlock::test::register_child("zk_counter", [](const std::vector<std::string>& args) {
+        // args: url, lock name, counter file, increments
+        dlock::zk::client zk({.url = args.at(0), .connect_timeout = 10s});
+        dlock::mutex m(zk, args.at(1));
+        const int n = std::stoi(args.at(3));
+        for (int i = 0; i < n; ++i) {
+            std::unique_lock guard(m);
+            file_increment(args.at(2));
+        }
+        return 0;
+    });
+
+TEST(ZkLock, FourProcesses) {
+    ASSERT_TRUE(counter_child);
+    auto zk = make_client();
+    const auto name = dlock::test::unique_name("lock");
+    char tmpl[] = "/tmp/dlock-zk-counter.XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    const std::string file = tmpl;
+    std::vector<std::unique_ptr<dlock::test::child_process>> children;
+    for (int p = 0; p < 4; ++p) {
+        children.push_back(std::make_unique<dlock::test::child_process>(
+            "zk_counter",
+            std::vector<std::string>{shared_zk().url("/dlock-it"), name, file, "50"}));
+    }
+    for (auto& child : children) EXPECT_EQ(child->wait(120s), 0);
+    long value = 0;
+    std::ifstream(file) >> value;
+    std::remove(file.c_str());
+    EXPECT_EQ(value, 200);
+    EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
+}
+
+TEST(ZkLock, WaitersAreServedInArrivalOrder) {
+    std::mutex m;
+    int waits_started = 0;
+    auto zk = make_client([&](const dlock::lock_event& e) {
+        if (e.kind != dlock::event_kind::wait_started) return;
+        std::lock_guard lock(m);
+        ++waits_started;
+    });
+    const auto name = dlock::test::unique_name("fifo");
+    std::error_code ec;
+    auto holder = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::vector<int> order;
+    std::vector<std::jthread> waiters;
+    constexpr int n = 5;
+    for (int i = 0; i < n; ++i) {
+        waiters.emplace_back([&, i] {
+            std::error_code wec;
+            auto l = take(zk, name, i % 2 ? dlock::lock_kind::fair : dlock::lock_kind::exclusive,
+                          scaled(30s), wec);
+            std::lock_guard lock(m);
+            if (!wec) order.push_back(i);
+        });
+        // The next waiter starts only once this one's node is queued.
+        ASSERT_TRUE(eventually(
+            [&] {
+                std::lock_guard lock(m);
+                return waits_started == i + 1;
+            },
+            10s));
+    }
+    holder.release();
+    waiters.clear();
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(ZkLock, TimeoutLeavesNoNode) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("timeout");
+    std::error_code ec;
+    auto holder = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec);
+    const auto started = steady::now();
+    auto l = take(other, name, dlock::lock_kind::exclusive, 300ms, ec);
+    const auto took = steady::now() - started;
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    EXPECT_FALSE(l);
+    EXPECT_GE(took, 300ms);
+    EXPECT_LT(took, 300ms + scaled(2s));
+    // A past deadline: exactly one attempt.
+    l = take(other, name, dlock::lock_kind::exclusive, -5ms, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    // max_attempts = 1: one check.
+    l = other.acquire_until(name, {}, {.max_attempts = 1}, steady::now() + 10s, ec);
+    EXPECT_EQ(ec, dlock::errc::attempts_exhausted);
+    // Canceled: nothing left either.
+    std::stop_source stop;
+    std::jthread canceler([&] {
+        std::this_thread::sleep_for(100ms);
+        stop.request_stop();
+    });
+    l = other.acquire_until(name, {}, {.cancel = stop.get_token()}, steady::now() + 10s, ec);
+    EXPECT_EQ(ec, dlock::errc::canceled);
+    const auto left = shared_zk().children(zk.lock_path(name));
+    ASSERT_EQ(left.size(), 1u) << "only the holder's node may remain";
+    holder.release();
+    EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
+    l = take(other, name, dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_FALSE(ec);
+}
+
+TEST(ZkLock, FencingTokensRise) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("fence");
+    std::uint64_t last = 0;
+    for (int i = 0; i < 10; ++i) {
+        std::error_code ec;
+        auto l = take(i % 2 ? zk : other, name, dlock::lock_kind::exclusive, 5s, ec);
+        ASSERT_FALSE(ec);
+        EXPECT_GT(l.fencing_token(), last);
+        last = l.fencing_token();
+        EXPECT_EQ(l.state(), dlock::lock_state::held);
+        EXPECT_GT(l.expires_in(), 1s);
+    }
+}
+
+TEST(ZkLock, ReadersShareWritersExclude) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("rw");
+    std::error_code ec;
+    auto r1 = take(zk, name, dlock::lock_kind::read, 0ms, ec);
+    ASSERT_FALSE(ec);
+    auto r2 = take(other, name, dlock::lock_kind::read, 0ms, ec);
+    ASSERT_FALSE(ec) << "readers are concurrent";
+    auto w = take(other, name, dlock::lock_kind::write, 200ms, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a writer waits for readers";
+    // A queued writer: later readers wait behind it.
+    std::atomic<bool> writer_in{false};
+    std::atomic<std::uint64_t> writer_token{0};
+    std::jthread writer([&] {
+        std::error_code wec;
+        auto l = take(other, name, dlock::lock_kind::write, scaled(20s), wec);
+        if (wec) return;
+        writer_token = l.fencing_token();
+        writer_in = true;
+        std::this_thread::sleep_for(200ms);
+    });
+    ASSERT_TRUE(
+        eventually([&] { return shared_zk().children(zk.lock_path(name)).size() == 3; }, 10s));
+    auto r3 = take(zk, name, dlock::lock_kind::read, 200ms, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "a reader after a queued writer waits";
+    auto mutex_side = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "exclusive and write share one queue";
+    EXPECT_FALSE(writer_in.load());
+    const auto reader_token = std::max(r1.fencing_token(), r2.fencing_token());
+    r1.release();
+    r2.release();
+    ASSERT_TRUE(eventually([&] { return writer_in.load(); }, 10s));
+    EXPECT_GT(writer_token.load(), reader_token);
+    auto r4 = take(zk, name, dlock::lock_kind::read, scaled(10s), ec);
+    EXPECT_FALSE(ec) << "readers get it once the writer is gone";
+    if (r4) {
+        EXPECT_GT(r4.fencing_token(), writer_token.load());
+    }
+}
+
+TEST(ZkLock, ReentrantLevelsShareOneNode) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("re");
+    std::error_code ec;
+    auto outer = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec);
+    ASSERT_FALSE(ec);
+    auto inner = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec, &outer);
+    ASSERT_FALSE(ec);
+    EXPECT_EQ(inner.fencing_token(), outer.fencing_token());
+    EXPECT_EQ(shared_zk().children(zk.lock_path(name)).size(), 1u);
+    // Re-entering another client's or another lock's lease is refused.
+    auto bad = take(other, name, dlock::lock_kind::reentrant, 0ms, ec, &outer);
+    EXPECT_EQ(ec, dlock::errc::not_owner);
+    bad = take(zk, name + "x", dlock::lock_kind::reentrant, 0ms, ec, &outer);
+    EXPECT_EQ(ec, dlock::errc::not_owner);
+    outer.release();
+    auto l = take(other, name, dlock::lock_kind::reentrant, 100ms, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "one level is still held";
+    EXPECT_NE(inner.state(), dlock::lock_state::lost);
+    inner.release();
+    EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
+    l = take(other, name, dlock::lock_kind::reentrant, 0ms, ec);
+    EXPECT_FALSE(ec);
+}
+
+TEST(ZkLock, MaxHoldDeletesTheNode) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("maxhold");
+    std::error_code ec;
+    auto l = zk.acquire_until(name, {}, {.max_hold = 300ms}, steady::now(), ec);
+    ASSERT_FALSE(ec);
+    const auto granted = steady::now();
+    EXPECT_LE(l.expires_in(), 300ms);
+    auto next = take(other, name, dlock::lock_kind::exclusive, scaled(10s), ec);
+    ASSERT_FALSE(ec);
+    EXPECT_GE(steady::now() - granted, 290ms);
+    EXPECT_TRUE(l.lost_token().stop_requested());
+    EXPECT_EQ(l.state(), dlock::lock_state::lost);
+    l.release(ec);
+    EXPECT_EQ(ec, dlock::errc::lock_lost);
+    // renew = false: a fixed lease of `lease`.
+    next.release();
+    l = zk.acquire_until(name, {}, {.lease = 300ms, .renew = false}, steady::now(), ec);
+    ASSERT_FALSE(ec);
+    EXPECT_TRUE(eventually([&] { return l.lost_token().stop_requested(); }, 5s));
+    EXPECT_TRUE(eventually([&] { return shared_zk().children(zk.lock_path(name)).empty(); }, 5s));
+}
+
+TEST(ZkLock, NamesAreOneEncodedComponent) {
+    auto zk = make_client();
+    EXPECT_EQ(zk.lock_path("a/b"), "/dlock-it/a%2Fb");
+    EXPECT_EQ(zk.lock_path(".."), "/dlock-it/%2E%2E");
+    EXPECT_NE(zk.lock_path("a/b"), zk.lock_path("a%2Fb"));
+    std::error_code ec;
+    auto l = take(zk, "../../zookeeper", dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_FALSE(ec) << ec.message();
+}
+
+TEST(ZkLock, BadInput) {
+    for (const char* url : {"redis://127.0.0.1:1", "zk://", "zk://:2181", "zk://h:0",
+                            "zk://h:99999", "zk://h:x/a", "zk://h//a", "zk://h/a/", "zk://h/a/../b",
+                            "zk://u:p@h/a", "zk://h/a?x=1", "zk://h1,,h2/a", "zk://[::1/a"}) {
+        try {
+            dlock::zk::client c({.url = url});
+            ADD_FAILURE() << url << " was accepted";
+        } catch (const dlock::error& e) {
+            EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << url;
+            EXPECT_NE(std::string(e.what()).find("url"), std::string::npos) << e.what();
+        }
+    }
+    try {
+        dlock::zk::client c({.session_timeout = 0ms});
+        ADD_FAILURE();
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("session_timeout"), std::string::npos);
+    }
+    try {
+        dlock::zk::client c({.connect_timeout = -1ms});
+        ADD_FAILURE();
+    } catch (const dlock::error& e) {
+        EXPECT_NE(std::string(e.what()).find("connect_timeout"), std::string::npos);
+    }
+    auto zk = make_client();
+    std::error_code ec;
+    auto l = take(zk, "", dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    l = zk.acquire_until("x", {.kind = dlock::lock_kind::permits, .count = 1, .limit = 2}, {},
+                         steady::now(), ec);
+    EXPECT_EQ(ec, dlock::errc::unsupported);
+    l = zk.acquire_until("x", {}, {.lease = 1ms}, steady::now(), ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+}
+
+TEST(ZkLock, UnreachableEnsembleFailsWithinConnectTimeout) {
+    const auto port = dlock::test::free_port();
+    dlock::zk::client zk(
+        {.url = "zk://127.0.0.1:" + std::to_string(port) + "/x", .connect_timeout = 500ms});
+    const auto started = steady::now();
+    std::error_code ec;
+    auto l = zk.acquire_until("x", {}, {}, steady::now() + 10s, ec);
+    const auto took = steady::now() - started;
+    EXPECT_EQ(ec, dlock::errc::connection_failed);
+    EXPECT_LT(took, 500ms + scaled(1500ms));
+    EXPECT_THROW((void)zk.acquire("x", {.wait = 0ms}), dlock::error);
+}
+
+TEST(ZkLock, DigestProtectsNodes) {
+    const auto base = "/" + dlock::test::unique_name("acl").substr(0, 0) + "dlock-acl";
+    dlock::zk::client alice(
+        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:right"});
+    dlock::zk::client same(
+        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:right"});
+    dlock::zk::client mallory(
+        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:wrong"});
+    const auto name = dlock::test::unique_name("acl");
+    std::error_code ec;
+    auto l = take(alice, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    auto m = take(mallory, name, dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_EQ(ec, dlock::errc::auth_failed);
+    m = take(same, name, dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "the same identity contends normally";
+    EXPECT_THROW(dlock::zk::client({.digest = "no-colon"}), dlock::error);
+}
+
+}  // namespace

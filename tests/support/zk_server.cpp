@@ -1,0 +1,311 @@
+#include "zk_server.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zookeeper/zookeeper.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "spawn.hpp"
+#include "test_env.hpp"
+
+namespace dlock::test {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr auto start_deadline = std::chrono::seconds(30);
+constexpr const char* class_path = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
+
+// One four-letter word over a fresh socket; "" if the server does not answer within `timeout`.
+std::string four_letter(std::uint16_t port, const char* word, std::chrono::milliseconds timeout) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return {};
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const auto deadline = clock::now() + timeout;
+    const auto wait = [&](short events) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+        if (left <= 0) return false;
+        pollfd p{fd, events, 0};
+        return ::poll(&p, 1, static_cast<int>(left)) == 1;
+    };
+    std::string out;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
+        errno != EINPROGRESS) {
+        ::close(fd);
+        return {};
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (!wait(POLLOUT) || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0 ||
+        ::send(fd, word, std::strlen(word), MSG_NOSIGNAL) != static_cast<ssize_t>(4)) {
+        ::close(fd);
+        return {};
+    }
+    char buf[4096];
+    while (wait(POLLIN)) {
+        const auto n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return out;
+}
+
+std::string tail_of(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    const auto text = s.str();
+    return text.size() > 3000 ? text.substr(text.size() - 3000) : text;
+}
+
+}  // namespace
+
+zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick) : tick_(tick) {
+    char tmpl[] = "/tmp/dlock-zk.XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr)
+        throw std::runtime_error(std::string("zk_ensemble: mkdtemp: ") + std::strerror(errno));
+    dir_ = tmpl;
+    try {
+        std::set<std::uint16_t> used;
+        const auto fresh = [&] {
+            for (;;) {
+                const auto p = free_port();
+                if (used.insert(p).second) return p;
+            }
+        };
+        servers_.resize(servers);
+        for (std::size_t i = 0; i < servers; ++i) {
+            auto& s = servers_[i];
+            s.client_port = fresh();
+            s.quorum_port = fresh();
+            s.election_port = fresh();
+            s.dir = dir_ + "/" + std::to_string(i + 1);
+            std::filesystem::create_directories(s.dir + "/data");
+        }
+        for (std::size_t i = 0; i < servers; ++i) {
+            write_config(i);
+            spawn(i);
+        }
+        for (std::size_t i = 0; i < servers; ++i) wait_serving(i);
+    } catch (...) {
+        for (auto& s : servers_) {
+            if (s.pid > 0) {
+                ::kill(s.pid, SIGKILL);
+                detail::wait_blocking(s.pid);
+            }
+        }
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+        throw;
+    }
+}
+
+zk_ensemble::~zk_ensemble() {
+    for (auto& s : servers_) {
+        if (s.pid > 0) {
+            ::kill(s.pid, SIGKILL);
+            detail::wait_blocking(s.pid);
+            s.pid = -1;
+        }
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+}
+
+void zk_ensemble::write_config(std::size_t i) {
+    const auto& s = servers_[i];
+    std::ofstream cfg(s.dir + "/zoo.cfg");
+    cfg << "tickTime=" << tick_.count() << "\ninitLimit=10\nsyncLimit=5\n"
+        << "dataDir=" << s.dir << "/data\nclientPort=" << s.client_port
+        << "\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+        << "4lw.commands.whitelist=*\nforceSync=no\n";
+    if (servers_.size() > 1) {
+        std::ofstream(s.dir + "/data/myid") << (i + 1) << "\n";
+        for (std::size_t j = 0; j < servers_.size(); ++j) {
+            cfg << "server." << (j + 1) << "=127.0.0.1:" << servers_[j].quorum_port << ":"
+                << servers_[j].election_port << "\n";
+        }
+    }
+}
+
+void zk_ensemble::spawn(std::size_t i) {
+    auto& s = servers_[i];
+    const std::vector<std::string> argv = {"java",
+                                           "-Xmx256m",
+                                           "-XX:+UseSerialGC",
+                                           "-XX:TieredStopAtLevel=1",
+                                           "-cp",
+                                           class_path,
+                                           "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                                           "-Dzookeeper.admin.enableServer=false",
+                                           servers_.size() > 1
+                                               ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+                                               : "org.apache.zookeeper.server.ZooKeeperServerMain",
+                                           s.dir + "/zoo.cfg"};
+    const std::string log = s.dir + "/zk.log";
+    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    try {
+        s.pid = detail::spawn("/usr/bin/java", argv, out);
+    } catch (...) {
+        if (out >= 0) ::close(out);
+        throw;
+    }
+    if (out >= 0) ::close(out);
+}
+
+void zk_ensemble::wait_serving(std::size_t i) {
+    const auto deadline = clock::now() + scaled(start_deadline);
+    auto& s = servers_[i];
+    while (clock::now() < deadline) {
+        int raw = 0;
+        if (s.pid > 0 && detail::wait_for(s.pid, std::chrono::milliseconds(0), raw)) {
+            s.pid = -1;
+            throw std::runtime_error(
+                "zk_ensemble: server " + std::to_string(i + 1) + " exited with status " +
+                std::to_string(detail::decode_status(raw)) + "\n" + log_tails());
+        }
+        if (!mode(i).empty()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw std::runtime_error(
+        "zk_ensemble: server " + std::to_string(i + 1) + " not serving after " +
+        std::to_string(scaled(start_deadline).count()) + " ms\n" + log_tails());
+}
+
+std::string zk_ensemble::log_tails() const {
+    std::string out;
+    for (std::size_t i = 0; i < servers_.size(); ++i)
+        out +=
+            "--- server " + std::to_string(i + 1) + " ---\n" + tail_of(servers_[i].dir + "/zk.log");
+    return out;
+}
+
+std::string zk_ensemble::hosts() const {
+    std::string out;
+    for (const auto& s : servers_) {
+        if (!out.empty()) out += ',';
+        out += "127.0.0.1:" + std::to_string(s.client_port);
+    }
+    return out;
+}
+
+std::string zk_ensemble::url(std::string_view base) const {
+    return "zk://" + hosts() + std::string(base);
+}
+
+std::uint16_t zk_ensemble::client_port(std::size_t i) const { return servers_.at(i).client_port; }
+pid_t zk_ensemble::pid(std::size_t i) const { return servers_.at(i).pid; }
+
+void zk_ensemble::stop(std::size_t i) {
+    auto& s = servers_.at(i);
+    if (s.pid <= 0) return;
+    ::kill(s.pid, SIGTERM);
+    ::kill(s.pid, SIGCONT);
+    int raw = 0;
+    if (!detail::wait_for(s.pid, scaled(std::chrono::seconds(10)), raw)) {
+        ::kill(s.pid, SIGKILL);
+        detail::wait_blocking(s.pid);
+    }
+    s.pid = -1;
+}
+
+void zk_ensemble::kill9(std::size_t i) {
+    auto& s = servers_.at(i);
+    if (s.pid <= 0) return;
+    ::kill(s.pid, SIGKILL);
+    detail::wait_blocking(s.pid);
+    s.pid = -1;
+}
+
+void zk_ensemble::start(std::size_t i) {
+    if (servers_.at(i).pid > 0) return;
+    spawn(i);
+    wait_serving(i);
+}
+
+void zk_ensemble::pause(std::size_t i) {
+    if (servers_.at(i).pid > 0) ::kill(servers_[i].pid, SIGSTOP);
+}
+void zk_ensemble::resume(std::size_t i) {
+    if (servers_.at(i).pid > 0) ::kill(servers_[i].pid, SIGCONT);
+}
+void zk_ensemble::pause_all() {
+    for (std::size_t i = 0; i < servers_.size(); ++i) pause(i);
+}
+void zk_ensemble::resume_all() {
+    for (std::size_t i = 0; i < servers_.size(); ++i) resume(i);
+}
+
+std::string zk_ensemble::mode(std::size_t i) const {
+    const auto text =
+        four_letter(servers_.at(i).client_port, "srvr", std::chrono::milliseconds(500));
+    const auto at = text.find("Mode: ");
+    if (at == std::string::npos) return {};
+    const auto end = text.find('\n', at);
+    return text.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+}
+
+std::vector<std::string> zk_ensemble::children(const std::string& path) const {
+    struct closer {
+        void operator()(zhandle_t* zh) const { zookeeper_close(zh); }
+    };
+    const auto deadline = clock::now() + scaled(std::chrono::seconds(10));
+    while (clock::now() < deadline) {
+        std::unique_ptr<zhandle_t, closer> zh(
+            zookeeper_init2(hosts().c_str(), nullptr, 4000, nullptr, nullptr, 0,
+                            [](const char*) {}));  // the C client's INFO chatter
+        if (!zh) throw std::runtime_error("zk_ensemble::children: zookeeper_init failed");
+        while (clock::now() < deadline && zoo_state(zh.get()) != ZOO_CONNECTED_STATE)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        String_vector v{0, nullptr};
+        const int rc = zoo_get_children(zh.get(), path.c_str(), 0, &v);
+        if (rc == ZNONODE) return {};
+        if (rc == ZOK) {
+            std::vector<std::string> out(v.data, v.data + v.count);
+            deallocate_String_vector(&v);
+            std::sort(out.begin(), out.end());
+            return out;
+        }
+    }
+    throw std::runtime_error("zk_ensemble::children(" + path + "): no server answered");
+}
+
+namespace {
+struct shared_state {
+    std::mutex mutex;
+    std::unique_ptr<zk_ensemble> server;  // guarded by mutex
+};
+shared_state& state() {
+    static shared_state s;
+    return s;
+}
+}  // namespace
+
+zk_ensemble& shared_zk() {
+    auto& s = state();
+    std::lock_guard lock(s.mutex);
+    if (!s.server) s.server = std::make_unique<zk_ensemble>();
+    return *s.server;
+}
+
+}  // namespace dlock::test

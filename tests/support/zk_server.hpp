@@ -1,0 +1,76 @@
+// Private Debian ZooKeeper servers for tests (docs/zookeeper.md): a standalone server or an
+// ensemble of N on free 127.0.0.1 ports, each in its own temp dir, started as children of the test
+// process with `java ... ZooKeeperServerMain|QuorumPeerMain` (ENV-NOTES §4) and always torn
+// down. Readiness is the `srvr` four-letter word printing a `Mode:` line. Fault tests use
+// stop/start/kill9/pause/resume on single servers. Use one object from one thread at a time;
+// children() and mode() may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlock::test {
+
+class zk_ensemble {
+public:
+    /// Starts `servers` servers (1 = standalone) with tickTime `tick` (sessions are clamped to
+    /// [2, 20] ticks) and waits until every one serves (deadline scaled(30s)). Throws
+    /// std::runtime_error with the log tails if they do not.
+    explicit zk_ensemble(std::size_t servers = 1,
+                         std::chrono::milliseconds tick = std::chrono::milliseconds(250));
+    /// SIGKILL + waitpid every server, remove the temp dir. Never throws.
+    ~zk_ensemble();
+    zk_ensemble(const zk_ensemble&) = delete;
+    zk_ensemble& operator=(const zk_ensemble&) = delete;
+
+    std::size_t size() const { return servers_.size(); }
+    /// "127.0.0.1:p1,127.0.0.1:p2,..."
+    std::string hosts() const;
+    /// "zk://<hosts><base>"
+    std::string url(std::string_view base = "/dlock") const;
+    std::uint16_t client_port(std::size_t i) const;
+    pid_t pid(std::size_t i) const;
+
+    /// SIGTERM (+SIGCONT) and waitpid; SIGKILL after scaled(10s).
+    void stop(std::size_t i);
+    void kill9(std::size_t i);
+    /// Starts server i again (same ports and data) and waits until it serves (scaled(30s)).
+    void start(std::size_t i);
+    void pause(std::size_t i);   ///< SIGSTOP
+    void resume(std::size_t i);  ///< SIGCONT
+    void pause_all();
+    void resume_all();
+
+    /// The `Mode:` of server i ("standalone", "leader", "follower"), or "" if it does not answer.
+    std::string mode(std::size_t i) const;
+    /// The children of `path` (sorted), read with a fresh ZooKeeper session; empty if the node
+    /// does not exist. Throws std::runtime_error if no server answers within scaled(10s).
+    std::vector<std::string> children(const std::string& path) const;
+
+private:
+    struct server {
+        std::uint16_t client_port = 0, quorum_port = 0, election_port = 0;
+        std::string dir;
+        pid_t pid = -1;
+    };
+    void write_config(std::size_t i);
+    void spawn(std::size_t i);
+    void wait_serving(std::size_t i);
+    std::string log_tails() const;
+
+    std::chrono::milliseconds tick_;
+    std::string dir_;
+    std::vector<server> servers_;
+};
+
+/// The binary's shared standalone server: started on first use (thread-safe), killed and its dir
+/// removed at exit. Tests must not stop or pause it; use a private zk_ensemble for that.
+zk_ensemble& shared_zk();
+
+}  // namespace dlock::test

@@ -1,0 +1,94 @@
+// The ZooKeeper recipe's pure logic (src/zk/recipe.hpp): URL parsing, name encoding, lock-node
+// names and the "hold, or which node to watch" decision. No server.
+#include "zk/recipe.hpp"
+
+#include <gtest/gtest.h>
+
+#include <dlock/error.hpp>
+
+namespace {
+
+using namespace dlock::zk::detail;
+
+const std::string g1(32, 'a'), g2(32, 'b'), g3(32, 'c'), g4(32, 'd');
+
+std::string node(const std::string& guid, bool read, int seq) {
+    char digits[16];
+    std::snprintf(digits, sizeof digits, "%010d", seq);
+    return node_prefix(guid, read) + digits;
+}
+
+TEST(ZkUrl, ParsesHostListsAndBase) {
+    std::error_code ec;
+    auto e = parse_zk_url("zk://a:1,b:2,[::1]:3/locks/x", ec);
+    ASSERT_FALSE(ec);
+    EXPECT_EQ(e.hosts, "a:1,b:2,[::1]:3");
+    EXPECT_EQ(e.base, "/locks/x");
+    e = parse_zk_url("zk://a", ec);
+    ASSERT_FALSE(ec);
+    EXPECT_EQ(e.hosts, "a:2181");
+    EXPECT_EQ(e.base, "/dlock");
+    e = parse_zk_url("zk://a:5/", ec);
+    ASSERT_FALSE(ec);
+    EXPECT_EQ(e.base, "");
+}
+
+TEST(ZkUrl, RejectsMalformed) {
+    for (const char* url :
+         {"",           "zk:/a",     "http://a",     "zk://",       "zk:///x",
+          "zk://a:",    "zk://a:0",  "zk://a:65536", "zk://a:1x",   "zk://a,/x",
+          "zk://a//x",  "zk://a/x/", "zk://a/./x",   "zk://a/x/..", "zk://u:p@a",
+          "zk://a/x?y", "zk://a#f",  "zk://[::1",    "zk://[::1]x", "zk://[]:1"}) {
+        std::error_code ec;
+        parse_zk_url(url, ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
+    }
+}
+
+TEST(ZkNames, EncodeIntoOneComponent) {
+    EXPECT_EQ(encode_name("stock/sku-42"), "stock%2Fsku-42");
+    EXPECT_EQ(encode_name("a%2F"), "a%252F");
+    EXPECT_EQ(encode_name("."), "%2E");
+    EXPECT_EQ(encode_name(".."), "%2E%2E");
+    EXPECT_EQ(encode_name("..."), "...");
+    EXPECT_EQ(encode_name("x y\n"), "x%20y%0A");
+    EXPECT_EQ(encode_name("\xc3\xa9"), "%C3%A9");
+}
+
+TEST(ZkNodes, ParseOnlyOurNames) {
+    const auto n = parse_node(node(g1, true, 7));
+    ASSERT_TRUE(n);
+    EXPECT_EQ(n->guid, g1);
+    EXPECT_TRUE(n->read);
+    EXPECT_EQ(n->sequence, 7);
+    EXPECT_FALSE(parse_node("lock-0000000001"));
+    EXPECT_FALSE(parse_node(g1 + "-xx-0000000001"));
+    EXPECT_FALSE(parse_node(g1 + "-wr-00000000a1"));
+}
+
+TEST(ZkLocate, WriterWatchesItsImmediatePredecessor) {
+    const std::vector<std::string> kids = {node(g3, false, 12), node(g1, false, 10),
+                                           node(g2, true, 11), "foreign"};
+    auto p = locate(kids, node(g1, false, 10));
+    EXPECT_TRUE(p.found);
+    EXPECT_TRUE(p.holds);
+    p = locate(kids, node(g3, false, 12));
+    EXPECT_FALSE(p.holds);
+    EXPECT_EQ(p.watch, node(g2, true, 11));
+    p = locate(kids, node(g4, false, 13));
+    EXPECT_FALSE(p.found);
+}
+
+TEST(ZkLocate, ReaderWaitsOnlyForEarlierWriters) {
+    const std::vector<std::string> kids = {node(g1, true, 1), node(g2, true, 2), node(g3, false, 3),
+                                           node(g4, true, 4)};
+    EXPECT_TRUE(locate(kids, node(g1, true, 1)).holds);
+    EXPECT_TRUE(locate(kids, node(g2, true, 2)).holds) << "readers share";
+    auto p = locate(kids, node(g4, true, 4));
+    EXPECT_FALSE(p.holds);
+    EXPECT_EQ(p.watch, node(g3, false, 3)) << "the nearest earlier writer, not the reader before";
+    p = locate(kids, node(g3, false, 3));
+    EXPECT_EQ(p.watch, node(g2, true, 2));
+}
+
+}  // namespace
