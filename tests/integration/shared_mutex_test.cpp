@@ -7,6 +7,7 @@
 #include <dlock/redis/client.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -168,14 +169,25 @@ TEST(SharedMutex, WriterExcludedWhileAReaderHoldsAndHandedTheLockWhenItLeaves) {
         granted_at = steady::now().time_since_epoch().count();
         granted = true;
     });
-    ASSERT_TRUE(eventually([&] { return waiting_writers(redis, name) == 1; }, 5s));
+    // Queued and listening on its hand-off channel (<release channel>:<its token>)...
+    ASSERT_TRUE(eventually(
+        [&] {
+            return waiting_writers(redis, name) == 1 &&
+                   redis.command({"PUBSUB", "CHANNELS", redis.release_channel(name) + ":*"})
+                           .elements.size() == 1;
+        },
+        5s));
+    // ...and past the re-check it makes right after subscribing, so from now on only the
+    // release's hand-off (or its next liveness refresh, 667 ms away) can grant it.
+    std::this_thread::sleep_for(scaled(50ms));
     EXPECT_FALSE(granted.load());
     const auto released_at = steady::now();
     reader.unlock_shared();
     ASSERT_TRUE(eventually([&] { return granted.load(); }, 5s));
-    // The release script hands over directly: far sooner than the 10 s lease, and sooner than
-    // the waiter's own liveness refresh (every 667 ms) would find it.
-    EXPECT_LT(steady::time_point(steady::duration(granted_at.load())) - released_at, scaled(500ms));
+    // Handed over by the release script: far sooner than the 10 s lease, and sooner than the
+    // waiter's next liveness refresh would find it.
+    EXPECT_LT(steady::time_point(steady::duration(granted_at.load())) - released_at,
+              std::min<std::chrono::milliseconds>(scaled(200ms), 400ms));
     waiting.join();
     EXPECT_EQ(writer.state(), dlock::lock_state::held);
     EXPECT_FALSE(reader.try_lock_shared()) << "the writer holds it";
@@ -239,7 +251,10 @@ TEST(SharedMutex, ReaderArrivingAfterAWaitingWriterWaitsForIt) {
     ASSERT_TRUE(eventually([&] { return waiting_writers(redis, name) == 1; }, 5s));
     std::atomic<bool> late_reader_in{false}, late_reader_saw_writer_done{false};
     std::jthread late([&] {
-        EXPECT_FALSE(m.try_lock_shared()) << "writer preference: a writer waits";
+        if (m.try_lock_shared()) {
+            ADD_FAILURE() << "writer preference: a writer waits, so a new reader must too";
+            m.unlock_shared();
+        }
         ASSERT_TRUE(m.try_lock_shared_for(scaled(5s)));
         late_reader_saw_writer_done = writer_done.load();
         late_reader_in = true;
@@ -271,7 +286,10 @@ TEST(SharedMutex, WriterThatGivesUpLetsReadersInAtOnce) {
         ASSERT_TRUE(eventually([&] { return waiting_writers(redis, name) == 1; }, 5s));
         // A reader that arrives while the writer waits must wait...
         waiting_reader = std::jthread([&] {
-            EXPECT_FALSE(m.try_lock_shared());
+            if (m.try_lock_shared()) {
+                ADD_FAILURE() << "a reader got in while a writer waited";
+                m.unlock_shared();
+            }
             ASSERT_TRUE(m.try_lock_shared_for(scaled(10s)));
             reader_in_at = steady::now().time_since_epoch().count();
             m.unlock_shared();
