@@ -1,0 +1,167 @@
+// ZooKeeper faults on a private 3-node ensemble (docs/zookeeper.md): a holder killed with -9 (its
+// session expires and the next waiter gets the lock with a larger token), the leader stopped
+// (locking goes on), and the client cut off from the whole ensemble by SIGSTOP (lost fires before
+// another client can acquire; after the expiry a new session serves later locks). No node is left
+// behind.
+#include <dlock/dlock.hpp>
+#include <dlock/zk/client.hpp>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "child_process.hpp"
+#include "test_env.hpp"
+#include "zk_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using steady = std::chrono::steady_clock;
+
+/// One ensemble for the whole binary (started on first use, torn down at exit).
+dlock::test::zk_ensemble& ensemble() {
+    static dlock::test::zk_ensemble e(3);
+    return e;
+}
+
+std::string url() { return ensemble().url("/dlock-fault"); }
+
+const bool holder_child =
+    dlock::test::register_child("zk_holder", [](const std::vector<std::string>& args) {
+        // args: url, lock name, token file, session timeout ms. Holds until killed.
+        dlock::zk::client zk({.url = args.at(0),
+                              .session_timeout = std::chrono::milliseconds(std::stoi(args.at(3))),
+                              .connect_timeout = 10s});
+        auto l = zk.acquire(args.at(1), {.wait = 30s});
+        const auto tmp = args.at(2) + ".tmp";
+        std::ofstream(tmp) << l.fencing_token() << "\n";
+        std::rename(tmp.c_str(), args.at(2).c_str());
+        for (;;) ::pause();
+        return 0;
+    });
+
+TEST(ZkFault, KilledHolderSessionExpiresAndTheNextWaiterGetsTheLock) {
+    ASSERT_TRUE(holder_child);
+    const auto name = dlock::test::unique_name("killed");
+    char tmpl[] = "/tmp/dlock-zk-token.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string file = std::string(tmpl) + "/token";
+    dlock::test::child_process child("zk_holder", {url(), name, file, "1500"});
+    ASSERT_TRUE(eventually([&] { return std::ifstream(file).good(); }, 30s));
+    std::uint64_t child_token = 0;
+    std::ifstream(file) >> child_token;
+    std::remove(file.c_str());
+    ::rmdir(tmpl);
+    ASSERT_GT(child_token, 0u);
+
+    dlock::zk::client zk({.url = url(), .connect_timeout = scaled(10s)});
+    std::error_code ec;
+    auto none = zk.acquire_until(name, {}, {}, steady::now() + 100ms, ec);
+    ASSERT_EQ(ec, dlock::errc::timeout) << "the child holds it";
+    child.kill9();
+    EXPECT_EQ(child.wait(10s), 128 + 9);
+    const auto killed = steady::now();
+    auto l = zk.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    const auto waited = steady::now() - killed;
+    EXPECT_GT(l.fencing_token(), child_token);
+    EXPECT_GE(waited, 1s) << "not before the holder's session expired";
+    EXPECT_LT(waited, scaled(15s));
+    l.release();
+    EXPECT_TRUE(ensemble().children(zk.lock_path(name)).empty());
+}
+
+TEST(ZkFault, LockingGoesOnWithTheLeaderStopped) {
+    dlock::zk::client zk({.url = url(), .session_timeout = 4s, .connect_timeout = scaled(10s)});
+    const auto name = dlock::test::unique_name("leader");
+    std::uint64_t last = 0;
+    const auto cycle = [&](int n) {
+        for (int i = 0; i < n; ++i) {
+            std::error_code ec;
+            auto l = zk.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+            ASSERT_FALSE(ec) << ec.message();
+            EXPECT_GT(l.fencing_token(), last);
+            last = l.fencing_token();
+        }
+    };
+    cycle(5);
+    std::size_t leader = 0;
+    ASSERT_TRUE(eventually(
+        [&] {
+            for (std::size_t i = 0; i < ensemble().size(); ++i) {
+                if (ensemble().mode(i) == "leader") {
+                    leader = i;
+                    return true;
+                }
+            }
+            return false;
+        },
+        10s));
+    ensemble().stop(leader);
+    cycle(10);
+    // A second client, started while one server is down, works too.
+    dlock::zk::client other({.url = url(), .connect_timeout = scaled(10s)});
+    std::error_code ec;
+    auto l = other.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_GT(l.fencing_token(), last);
+    l.release();
+    ensemble().start(leader);
+    EXPECT_TRUE(ensemble().children(zk.lock_path(name)).empty());
+}
+
+TEST(ZkFault, CutOffClientLosesBeforeAnotherAcquires) {
+    const auto name = dlock::test::unique_name("cutoff");
+    const auto session = 2000ms;
+    dlock::zk::client a({.url = url(), .session_timeout = session, .connect_timeout = scaled(10s)});
+    std::error_code ec;
+    auto held = a.acquire_until(name, {}, {}, steady::now() + scaled(10s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    const auto token = held.fencing_token();
+    std::atomic<steady::rep> lost_at{0};
+    std::stop_callback on_lost(held.lost_token(),
+                               [&] { lost_at = steady::now().time_since_epoch().count(); });
+
+    const auto paused = steady::now();
+    ensemble().pause_all();
+    const bool lost = eventually([&] { return lost_at.load() != 0; }, 10s);
+    // Keep the ensemble frozen past the session timeout, so it expires a's session on resume.
+    std::this_thread::sleep_until(paused + session + scaled(1s));
+    ensemble().resume_all();
+    ASSERT_TRUE(lost) << "lost never fired while cut off";
+    const steady::time_point lost_time{steady::duration(lost_at.load())};
+    EXPECT_LT(lost_time - paused, session) << "lost fires before the server may expire us";
+    EXPECT_EQ(held.state(), dlock::lock_state::lost);
+
+    dlock::zk::client b({.url = url(), .connect_timeout = scaled(10s)});
+    auto taken = b.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    const auto acquired = steady::now();
+    EXPECT_LT(lost_time, acquired) << "lost must fire before another client acquires";
+    const auto taken_token = taken.fencing_token();
+    EXPECT_GT(taken_token, token);
+    held.release(ec);  // the node went with the session, or was deleted by our loss handling
+    EXPECT_EQ(ec, dlock::errc::lock_lost);
+    taken.release();
+
+    // a's session expired; a new one serves later locks.
+    auto again = a.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_GT(again.fencing_token(), taken_token);
+    EXPECT_EQ(again.state(), dlock::lock_state::held);
+    again.release();
+    EXPECT_TRUE(ensemble().children(a.lock_path(name)).empty());
+}
+
+}  // namespace
