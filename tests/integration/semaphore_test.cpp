@@ -105,11 +105,18 @@ TEST(Semaphore, ThreadsSharingOneObject) {
 
 const bool gauge_child =
     dlock::test::register_child("semaphore_gauge", [](const std::vector<std::string>& args) {
-        // args: url, semaphore name, permits, inside key, peak key, entries key, rounds
+        // args: url, semaphore name, permits, inside key, peak key, entries key, rounds, go key
         dlock::redis::client redis({.url = args.at(0)});
         dlock::counting_semaphore sem(
             redis, args.at(1), static_cast<std::uint32_t>(std::stoul(args.at(2))), {.lease = 10s});
         const gauge g{args.at(3), args.at(4), args.at(5)};
+        // Start together (process start-up is slower than a round): wait for the parent's go.
+        redis.command({"INCR", args.at(7) + ":ready"});
+        const auto deadline = steady::now() + 30s;
+        while (redis.command({"GET", args.at(7)}).is_nil()) {
+            if (steady::now() > deadline) return 20;
+            std::this_thread::sleep_for(1ms);
+        }
         use(redis, sem, g, std::stoi(args.at(6)));
         return 0;
     });
@@ -119,14 +126,17 @@ TEST(Semaphore, ThreeProcessesLimitTwo) {
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
     const gauge g;
+    const auto go = unique_name("go");
     constexpr int rounds = 40;
     std::vector<std::unique_ptr<dlock::test::child_process>> children;
     for (int p = 0; p < 3; ++p) {
         children.push_back(std::make_unique<dlock::test::child_process>(
             "semaphore_gauge",
             std::vector<std::string>{shared_redis().url(), name, "2", g.inside, g.peak, g.entries,
-                                     std::to_string(rounds)}));
+                                     std::to_string(rounds), go}));
     }
+    ASSERT_TRUE(eventually([&] { return gauge::read(redis, go + ":ready") == 3; }, 20s));
+    redis.command({"SET", go, "1"});
     for (auto& child : children) EXPECT_EQ(child->wait(scaled(60s)), 0);
     EXPECT_EQ(gauge::read(redis, g.entries), 3 * rounds);
     EXPECT_LE(gauge::read(redis, g.peak), 2);
