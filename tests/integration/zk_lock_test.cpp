@@ -2,15 +2,18 @@
 // exclusion across threads and processes, FIFO service, timeouts that leave no node behind,
 // fencing tokens, read/write and re-entrant grants, max_hold, digest ACLs and bad input.
 #include <dlock/dlock.hpp>
+#include <dlock/mutex.hpp>
+#include <dlock/shared_mutex.hpp>
 #include <dlock/zk/client.hpp>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -371,6 +374,73 @@ TEST(ZkLock, DigestProtectsNodes) {
     m = take(same, name, dlock::lock_kind::exclusive, 0ms, ec);
     EXPECT_EQ(ec, dlock::errc::timeout) << "the same identity contends normally";
     EXPECT_THROW(dlock::zk::client({.digest = "no-colon"}), dlock::error);
+}
+
+// The backend-neutral adapters over ZooKeeper, used through the std lock types.
+TEST(ZkAdapters, SharedMutexWithStdLocks) {
+    auto zk = make_client();
+    dlock::shared_mutex sm(zk, dlock::test::unique_name("shared"));
+    std::atomic<int> readers{0}, writers{0}, most_readers{0};
+    std::atomic<bool> overlap{false};
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&] {
+            std::shared_lock lock(sm);
+            const int now = ++readers;
+            int seen = most_readers.load();
+            while (now > seen && !most_readers.compare_exchange_weak(seen, now)) {
+            }
+            if (writers.load() != 0) overlap = true;
+            // Stay until every reader is in: they hold at once.
+            eventually([&] { return most_readers.load() == 4; }, 10s);
+            --readers;
+        });
+    }
+    threads.clear();
+    EXPECT_EQ(most_readers.load(), 4);
+    for (int t = 0; t < 3; ++t) {
+        threads.emplace_back([&] {
+            for (int i = 0; i < 5; ++i) {
+                std::unique_lock lock(sm);
+                if (++writers != 1 || readers.load() != 0) overlap = true;
+                std::this_thread::sleep_for(1ms);
+                --writers;
+            }
+        });
+        threads.emplace_back([&] {
+            for (int i = 0; i < 5; ++i) {
+                std::shared_lock lock(sm);
+                ++readers;
+                if (writers.load() != 0) overlap = true;
+                --readers;
+            }
+        });
+    }
+    threads.clear();
+    EXPECT_FALSE(overlap.load());
+}
+
+TEST(ZkAdapters, FairMutexScopedLockAndStdLock) {
+    auto zk = make_client();
+    dlock::fair_mutex fm(zk, dlock::test::unique_name("fair"));
+    std::atomic<long> counter{0};
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&] {
+            for (int i = 0; i < 25; ++i) {
+                std::scoped_lock lock(fm);
+                unsafe_increment(counter);
+            }
+        });
+    }
+    threads.clear();
+    EXPECT_EQ(counter.load(), 100);
+    dlock::mutex a(zk, dlock::test::unique_name("a")), b(zk, dlock::test::unique_name("b"));
+    std::lock(a, b);
+    EXPECT_GT(a.fencing_token(), 0u);
+    EXPECT_GT(b.fencing_token(), 0u);
+    a.unlock();
+    b.unlock();
 }
 
 }  // namespace
