@@ -402,6 +402,16 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 }
                 return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
             }
+            // A duplicate of ours (a create we believed lost that landed after all, seen late
+            // after a reconnection) would queue us behind ourselves: delete it and look again.
+            bool duplicate = false;
+            for (const auto& c : children) {
+                if (c == node || !c.starts_with(guid)) continue;
+                const auto path = parent + "/" + c;
+                s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+                duplicate = true;
+            }
+            if (duplicate) continue;
             const auto where = locate(children, node);
             if (!where.found) {  // our node is gone (session expired, or deleted by someone)
                 node.clear();
