@@ -9,6 +9,7 @@
 #include <dlock/multi_lock.hpp>
 #include <dlock/mutex.hpp>
 #include <dlock/options.hpp>
+#include <dlock/recursive_mutex.hpp>
 #include <dlock/redlock/client.hpp>
 #include <dlock/semaphore.hpp>
 #include <dlock/shared_mutex.hpp>
