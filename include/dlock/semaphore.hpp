@@ -34,7 +34,8 @@ public:
     /// Validates `options`, that `name` is not empty and that `permits` >= 1
     /// (errc::invalid_argument). `permits` is the number of permits the semaphore gets on the
     /// server when the first acquire finds none set; an existing number is left alone (change it
-    /// with set_permits()). Contacts no server.
+    /// with set_permits()). lock_options::wait is ignored: each acquire call carries its own
+    /// bound. Contacts no server.
     counting_semaphore(backend& backend, std::string name, std::uint32_t permits,
                        lock_options options = {});
     counting_semaphore(const counting_semaphore&) = delete;
