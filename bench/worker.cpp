@@ -22,7 +22,12 @@
 //   fair             dlock::fair_mutex over dlock::redis::client: FIFO queue with direct hand-off
 //                    (the release script makes the next live waiter the owner and notifies only
 //                    it). client_options, lock_options, acquire and release as for `mutex`.
-//   reentrant, shared, zk: planned lock types; rejected (exit 64) until they exist.
+//   reentrant        dlock::recursive_mutex over dlock::redis::client, one level per cycle.
+//   shared           the read side of dlock::shared_mutex over dlock::redis::client
+//                    (lock_shared / unlock_shared). Readers may overlap: the runner's analyser
+//                    counts overlaps for this mode instead of reporting exclusion violations.
+//                    Options as for `mutex` in both.
+//   zk: planned; rejected (exit 64) until it exists.
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
@@ -141,10 +146,28 @@ std::string redis_url(const config& c) { return "redis://" + c.servers.front(); 
 
 void report_error(std::error_code ec, std::string_view what) { errors_reported().report(ec, what); }
 
-/// A mutex-shaped lock type (`Lock`: dlock::mutex, dlock::fair_mutex) over any dlock::backend
-/// (settings in the header comment). `Client` is the backend's client type, constructed from
-/// `Options`.
-template <class Client, class Lock = dlock::mutex>
+/// The read side of a dlock::shared_mutex as a mutex-shaped lock: what the `shared` mode measures.
+class read_lock {
+public:
+    read_lock(dlock::backend& backend, std::string name, dlock::lock_options options)
+        : mutex_(backend, std::move(name), std::move(options)) {}
+    void lock() { mutex_.lock_shared(); }
+    bool try_lock() { return mutex_.try_lock_shared(); }
+    template <class Rep, class Period>
+    bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
+        return mutex_.try_lock_shared_for(timeout);
+    }
+    void unlock() noexcept { mutex_.unlock_shared(); }
+
+private:
+    dlock::shared_mutex mutex_;
+};
+
+/// A mutex-shaped lock type (`Lock`: dlock::mutex, fair_mutex, recursive_mutex, read_lock) over
+/// any dlock::backend (settings in the header comment). `Client` is the backend's client type,
+/// constructed from `Options`. `Blocker` is what the warm-up holds so that a `Lock` has to wait
+/// (the exclusive side, for read locks).
+template <class Client, class Lock = dlock::mutex, class Blocker = Lock>
 class mutex_driver final : public lock_driver {
 public:
     template <class Options>
@@ -158,7 +181,7 @@ public:
         // wait: hold the private lock, let a second mutex wait on it briefly (SUBSCRIBE, then a
         // time-out), release, then run plain cycles on it.
         {
-            Lock held(client_, private_key, {.lease = lease_});
+            Blocker held(client_, private_key, {.lease = lease_});
             if (!held.try_lock()) throw std::runtime_error("warm-up: private lock is held");
             Lock waiter(client_, private_key, {.lease = lease_});
             if (waiter.try_lock_for(20ms))
@@ -200,6 +223,16 @@ std::unique_ptr<lock_driver> make_fair(const config& c) {
         c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
 }
 
+std::unique_ptr<lock_driver> make_reentrant(const config& c) {
+    return std::make_unique<mutex_driver<dlock::redis::client, dlock::recursive_mutex>>(
+        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+}
+
+std::unique_ptr<lock_driver> make_shared(const config& c) {
+    return std::make_unique<mutex_driver<dlock::redis::client, read_lock, dlock::shared_mutex>>(
+        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+}
+
 std::unique_ptr<lock_driver> make_redlock(const config& c) {
     std::vector<std::string> urls;
     for (const auto& s : c.servers) urls.push_back("redis://" + s);
@@ -231,8 +264,15 @@ const std::vector<mode_info>& modes() {
          "dlock::fair_mutex over dlock::redis::client (FIFO queue, direct hand-off); url, lease "
          "and other options as for mutex",
          make_fair},
-        {"reentrant", "dlock::recursive_mutex over Redis", nullptr},
-        {"shared", "read lock of dlock::shared_mutex over Redis", nullptr},
+        {"reentrant",
+         "dlock::recursive_mutex over dlock::redis::client (one level per cycle: a hash with a "
+         "per-owner counter); url, lease and other options as for mutex",
+         make_reentrant},
+        {"shared",
+         "the read side of dlock::shared_mutex over dlock::redis::client (lock_shared / "
+         "unlock_shared; readers overlap by design, so the analyser counts overlaps instead of "
+         "reporting violations); url, lease and other options as for mutex",
+         make_shared},
         {"zk", "dlock::mutex over ZooKeeper (--servers is the ensemble)", nullptr},
     };
     return all;

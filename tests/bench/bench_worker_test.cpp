@@ -195,14 +195,17 @@ void check_file(const fs::path& path, int w, worker_file& out) {
     }
 }
 
-TEST(BenchWorker, TwoWorkersOnOneKeyWriteProtocolFiles) {
+/// Two workers of `mode` on one key for 0.3 s: both files follow the protocol and, for an
+/// exclusive lock type, no interval overlaps one of the other worker.
+void two_workers_on_one_key(const std::string& mode, bool exclusive) {
+    SCOPED_TRACE("mode " + mode);
     temp_dir dir;
     const auto key = protocol_key();
     const auto start_at = monotonic_ns() + dlock::test::scaled(700ms).count() * 1'000'000;
     std::vector<std::unique_ptr<worker_process>> workers;
     for (int w = 0; w < 2; ++w) {
         workers.push_back(std::make_unique<worker_process>(
-            std::vector<std::string>{"--mode", "mutex", "--key", key, "--duration-s", "0.3",
+            std::vector<std::string>{"--mode", mode, "--key", key, "--duration-s", "0.3",
                                      "--worker-id", std::to_string(w), "--out",
                                      (dir.path() / ("w" + std::to_string(w) + ".jsonl")).string(),
                                      "--servers", servers(), "--cs-us", "20", "--ttl-ms", "10000",
@@ -242,7 +245,17 @@ TEST(BenchWorker, TwoWorkersOnOneKeyWriteProtocolFiles) {
             max_w = w;
         }
     }
-    EXPECT_EQ(overlaps, 0);
+    if (exclusive) {
+        EXPECT_EQ(overlaps, 0);
+    }
+}
+
+TEST(BenchWorker, TwoWorkersOnOneKeyWriteProtocolFiles) { two_workers_on_one_key("mutex", true); }
+
+TEST(BenchWorker, EveryLockTypeOfTheFamilyRunsTheProtocol) {
+    two_workers_on_one_key("fair", true);
+    two_workers_on_one_key("reentrant", true);
+    two_workers_on_one_key("shared", false);  // read locks: overlaps are allowed
 }
 
 TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
