@@ -585,6 +585,57 @@ TEST(CliBadInput, UsageErrors) {
     }
 }
 
+// --- dlock run: the lock kinds
+// --------------------------------------------------------------------
+
+TEST(CliLockKinds, FairRunsTheCommandAndLeavesNoQueue) {
+    const auto name = dlock::test::unique_name("fair");
+    const auto r = run_cli({"run", "--fair", "--url", url(), name, "--", "sh", "-c",
+                            "test -n \"$DLOCK_FENCING_TOKEN\""});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(shared_redis().command({"EXISTS", lock_key(name), lock_key(name) + ":queue"}), "0");
+}
+
+TEST(CliLockKinds, SharedHoldersCoexistAndExcludeAWriter) {
+    const auto name = dlock::test::unique_name("rw");
+    dlock::redis::client redis({.url = url()});
+    {
+        const auto reader = redis.acquire(name, {.kind = dlock::lock_kind::read}, {.wait = 0s});
+        auto r = run_cli({"run", "--shared", "--no-wait", "--url", url(), name, "--", "true"});
+        EXPECT_EQ(r.status, 0) << "readers share: " << r.err;
+        r = run_cli({"run", "--write", "--no-wait", "--url", url(), name, "--", "true"});
+        EXPECT_EQ(r.status, conflict) << "a writer waits for the reader: " << r.err;
+    }
+    const auto r = run_cli({"run", "--write", "--no-wait", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST(CliLockKinds, PermitsBoundTheNumberOfHolders) {
+    const auto name = dlock::test::unique_name("sem");
+    dlock::redis::client redis({.url = url()});
+    const dlock::lock_request one_of_two{.kind = dlock::lock_kind::permits, .count = 1, .limit = 2};
+    auto first = redis.acquire(name, one_of_two, {.wait = 0s});
+    auto r = run_cli({"run", "--permits", "2", "--no-wait", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << "one permit of two is free: " << r.err;
+    const auto second = redis.acquire(name, one_of_two, {.wait = 0s});
+    r = run_cli({"run", "--permits", "2", "--no-wait", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, conflict) << "both permits held: " << r.err;
+    first.release();
+    r = run_cli({"run", "--permits", "2", "--no-wait", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST(CliLockKinds, OneKindPerRun) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"run", "--fair", "--shared", "--url", url(), "n", "--", "true"},
+             {"run", "--write", "--permits", "2", "--url", url(), "n", "--", "true"},
+             {"run", "--permits", "0", "--url", url(), "n", "--", "true"}}) {
+        const auto r = run_cli(args);
+        EXPECT_EQ(r.status, usage) << r.err;
+        expect_one_line(r);
+    }
+}
+
 TEST(CliBadInput, NotAvailableInThisBuild) {
     const std::string u = url();
     const std::vector<bad_input> cases = {
