@@ -35,6 +35,12 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
     return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 
+void client::set_permits(std::string_view name, std::uint32_t permits,
+                         std::error_code& ec) noexcept {
+    if (!impl_) return fail(ec, errc::invalid_argument, "set_permits on a moved-from client");
+    impl_->engine->set_permits(name, permits, ec);
+}
+
 const client_options& client::options() const noexcept { return impl_->engine->options(); }
 
 std::string client::lock_path(std::string_view name) const {

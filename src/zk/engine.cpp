@@ -1,6 +1,7 @@
 #include "zk/engine.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <limits>
@@ -274,14 +275,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    std::error_code& ec) noexcept {
     ec.clear();
     try {
-        if (request.kind == lock_kind::permits) {
-            fail(ec, errc::unsupported,
-                 "lock kind permits (counting_semaphore) is not available on ZooKeeper yet");
-            return {};
-        }
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
         if (ec) return {};
+        if (request.kind == lock_kind::permits)
+            return acquire_permits(name, request, options, deadline, ec);
         if (request.kind == lock_kind::reentrant && request.reenter != nullptr)
             return reenter(name, request, options, ec);
 
@@ -319,7 +317,14 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         };
         // A failed request: true to go round again (connection or session trouble), false after
         // giving up.
-        const auto recoverable = [&](int rc) { return retriable(rc) || session_gone(rc); };
+        // An expired session is replaced at the top of the loop; while the C client has not yet
+        // reported a dropped connection, wait briefly for its state change instead of spinning.
+        const auto recoverable = [&](int rc) {
+            if (!retriable(rc) && !session_gone(rc)) return false;
+            if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) s->mark_dead();
+            if (s->connected()) s->wait_change(std::chrono::milliseconds(100), options.cancel);
+            return true;
+        };
 
         for (;;) {
             if (options.cancel.stop_requested())
@@ -449,6 +454,270 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         fail(ec, e.code(), e.what());
     }
     return {};
+}
+
+int engine::read_limit(session& s, const std::string& parent, std::uint32_t limit,
+                       std::uint64_t& out) {
+    const auto wanted = std::to_string(limit);
+    for (int round = 0; round < 3; ++round) {
+        char data[32];
+        int size = sizeof data - 1;
+        Stat stat{};
+        const auto sent = steady::now();
+        int rc = s.with_handle(
+            [&](zhandle_t* zh) { return zoo_get(zh, parent.c_str(), 0, data, &size, &stat); });
+        if (answered(rc)) s.confirm(sent);
+        if (rc == ZNONODE) {
+            // The semaphore's node is persistent (a container would take its number of permits
+            // with it once empty): the base first, then the node with its permits as data.
+            rc = ensure_path(s, endpoint_.base.empty() ? std::string("/") : endpoint_.base, 0);
+            if (rc != ZOK && !endpoint_.base.empty()) return rc;
+            rc = s.with_handle([&](zhandle_t* zh) {
+                return zoo_create(zh, parent.c_str(), wanted.data(),
+                                  static_cast<int>(wanted.size()), acl(), 0, nullptr, 0);
+            });
+            if (rc != ZOK && rc != ZNODEEXISTS) return rc;
+            continue;
+        }
+        if (rc != ZOK) return rc;
+        std::uint64_t value = 0;
+        const auto [end, err] = std::from_chars(data, data + std::max(size, 0), value);
+        if (size > 0 && err == std::errc() && end == data + size && value >= 1) {
+            out = value;
+            return ZOK;
+        }
+        // No number yet (the node was made by another kind, or by hand): set ours, once.
+        rc = s.with_handle([&](zhandle_t* zh) {
+            return zoo_set(zh, parent.c_str(), wanted.data(), static_cast<int>(wanted.size()),
+                           stat.version);
+        });
+        if (rc != ZOK && rc != ZBADVERSION) return rc;
+    }
+    return ZBADARGUMENTS;
+}
+
+void engine::set_permits(std::string_view name, std::uint32_t permits,
+                         std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return;
+        if (permits < 1) {
+            return fail(ec, errc::invalid_argument,
+                        "set_permits(\"" + std::string(name) + "\"): permits must be >= 1, got 0");
+        }
+        auto s = session_for(ec);
+        if (!s) return;
+        const auto parent = lock_path(name);
+        std::uint64_t current = 0;
+        int rc = read_limit(*s, parent, permits, current);
+        if (rc == ZOK && current != permits) {
+            const auto text = std::to_string(permits);
+            rc = s->with_handle([&](zhandle_t* zh) {
+                return zoo_set(zh, parent.c_str(), text.data(), static_cast<int>(text.size()), -1);
+            });
+        }
+        if (rc != ZOK) {
+            fail(ec, code_for(rc),
+                 "set_permits(\"" + std::string(name) + "\"): " + parent + ": " + zk_text(rc));
+        }
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+    }
+}
+
+dlock::lease engine::acquire_permits(std::string_view name, const lock_request& request,
+                                     const lock_options& options, steady::time_point deadline,
+                                     std::error_code& ec) {
+    const std::string quoted = "semaphore \"" + std::string(name) + "\"";
+    if (request.count < 1 || request.limit < request.count) {
+        fail(ec, errc::invalid_argument,
+             quoted + ": count must be >= 1 and <= limit, got count=" +
+                 std::to_string(request.count) + " limit=" + std::to_string(request.limit));
+        return {};
+    }
+    const std::string parent = lock_path(name);
+    const std::string guid = dlock::detail::random_token();
+    const std::string prefix = permit_prefix(guid, request.count);
+    std::shared_ptr<session> s;
+    std::string node;
+    std::uint64_t czxid = 0;
+    bool unknown = false;
+    bool waiting = false;
+    unsigned attempts = 0;
+    std::vector<std::string> children;
+
+    const auto give_up = [&](errc code, std::string message) {
+        if (s && !s->dead() && (!node.empty() || unknown)) {
+            if (!node.empty()) {
+                const auto path = parent + "/" + node;
+                const int rc =
+                    s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+                if (rc != ZOK && rc != ZNONODE) s->queue_cleanup({parent, {}, path});
+            }
+            if (unknown) s->queue_cleanup({parent, guid, {}});
+        }
+        fail(ec, code, std::move(message));
+        if (code != errc::timeout && code != errc::attempts_exhausted && code != errc::canceled)
+            notify({event_kind::error, name, 0, ec, steady::now()});
+        return dlock::lease{};
+    };
+    const auto recoverable = [&](int rc) {
+        if (!retriable(rc) && !session_gone(rc)) return false;
+        if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) s->mark_dead();
+        if (s->connected()) s->wait_change(std::chrono::milliseconds(100), options.cancel);
+        return true;
+    };
+
+    for (;;) {
+        if (options.cancel.stop_requested())
+            return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+        if (!s || s->dead()) {
+            node.clear();
+            unknown = false;
+            s = session_for(ec);
+            if (!s) {
+                notify({event_kind::error, name, 0, ec, steady::now()});
+                return {};
+            }
+        }
+        if (!s->connected() && !s->wait_connected(deadline, options.cancel)) {
+            if (s->dead()) continue;
+            if (options.cancel.stop_requested())
+                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+            return give_up(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
+                                                        ": disconnected while acquiring " + quoted +
+                                                        " and not back before the deadline");
+        }
+        std::uint64_t limit = 0;
+        if (const int rc = read_limit(*s, parent, request.limit, limit); rc != ZOK) {
+            if (recoverable(rc)) continue;
+            return give_up(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
+        }
+        if (unknown) {
+            const int rc = get_children(*s, parent, children);
+            if (rc != ZOK && rc != ZNONODE) {
+                if (recoverable(rc)) continue;
+                return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
+            }
+            unknown = false;
+            for (const auto& c : children) {
+                if (c.starts_with(prefix)) node = c;
+            }
+            if (!node.empty()) {
+                Stat stat{};
+                const auto path = parent + "/" + node;
+                const int erc = s->with_handle(
+                    [&](zhandle_t* zh) { return zoo_exists(zh, path.c_str(), 0, &stat); });
+                if (erc == ZOK) {
+                    czxid = static_cast<std::uint64_t>(stat.czxid);
+                } else {
+                    node.clear();
+                    if (retriable(erc)) unknown = true;
+                    if (recoverable(erc)) continue;
+                }
+            }
+        }
+        if (node.empty()) {
+            const auto want = parent + "/" + prefix;
+            std::vector<char> buffer(want.size() + 32);
+            Stat stat{};
+            const auto sent = steady::now();
+            const int rc = s->with_handle([&](zhandle_t* zh) {
+                return zoo_create2(zh, want.c_str(), nullptr, -1, acl(), ZOO_EPHEMERAL_SEQUENTIAL,
+                                   buffer.data(), static_cast<int>(buffer.size()), &stat);
+            });
+            if (answered(rc)) s->confirm(sent);
+            if (rc == ZNONODE) continue;  // the parent is re-created by read_limit
+            if (retriable(rc)) {
+                unknown = true;
+                continue;
+            }
+            if (recoverable(rc)) continue;
+            if (rc != ZOK) return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
+            node = base_name(buffer.data());
+            czxid = static_cast<std::uint64_t>(stat.czxid);
+        }
+        const auto sent = steady::now();
+        const int rc = get_children(*s, parent, children);
+        if (rc != ZOK) {
+            if (recoverable(rc)) continue;
+            if (rc == ZNONODE) {
+                node.clear();
+                continue;
+            }
+            return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
+        }
+        bool duplicate = false;
+        for (const auto& c : children) {
+            if (c == node || !c.starts_with(guid)) continue;
+            const auto path = parent + "/" + c;
+            s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+            duplicate = true;
+        }
+        if (duplicate) continue;
+        const auto where = locate_permits(children, node, limit);
+        if (!where.found) {
+            node.clear();
+            continue;
+        }
+        if (where.holds) {
+            if (where.has_successor) {
+                // The node after ours may be watching us: a data change tells it we hold, so it
+                // becomes first in line and watches the children (docs/zookeeper.md, Semaphore).
+                const auto path = parent + "/" + node;
+                s->with_handle(
+                    [&](zhandle_t* zh) { return zoo_set(zh, path.c_str(), "1", 1, -1); });
+            }
+            return grant(name, options, s, parent + "/" + node, czxid, sent);
+        }
+        ++attempts;
+        if (!waiting) {
+            waiting = true;
+            notify({event_kind::wait_started, name, 0, {}, steady::now()});
+        }
+        if (options.max_attempts && attempts >= *options.max_attempts) {
+            return give_up(errc::attempts_exhausted,
+                           quoted + " still full after " + std::to_string(attempts) + " attempts");
+        }
+        if (steady::now() >= deadline)
+            return give_up(errc::timeout, quoted + " has no permits free");
+        // First in line: watch the children (a release) and the node's data (set_permits).
+        // Behind another waiter: watch only it (deleted, or set once it holds).
+        const auto watched = where.first_waiter ? parent : parent + "/" + where.watch;
+        const auto seen = s->watch_begin(watched);
+        int wrc = ZOK;
+        bool changed = false;  // seen when setting the watch: look again instead of waiting
+        if (where.first_waiter) {
+            wrc = s->with_handle([&](zhandle_t* zh) {
+                String_vector kids{0, nullptr};
+                int r = zoo_wget_children(zh, watched.c_str(), &session::on_event, s.get(), &kids);
+                if (r != ZOK) return r;
+                std::vector<std::string> now(kids.data, kids.data + kids.count);
+                deallocate_String_vector(&kids);
+                changed = locate_permits(now, node, limit).holds;
+                char data[32];
+                int size = sizeof data;
+                r = zoo_wget(zh, watched.c_str(), &session::on_event, s.get(), data, &size,
+                             nullptr);
+                if (r == ZOK && std::string_view(data, std::max(size, 0)) != std::to_string(limit))
+                    changed = true;
+                return r;
+            });
+        } else {
+            Stat stat{};
+            wrc = s->with_handle([&](zhandle_t* zh) {
+                return zoo_wexists(zh, watched.c_str(), &session::on_event, s.get(), &stat);
+            });
+            changed = wrc == ZOK && stat.dataLength > 0;  // it holds already: we are first now
+        }
+        // A watch fires only for changes after it was set: what changed since our getChildren
+        // was read back above.
+        if (wrc == ZOK && !changed) s->watch_wait(watched, seen, deadline, options.cancel);
+        s->watch_end(watched);
+        if (wrc != ZOK && wrc != ZNONODE && !recoverable(wrc))
+            return give_up(code_for(wrc), quoted + ": watch: " + zk_text(wrc));
+    }
 }
 
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {

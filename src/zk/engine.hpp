@@ -35,6 +35,9 @@ public:
                                const lock_options& options, steady::time_point deadline,
                                std::error_code& ec) noexcept;
 
+    /// Sets semaphore `name`'s number of permits (the data of its persistent parent node).
+    void set_permits(std::string_view name, std::uint32_t permits, std::error_code& ec) noexcept;
+
     void release(lease_core& lease, std::error_code& ec) noexcept override;
     void report_error(std::error_code ec, std::string_view what) noexcept override;
     void notify(const lock_event& event) noexcept override;
@@ -59,6 +62,12 @@ private:
 
     std::shared_ptr<session> session_for(std::error_code& ec);
     int ensure_path(session& s, const std::string& path, int mode);
+    dlock::lease acquire_permits(std::string_view name, const lock_request& request,
+                                 const lock_options& options, steady::time_point deadline,
+                                 std::error_code& ec);
+    /// The semaphore's permits from its parent's data; creates the parent (with `limit`) or sets
+    /// empty data. ZooKeeper's rc.
+    int read_limit(session& s, const std::string& parent, std::uint32_t limit, std::uint64_t& out);
     dlock::lease reenter(std::string_view name, const lock_request& request,
                          const lock_options& options, std::error_code& ec);
     dlock::lease grant(std::string_view name, const lock_options& options,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 
 #include "core/status.hpp"
 
@@ -182,6 +183,70 @@ position locate(const std::vector<std::string>& children, std::string_view ours)
         }
     }
     out.holds = true;
+    return out;
+}
+
+std::string permit_prefix(std::string_view guid, std::uint32_t count) {
+    char digits[16];
+    std::snprintf(digits, sizeof digits, "%010u", count);
+    return std::string(guid) + "-pm" + digits + "-";
+}
+
+namespace {
+
+struct permit_node {
+    std::string name;
+    std::uint64_t count = 0;
+    std::int64_t sequence = 0;
+};
+
+std::optional<permit_node> parse_permit_node(const std::string& name) {
+    // <32 hex guid>-pm<10 digits>-<10 digits>
+    constexpr std::size_t size = guid_length + 3 + 10 + 1 + sequence_digits;
+    if (name.size() != size) return std::nullopt;
+    const std::string_view view(name);
+    if (view.substr(guid_length, 3) != "-pm" || view[guid_length + 13] != '-') return std::nullopt;
+    const auto number = [](std::string_view text, auto& out) {
+        const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), out);
+        return err == std::errc() && end == text.data() + text.size();
+    };
+    permit_node n{name};
+    if (!number(view.substr(guid_length + 3, 10), n.count) ||
+        !number(view.substr(guid_length + 14), n.sequence) || n.sequence < 0) {
+        return std::nullopt;
+    }
+    return n;
+}
+
+}  // namespace
+
+permit_position locate_permits(const std::vector<std::string>& children, std::string_view ours,
+                               std::uint64_t limit) {
+    std::vector<permit_node> nodes;
+    nodes.reserve(children.size());
+    for (const auto& c : children) {
+        if (auto n = parse_permit_node(c)) nodes.push_back(std::move(*n));
+    }
+    std::sort(nodes.begin(), nodes.end(),
+              [](const permit_node& a, const permit_node& b) { return a.sequence < b.sequence; });
+    permit_position out;
+    std::uint64_t sum = 0;
+    bool previous_holds = true;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        sum += nodes[i].count;
+        const bool holds = previous_holds && sum <= limit;
+        if (nodes[i].name == ours) {
+            out.found = true;
+            out.holds = holds;
+            out.has_successor = i + 1 < nodes.size();
+            if (!holds) {
+                out.first_waiter = previous_holds;
+                if (!previous_holds) out.watch = nodes[i - 1].name;
+            }
+            return out;
+        }
+        previous_holds = holds;
+    }
     return out;
 }
 

@@ -52,4 +52,21 @@ struct position {
 /// node is before it and watches the nearest earlier write node.
 position locate(const std::vector<std::string>& children, std::string_view ours);
 
+/// The prefix of a semaphore node holding `count` permits: "<guid>-pm<10 digits>-".
+std::string permit_prefix(std::string_view guid, std::uint32_t count);
+
+struct permit_position {
+    bool found = false;          ///< our node is among the children
+    bool holds = false;          ///< our permits are granted
+    bool has_successor = false;  ///< a node follows ours (it may watch us)
+    bool first_waiter = false;   ///< !holds and every earlier node holds: watch the children
+    std::string watch{};         ///< !holds && !first_waiter: the predecessor to watch
+};
+
+/// Where the semaphore node `ours` stands among `children` (docs/zookeeper.md, "Semaphore"):
+/// nodes in sequence order hold while the running sum of their counts stays <= limit; that is
+/// strictly first come first served.
+permit_position locate_permits(const std::vector<std::string>& children, std::string_view ours,
+                               std::uint64_t limit);
+
 }  // namespace dlock::zk::detail

@@ -126,6 +126,25 @@ steady::time_point session::valid_until() const noexcept {
     return dlock::detail::valid_until(sent, timeout_);
 }
 
+void session::mark_dead() noexcept {
+    {
+        std::lock_guard lock(mutex_);
+        if (dead_) return;
+        dead_ = true;
+        ++state_gen_;
+        cleanup_.clear();
+        changed_.notify_all();
+    }
+    if (wake_) wake_();
+}
+
+void session::wait_change(milliseconds bound, const std::stop_token& cancel) {
+    std::unique_lock lock(mutex_);
+    const auto gen = state_gen_;
+    std::stop_token token = cancel;
+    changed_.wait_for(lock, token, bound, [&] { return dead_ || state_gen_ != gen; });
+}
+
 bool session::wait_connected(steady::time_point deadline, const std::stop_token& cancel) {
     std::unique_lock lock(mutex_);
     for (;;) {

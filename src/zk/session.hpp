@@ -69,6 +69,11 @@ public:
     /// sent_last + timeout - drift(timeout).
     steady::time_point valid_until() const noexcept;
 
+    /// The session is known to be gone (a request answered ZSESSIONEXPIRED).
+    void mark_dead() noexcept;
+    /// Waits up to `bound` for any state change (or cancel).
+    void wait_change(milliseconds bound, const std::stop_token& cancel);
+
     /// Waits until connected, dead, `deadline` or `cancel`; true if connected.
     bool wait_connected(steady::time_point deadline, const std::stop_token& cancel);
 

@@ -3,6 +3,7 @@
 // fencing tokens, read/write and re-entrant grants, max_hold, digest ACLs and bad input.
 #include <dlock/dlock.hpp>
 #include <dlock/mutex.hpp>
+#include <dlock/semaphore.hpp>
 #include <dlock/shared_mutex.hpp>
 #include <dlock/zk/client.hpp>
 #include <gtest/gtest.h>
@@ -337,9 +338,9 @@ TEST(ZkLock, BadInput) {
     std::error_code ec;
     auto l = take(zk, "", dlock::lock_kind::exclusive, 0ms, ec);
     EXPECT_EQ(ec, dlock::errc::invalid_argument);
-    l = zk.acquire_until("x", {.kind = dlock::lock_kind::permits, .count = 1, .limit = 2}, {},
+    l = zk.acquire_until("x", {.kind = dlock::lock_kind::permits, .count = 0, .limit = 2}, {},
                          steady::now(), ec);
-    EXPECT_EQ(ec, dlock::errc::unsupported);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
     l = zk.acquire_until("x", {}, {.lease = 1ms}, steady::now(), ec);
     EXPECT_EQ(ec, dlock::errc::invalid_argument);
 }
@@ -441,6 +442,102 @@ TEST(ZkAdapters, FairMutexScopedLockAndStdLock) {
     EXPECT_GT(b.fencing_token(), 0u);
     a.unlock();
     b.unlock();
+}
+
+dlock::lease permits(dlock::zk::client& zk, const std::string& name, std::uint32_t count,
+                     std::uint32_t limit, std::chrono::milliseconds wait, std::error_code& ec) {
+    return zk.acquire_until(
+        name,
+        dlock::lock_request{.kind = dlock::lock_kind::permits, .count = count, .limit = limit}, {},
+        steady::now() + wait, ec);
+}
+
+TEST(ZkSemaphore, PermitsAreServedFirstComeFirstServed) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("sem");
+    std::error_code ec;
+    auto a = permits(zk, name, 1, 3, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    auto b = permits(other, name, 2, 3, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_GT(b.fencing_token(), a.fencing_token());
+    auto c = permits(other, name, 1, 3, 200ms, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "3 of 3 permits are held";
+    // Two queued: 2 permits, then 1. The second must not pass the first (strict FIFO).
+    std::atomic<bool> two_in{false}, one_in{false};
+    std::jthread w2([&] {
+        std::error_code wec;
+        auto l = permits(other, name, 2, 3, scaled(20s), wec);
+        two_in = !wec;
+        eventually([&] { return one_in.load(); }, 10s);  // both hold at once, then leave
+    });
+    ASSERT_TRUE(
+        eventually([&] { return shared_zk().children(zk.lock_path(name)).size() == 3; }, 10s));
+    std::jthread w1([&] {
+        std::error_code wec;
+        auto l = permits(zk, name, 1, 3, scaled(20s), wec);
+        one_in = !wec;
+        eventually([&] { return two_in.load(); }, 10s);
+    });
+    ASSERT_TRUE(
+        eventually([&] { return shared_zk().children(zk.lock_path(name)).size() == 4; }, 10s));
+    a.release();  // 1 free: enough for the 1-permit waiter, but it is behind the 2-permit one
+    EXPECT_FALSE(eventually([&] { return one_in.load() || two_in.load(); }, 300ms));
+    b.release();
+    EXPECT_TRUE(eventually([&] { return one_in.load() && two_in.load(); }, 10s));
+    w1.join();
+    w2.join();
+    EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
+}
+
+TEST(ZkSemaphore, SetPermitsWakesTheFirstWaiter) {
+    auto zk = make_client();
+    const auto name = dlock::test::unique_name("sem");
+    std::error_code ec;
+    auto all = permits(zk, name, 2, 2, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::atomic<bool> in{false};
+    std::jthread waiter([&] {
+        std::error_code wec;
+        auto l = permits(zk, name, 1, 2, scaled(20s), wec);
+        in = !wec;
+    });
+    ASSERT_TRUE(
+        eventually([&] { return shared_zk().children(zk.lock_path(name)).size() == 2; }, 10s));
+    zk.set_permits(name, 3);
+    EXPECT_TRUE(eventually([&] { return in.load(); }, 10s));
+    waiter.join();
+    zk.set_permits(name, 1, ec);
+    EXPECT_FALSE(ec);
+    zk.set_permits(name, 0, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    auto bad = permits(zk, name, 3, 2, 0ms, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << "count above limit";
+}
+
+TEST(ZkSemaphore, CountingSemaphoreCapsConcurrency) {
+    auto zk = make_client();
+    dlock::counting_semaphore sem(zk, dlock::test::unique_name("sem"), 2);
+    std::atomic<int> inside{0}, most{0};
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 5; ++t) {
+        threads.emplace_back([&] {
+            for (int i = 0; i < 4; ++i) {
+                sem.acquire();
+                const int now = ++inside;
+                int seen = most.load();
+                while (now > seen && !most.compare_exchange_weak(seen, now)) {
+                }
+                std::this_thread::sleep_for(2ms);
+                --inside;
+                sem.release();
+            }
+        });
+    }
+    threads.clear();
+    EXPECT_LE(most.load(), 2);
+    EXPECT_GE(most.load(), 1);
 }
 
 }  // namespace

@@ -91,4 +91,30 @@ TEST(ZkLocate, ReaderWaitsOnlyForEarlierWriters) {
     EXPECT_EQ(p.watch, node(g2, true, 2));
 }
 
+std::string permit(const std::string& guid, std::uint32_t count, int seq) {
+    char digits[16];
+    std::snprintf(digits, sizeof digits, "%010d", seq);
+    return permit_prefix(guid, count) + digits;
+}
+
+TEST(ZkLocatePermits, RunningSumInQueueOrder) {
+    const std::vector<std::string> kids = {permit(g1, 1, 1), permit(g2, 2, 2), permit(g3, 2, 3),
+                                           permit(g4, 1, 4)};
+    EXPECT_TRUE(locate_permits(kids, permit(g1, 1, 1), 3).holds);
+    auto p = locate_permits(kids, permit(g2, 2, 2), 3);
+    EXPECT_TRUE(p.holds);
+    EXPECT_TRUE(p.has_successor);
+    p = locate_permits(kids, permit(g3, 2, 3), 3);
+    EXPECT_FALSE(p.holds);
+    EXPECT_TRUE(p.first_waiter) << "every earlier node holds: watch the children";
+    p = locate_permits(kids, permit(g4, 1, 4), 3);
+    EXPECT_FALSE(p.holds) << "1 permit would fit only by passing the waiter ahead";
+    EXPECT_FALSE(p.first_waiter);
+    EXPECT_EQ(p.watch, permit(g3, 2, 3));
+    EXPECT_FALSE(p.has_successor);
+    EXPECT_TRUE(locate_permits(kids, permit(g4, 1, 4), 6).holds);
+    p = locate_permits({permit(g1, 5, 1)}, permit(g1, 5, 1), 3);
+    EXPECT_TRUE(p.first_waiter) << "more than the limit: waits for set_permits";
+}
+
 }  // namespace

@@ -1,8 +1,9 @@
 // `dlock::zk::client`: the ZooKeeper lock service (Apache Curator's InterProcessMutex and
 // InterProcessReadWriteLock recipes over Debian's libzookeeper-mt). It implements dlock::backend,
 // so dlock::mutex and the rest of the lock family run on it: kinds exclusive, fair (the same
-// first-come-first-served recipe), reentrant, read and write. See docs/zookeeper.md for the recipe,
-// the fencing token (the node's czxid) and the exact rule for when a lease counts as lost.
+// first-come-first-served recipe), reentrant, read, write and permits. See docs/zookeeper.md for
+// the recipe, the fencing token (the node's czxid) and the exact rule for when a lease counts as
+// lost.
 //
 // What one client owns: one ZooKeeper session at a time (the C client's IO and completion
 // threads), and ONE background thread that heartbeats the session, fires loss, enforces max_hold
@@ -63,7 +64,7 @@ public:
     ~client();
 
     /// See dlock::backend::acquire_until. Connects first if needed (bounded by connect_timeout:
-    /// errc::connection_failed). kind permits: errc::unsupported. A request in flight when the
+    /// errc::connection_failed). A request in flight when the
     /// deadline passes finishes first (bounded by the C client's 2/3 session timeout).
     [[nodiscard]] lease acquire_until(std::string_view name, const lock_request& request,
                                       const lock_options& options,
@@ -71,6 +72,12 @@ public:
                                       std::error_code& ec) noexcept override;
     using dlock::backend::acquire;
     using dlock::backend::acquire_until;
+
+    /// See dlock::backend::set_permits: the number is the data of the semaphore's (persistent)
+    /// znode; a waiter first in line is woken by the change.
+    void set_permits(std::string_view name, std::uint32_t permits,
+                     std::error_code& ec) noexcept override;
+    using dlock::backend::set_permits;
 
     /// The options this client was made with.
     const client_options& options() const noexcept;
