@@ -111,13 +111,18 @@ lease recursive_mutex::take(owner* held, std::chrono::steady_clock::time_point d
 
 void recursive_mutex::adopt(lease&& grant) {
     std::lock_guard guard(owners_mutex_);
-    auto& slot = owners_[std::this_thread::get_id()];
-    if (!slot) slot = std::make_unique<owner>();
-    // Reserve first so that nothing below can throw once the relay exists.
-    slot->levels.reserve(slot->levels.size() + 1);
-    slot->watches.reserve(slot->watches.size() + 1);
-    slot->watches.push_back(std::make_unique<watch>(grant.lost_token(), relay{slot->lost}));
-    slot->levels.push_back(std::move(grant));
+    const auto id = std::this_thread::get_id();
+    const auto it = owners_.find(id);
+    std::unique_ptr<owner> fresh;
+    owner* o = it != owners_.end() ? it->second.get() : (fresh = std::make_unique<owner>()).get();
+    // Everything that may throw comes first, so the map never holds an owner without levels (if
+    // it throws, `grant` releases what was just taken).
+    o->levels.reserve(o->levels.size() + 1);
+    o->watches.reserve(o->watches.size() + 1);
+    auto relay_of_level = std::make_unique<watch>(grant.lost_token(), relay{o->lost});
+    if (fresh) owners_.emplace(id, std::move(fresh));
+    o->watches.push_back(std::move(relay_of_level));
+    o->levels.push_back(std::move(grant));
 }
 
 void recursive_mutex::unlock() noexcept {
