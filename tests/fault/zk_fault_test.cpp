@@ -133,6 +133,15 @@ TEST(ZkFault, CutOffClientLosesBeforeAnotherAcquires) {
     std::stop_callback on_lost(held.lost_token(),
                                [&] { lost_at = steady::now().time_since_epoch().count(); });
 
+    // While cut off, the lease is uncertain (disconnected) before it is lost.
+    std::atomic<bool> seen_uncertain{false};
+    std::jthread sampler([&](std::stop_token stop) {
+        while (!stop.stop_requested() && !held.lost_token().stop_requested()) {
+            if (held.state() == dlock::lock_state::uncertain) seen_uncertain = true;
+            std::this_thread::sleep_for(2ms);
+        }
+    });
+
     const auto paused = steady::now();
     ensemble().pause_all();
     const bool lost = eventually([&] { return lost_at.load() != 0; }, 10s);
@@ -143,6 +152,8 @@ TEST(ZkFault, CutOffClientLosesBeforeAnotherAcquires) {
     const steady::time_point lost_time{steady::duration(lost_at.load())};
     EXPECT_LT(lost_time - paused, session) << "lost fires before the server may expire us";
     EXPECT_EQ(held.state(), dlock::lock_state::lost);
+    sampler.join();
+    EXPECT_TRUE(seen_uncertain.load()) << "the disconnection should show as uncertain first";
 
     dlock::zk::client b({.url = url(), .connect_timeout = scaled(10s)});
     auto taken = b.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);

@@ -3,6 +3,7 @@
 // fencing tokens, read/write and re-entrant grants, max_hold, digest ACLs and bad input.
 #include <dlock/dlock.hpp>
 #include <dlock/mutex.hpp>
+#include <dlock/recursive_mutex.hpp>
 #include <dlock/semaphore.hpp>
 #include <dlock/shared_mutex.hpp>
 #include <dlock/zk/client.hpp>
@@ -538,6 +539,31 @@ TEST(ZkSemaphore, CountingSemaphoreCapsConcurrency) {
     threads.clear();
     EXPECT_LE(most.load(), 2);
     EXPECT_GE(most.load(), 1);
+}
+
+TEST(ZkAdapters, RecursiveMutexNestsInOneThreadAndExcludesOthers) {
+    auto zk = make_client();
+    const auto name = dlock::test::unique_name("recursive");
+    dlock::recursive_mutex rm(zk, name);
+    std::atomic<bool> other_in{false};
+    {
+        std::unique_lock outer(rm);
+        const auto token = rm.fencing_token();
+        {
+            std::scoped_lock inner(rm);  // the same thread takes it again
+            EXPECT_EQ(rm.fencing_token(), token);
+        }
+        std::jthread other([&] {
+            std::unique_lock lock(rm);  // another thread is another owner: waits
+            other_in = true;
+        });
+        EXPECT_FALSE(eventually([&] { return other_in.load(); }, 200ms));
+        EXPECT_EQ(shared_zk().children(zk.lock_path(name)).size(), 2u)
+            << "our one node and the waiter's";
+        outer.unlock();
+        EXPECT_TRUE(eventually([&] { return other_in.load(); }, 10s));
+    }
+    EXPECT_TRUE(eventually([&] { return shared_zk().children(zk.lock_path(name)).empty(); }, 5s));
 }
 
 }  // namespace
