@@ -10,9 +10,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -80,6 +84,55 @@ TEST(ZkFault, KilledHolderSessionExpiresAndTheNextWaiterGetsTheLock) {
     EXPECT_LT(waited, scaled(15s));
     l.release();
     EXPECT_TRUE(ensemble().children(zk.lock_path(name)).empty());
+}
+
+const bool paused_holder_child =
+    dlock::test::register_child("zk_paused_holder", [](const std::vector<std::string>& args) {
+        // args: url, lock name, dir, session timeout ms. Writes <dir>/token once it holds, waits
+        // until the grant is lost, then writes <dir>/lost with release()'s error code value.
+        dlock::zk::client zk({.url = args.at(0),
+                              .session_timeout = std::chrono::milliseconds(std::stoi(args.at(3))),
+                              .connect_timeout = 10s});
+        auto l = zk.acquire(args.at(1), {.wait = 30s});
+        const auto publish = [&](const std::string& file, const std::string& text) {
+            std::ofstream(args.at(2) + "/tmp") << text << "\n";
+            std::rename((args.at(2) + "/tmp").c_str(), (args.at(2) + "/" + file).c_str());
+        };
+        publish("token", std::to_string(l.fencing_token()));
+        std::mutex m;
+        std::condition_variable_any cv;
+        std::unique_lock lock(m);
+        auto lost = l.lost_token();
+        cv.wait(lock, lost, [] { return false; });  // returns once lost fires
+        std::error_code ec;
+        l.release(ec);
+        publish("lost", std::to_string(ec.value()));
+        return ec == dlock::errc::lock_lost ? 0 : 1;
+    });
+
+TEST(ZkFault, PausedHolderSeesLostAfterResume) {
+    ASSERT_TRUE(paused_holder_child);
+    const auto name = dlock::test::unique_name("paused");
+    char tmpl[] = "/tmp/dlock-zk-paused.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    dlock::test::child_process child("zk_paused_holder", {url(), name, dir, "1500"});
+    ASSERT_TRUE(eventually([&] { return std::ifstream(dir + "/token").good(); }, 30s));
+    std::uint64_t child_token = 0;
+    std::ifstream(dir + "/token") >> child_token;
+
+    child.stop_signal(SIGSTOP);  // a GC pause: its session expires meanwhile
+    dlock::zk::client zk({.url = url(), .connect_timeout = scaled(10s)});
+    std::error_code ec;
+    auto l = zk.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_GT(l.fencing_token(), child_token) << "the resource can reject the paused holder";
+    child.stop_signal(SIGCONT);
+    EXPECT_EQ(child.wait(30s), 0) << "the resumed holder sees lost; release says lock_lost";
+    EXPECT_TRUE(std::ifstream(dir + "/lost").good());
+    l.release();
+    EXPECT_TRUE(ensemble().children(zk.lock_path(name)).empty());
+    std::filesystem::remove_all(dir);
 }
 
 TEST(ZkFault, LockingGoesOnWithTheLeaderStopped) {
