@@ -339,10 +339,19 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                     return {};
                 }
             }
-            if (!s->connected() && !s->wait_connected(deadline, options.cancel)) {
+            // Disconnected: wait for the session to come back, but not past the point where it can
+            // no longer be trusted (the server may expire it from then on, and with the whole
+            // ensemble down nobody would tell us): then start over on a new session, which fails
+            // with connection_failed within connect_timeout if the ensemble is still unreachable.
+            if (!s->connected() &&
+                !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
                 if (s->dead()) continue;
                 if (options.cancel.stop_requested())
                     return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+                if (steady::now() < deadline && !s->connected()) {
+                    s->mark_dead();
+                    continue;
+                }
                 return give_up(errc::connection_failed,
                                "ZooKeeper " + endpoint_.hosts + ": disconnected while acquiring " +
                                    quoted + " and not back before the deadline");
@@ -581,10 +590,19 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
                 return {};
             }
         }
-        if (!s->connected() && !s->wait_connected(deadline, options.cancel)) {
+        // Disconnected: wait for the session to come back, but not past the point where it can
+        // no longer be trusted (the server may expire it from then on, and with the whole ensemble
+        // down nobody would tell us): then start over on a new session, which fails with
+        // connection_failed within connect_timeout if the ensemble is still unreachable.
+        if (!s->connected() &&
+            !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
             if (s->dead()) continue;
             if (options.cancel.stop_requested())
                 return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+            if (steady::now() < deadline && !s->connected()) {
+                s->mark_dead();
+                continue;
+            }
             return give_up(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
                                                         ": disconnected while acquiring " + quoted +
                                                         " and not back before the deadline");

@@ -228,4 +228,30 @@ TEST(ZkFault, CutOffClientLosesBeforeAnotherAcquires) {
     EXPECT_TRUE(ensemble().children(a.lock_path(name)).empty());
 }
 
+TEST(ZkFault, WaitingWithTheEnsembleDownFailsOnceTheSessionCannotBeTrusted) {
+    const auto session = 2000ms;
+    dlock::zk::client c(
+        {.url = url(), .session_timeout = session, .connect_timeout = scaled(500ms)});
+    const auto name = dlock::test::unique_name("down");
+    std::error_code ec;
+    auto warm = c.acquire_until(name + "-warm", {}, {}, steady::now() + scaled(10s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    warm.release();
+    ensemble().pause_all();
+    const auto paused = steady::now();
+    // No deadline: it must still end, with connection_failed, once the session is past trusting
+    // and a new one cannot be opened.
+    auto l = c.acquire_until(name, {}, {}, steady::time_point::max(), ec);
+    const auto took = steady::now() - paused;
+    ensemble().resume_all();
+    EXPECT_EQ(ec, dlock::errc::connection_failed) << ec.message();
+    EXPECT_FALSE(l);
+    EXPECT_LT(took, session + scaled(500ms) + scaled(2s));
+    // Once the ensemble is back, the client serves locks again on a new session.
+    l = c.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+    EXPECT_FALSE(ec) << ec.message();
+    l.release();
+    EXPECT_TRUE(ensemble().children(c.lock_path(name)).empty());
+}
+
 }  // namespace
