@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,8 +65,12 @@ public:
     ~client();
 
     /// See dlock::backend::acquire_until. Connects first if needed (bounded by connect_timeout:
-    /// errc::connection_failed). A request in flight when the
-    /// deadline passes finishes first (bounded by the C client's 2/3 session timeout).
+    /// errc::connection_failed). Waits on a watch of the one node ahead of ours (no polling). A
+    /// request in flight when the deadline passes finishes first (bounded by the C client's 2/3
+    /// session timeout); while disconnected it waits at most until the session can no longer be
+    /// trusted, then tries a new session. On any failure our queue node is deleted (or, if
+    /// unreachable, deleted once reconnected or with the session). Names may contain any byte:
+    /// each is encoded into one znode name (docs/zookeeper.md).
     [[nodiscard]] lease acquire_until(std::string_view name, const lock_request& request,
                                       const lock_options& options,
                                       std::chrono::steady_clock::time_point deadline,
