@@ -226,6 +226,7 @@ dlock::lease engine::grant(std::string_view name, const lock_options& options,
     const auto valid = std::min(s->valid_until(), node->cap_valid);
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
                                              czxid, options, sent, valid);
+    s->own(node->path);  // a deletion by someone else makes the lease lost at once
     {
         std::lock_guard lock(mutex_);
         registry_[core.get()] = {core, std::move(node)};
@@ -766,6 +767,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             return fail(ec, errc::lock_lost,
                         "lock \"" + lease.name() + "\" was lost before it was released");
         }
+        node->owner->disown(node->path);  // our own delete is no loss
         const int rc = node->owner->with_handle(
             [&](zhandle_t* zh) { return zoo_delete(zh, node->path.c_str(), -1); });
         if (rc == ZOK) {
@@ -795,6 +797,12 @@ steady::time_point engine::check_leases(steady::time_point now) {
     auto next = steady::time_point::max();
     {
         std::lock_guard lock(mutex_);
+        // Held nodes someone else deleted (session::own's watches).
+        std::vector<std::string> vanished;
+        for (const auto& [ptr, e] : registry_) {
+            if (auto v = e.node->owner->take_vanished(); !v.empty())
+                vanished.insert(vanished.end(), v.begin(), v.end());
+        }
         for (auto it = registry_.begin(); it != registry_.end();) {
             auto lease = it->second.lease.lock();
             if (!lease) {
@@ -805,6 +813,11 @@ steady::time_point engine::check_leases(steady::time_point now) {
             ++it;
             if (lease->released() || lease->lost_token().stop_requested()) continue;
             auto& s = *node.owner;
+            if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end()) {
+                node.deleted = true;
+                lost.emplace_back(std::move(lease), "its node was deleted by someone else");
+                continue;
+            }
             if (s.dead()) {
                 node.deleted = true;
                 lost.emplace_back(std::move(lease), "its ZooKeeper session expired");

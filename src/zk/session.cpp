@@ -198,6 +198,14 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
             // Deleted, changed, or the watch was dropped: the waiter looks again either way.
             const auto it = self->watches_.find(path);
             if (it != self->watches_.end()) ++it->second.fired;
+            if (type == ZOO_DELETED_EVENT) {
+                const auto held = self->owned_.find(path);
+                if (held != self->owned_.end()) {
+                    self->vanished_.emplace_back(path);
+                    self->owned_.erase(held);
+                    state_change = true;  // wake the background thread: that lease is lost
+                }
+            }
         }
         self->changed_.notify_all();
     }
@@ -224,6 +232,32 @@ steady::time_point session::heartbeat(steady::time_point now) {
     if (rc != ZOK) heartbeat_in_flight_.store(false);
     next_heartbeat_ = now + period;
     return next_heartbeat_;
+}
+
+void session::own(const std::string& path) {
+    {
+        std::lock_guard lock(mutex_);
+        if (++owned_[path] > 1) return;  // a re-entry level: watched already
+    }
+    // Asynchronous: a grant does not wait for it. If the node is already gone, the server's
+    // exists answer (ZNONODE) leaves a watch for its creation, which never comes; the lease is
+    // then lost by the session rules or found out at release.
+    with_handle([&](zhandle_t* zh) {
+        return zoo_awexists(
+            zh, path.c_str(), &session::on_event, this, [](int, const Stat*, const void*) {},
+            nullptr);
+    });
+}
+
+void session::disown(const std::string& path) {
+    std::lock_guard lock(mutex_);
+    const auto it = owned_.find(path);
+    if (it != owned_.end() && --it->second <= 0) owned_.erase(it);
+}
+
+std::vector<std::string> session::take_vanished() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(vanished_, {});
 }
 
 void session::queue_cleanup(cleanup_item item) {

@@ -2,6 +2,8 @@
 // the validity bound it proves (docs/zookeeper.md, "Sessions, validity and loss"), one-shot node
 // watches, and orphan clean-up. The C client calls on_event and completions on its completion
 // thread; they only take mutex_ and notify, never call ZooKeeper synchronously.
+//
+// Lock order: engine's mutex_ before session::mutex_; callbacks release mutex_ before waking.
 #pragma once
 
 #include <zookeeper/zookeeper.h>
@@ -92,6 +94,13 @@ public:
     /// in flight and `now` is past its due time. Returns when the next is due.
     steady::time_point heartbeat(steady::time_point now);
 
+    /// Nodes we hold: a deletion we did not ask for (an administrator, another client) is
+    /// reported through take_vanished() and wakes the background thread. own() also sets the
+    /// watch (asynchronously). disown() before our own delete.
+    void own(const std::string& path);
+    void disown(const std::string& path);
+    std::vector<std::string> take_vanished();
+
     /// Queue nodes to delete once connected (background thread sends them: run_cleanup).
     void queue_cleanup(cleanup_item item);
     void run_cleanup();
@@ -120,6 +129,8 @@ private:
     std::uint64_t state_gen_ = 0;
     std::unordered_map<std::string, watch> watches_;
     std::vector<cleanup_item> cleanup_;
+    std::unordered_map<std::string, int> owned_;  // held node path -> own() count
+    std::vector<std::string> vanished_;
     int auth_rc_ = 1;  // 1 = no answer yet
 };
 

@@ -300,6 +300,28 @@ TEST(ZkLock, MaxHoldDeletesTheNode) {
     EXPECT_TRUE(eventually([&] { return shared_zk().children(zk.lock_path(name)).empty(); }, 5s));
 }
 
+TEST(ZkLock, NodeDeletedBySomeoneElseIsLost) {
+    auto zk = make_client();
+    const auto name = dlock::test::unique_name("deleted");
+    std::error_code ec;
+    auto l = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec);
+    auto inner = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec, &l);
+    ASSERT_FALSE(ec);
+    const auto kids = shared_zk().children(zk.lock_path(name));
+    ASSERT_EQ(kids.size(), 1u);
+    ASSERT_TRUE(shared_zk().remove(zk.lock_path(name) + "/" + kids.front()));
+    EXPECT_TRUE(eventually([&] { return l.lost_token().stop_requested(); }, 5s));
+    EXPECT_TRUE(eventually([&] { return inner.lost_token().stop_requested(); }, 5s));
+    EXPECT_EQ(l.state(), dlock::lock_state::lost);
+    inner.release(ec);
+    EXPECT_EQ(ec, dlock::errc::lock_lost);
+    l.release(ec);
+    EXPECT_EQ(ec, dlock::errc::lock_lost);
+    auto again = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_FALSE(ec) << "the lock is free again";
+}
+
 TEST(ZkLock, NamesAreOneEncodedComponent) {
     auto zk = make_client();
     EXPECT_EQ(zk.lock_path("a/b"), "/dlock-it/a%2Fb");

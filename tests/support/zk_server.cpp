@@ -290,6 +290,24 @@ std::vector<std::string> zk_ensemble::children(const std::string& path) const {
     throw std::runtime_error("zk_ensemble::children(" + path + "): no server answered");
 }
 
+bool zk_ensemble::remove(const std::string& path) const {
+    struct closer {
+        void operator()(zhandle_t* zh) const { zookeeper_close(zh); }
+    };
+    const auto deadline = clock::now() + scaled(std::chrono::seconds(10));
+    while (clock::now() < deadline) {
+        std::unique_ptr<zhandle_t, closer> zh(zookeeper_init2(
+            hosts().c_str(), nullptr, 4000, nullptr, nullptr, 0, [](const char*) {}));
+        if (!zh) throw std::runtime_error("zk_ensemble::remove: zookeeper_init failed");
+        while (clock::now() < deadline && zoo_state(zh.get()) != ZOO_CONNECTED_STATE)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        const int rc = zoo_delete(zh.get(), path.c_str(), -1);
+        if (rc == ZOK) return true;
+        if (rc == ZNONODE) return false;
+    }
+    throw std::runtime_error("zk_ensemble::remove(" + path + "): no server answered");
+}
+
 namespace {
 struct shared_state {
     std::mutex mutex;

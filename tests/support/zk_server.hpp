@@ -52,6 +52,9 @@ public:
     /// The children of `path` (sorted), read with a fresh ZooKeeper session; empty if the node
     /// does not exist. Throws std::runtime_error if no server answers within scaled(10s).
     std::vector<std::string> children(const std::string& path) const;
+    /// Deletes node `path` (any version) with a fresh session, as an administrator would; false
+    /// if it does not exist. Throws std::runtime_error if no server answers within scaled(10s).
+    bool remove(const std::string& path) const;
 
 private:
     struct server {
