@@ -427,6 +427,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 duplicate = true;
             }
             if (duplicate) continue;
+            // One name, one kind (backend.hpp): a semaphore's nodes are not part of this queue.
+            if (std::any_of(children.begin(), children.end(), is_permit_node)) {
+                return give_up(errc::unexpected_reply,
+                               quoted + " is used as a counting_semaphore; a name serves one kind");
+            }
             const auto where = locate(children, node);
             if (!where.found) {  // our node is gone (session expired, or deleted by someone)
                 node.clear();
@@ -675,6 +680,11 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
             duplicate = true;
         }
         if (duplicate) continue;
+        if (std::any_of(children.begin(), children.end(),
+                        [](const std::string& c) { return parse_node(c).has_value(); })) {
+            return give_up(errc::unexpected_reply,
+                           quoted + " is used as a lock; a name serves one kind");
+        }
         const auto where = locate_permits(children, node, limit);
         if (!where.found) {
             node.clear();

@@ -220,6 +220,8 @@ std::optional<permit_node> parse_permit_node(const std::string& name) {
 
 }  // namespace
 
+bool is_permit_node(const std::string& name) { return parse_permit_node(name).has_value(); }
+
 permit_position locate_permits(const std::vector<std::string>& children, std::string_view ours,
                                std::uint64_t limit) {
     std::vector<permit_node> nodes;

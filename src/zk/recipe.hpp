@@ -55,6 +55,9 @@ position locate(const std::vector<std::string>& children, std::string_view ours)
 /// The prefix of a semaphore node holding `count` permits: "<guid>-pm<10 digits>-".
 std::string permit_prefix(std::string_view guid, std::uint32_t count);
 
+/// True for a name made by permit_prefix + a sequence (a semaphore's node).
+bool is_permit_node(const std::string& name);
+
 struct permit_position {
     bool found = false;          ///< our node is among the children
     bool holds = false;          ///< our permits are granted

@@ -537,6 +537,17 @@ TEST(ZkSemaphore, SetPermitsWakesTheFirstWaiter) {
     EXPECT_EQ(ec, dlock::errc::invalid_argument);
     auto bad = permits(zk, name, 3, 2, 0ms, ec);
     EXPECT_EQ(ec, dlock::errc::invalid_argument) << "count above limit";
+    // One name, one kind: a lock on a semaphore's name (and the reverse) is refused.
+    const auto sem_name = name + "-sem";
+    auto held = permits(zk, sem_name, 1, 1, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    auto lock = take(zk, sem_name, dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_EQ(ec, dlock::errc::unexpected_reply);
+    const auto lock_name = name + "-lock";
+    auto l = take(zk, lock_name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec);
+    auto p = permits(zk, lock_name, 1, 2, 0ms, ec);
+    EXPECT_EQ(ec, dlock::errc::unexpected_reply);
 }
 
 TEST(ZkSemaphore, CountingSemaphoreCapsConcurrency) {
