@@ -94,8 +94,8 @@ stage_tsan() {
   find_tsan_prefix || return
   local scale=${DLOCK_TEST_TIME_SCALE:-3}
   echo "DLOCK_TEST_TIME_SCALE=$scale"
-  DLOCK_TEST_TIME_SCALE=$scale \
   # tests/tsan.supp: one race inside Debian's uninstrumented libzookeeper_mt (see the file).
+  DLOCK_TEST_TIME_SCALE=$scale \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
     "${tsan_prefix[@]}" ctest --test-dir build-tsan --output-on-failure -j "$ctest_jobs" \
       -L 'unit|integration'
