@@ -27,6 +27,8 @@
 //                    (lock_shared / unlock_shared). Readers may overlap: the runner's analyser
 //                    counts overlaps for this mode instead of reporting exclusion violations.
 //                    Options as for `mutex` in both.
+//   semaphore        dlock::counting_semaphore with one permit over dlock::redis::client
+//                    (acquire() / release(1)); options as for `mutex`.
 //   zk: planned; rejected (exit 64) until it exists.
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
@@ -163,6 +165,27 @@ private:
     dlock::shared_mutex mutex_;
 };
 
+/// A one-permit dlock::counting_semaphore as a mutex-shaped lock: what the `semaphore` mode
+/// measures (one permit, so the analyser's exclusion check applies unchanged).
+class one_permit {
+public:
+    one_permit(dlock::backend& backend, std::string name, dlock::lock_options options)
+        : semaphore_(backend, std::move(name), 1, std::move(options)) {}
+    void lock() { semaphore_.acquire(); }
+    bool try_lock() { return semaphore_.try_acquire(); }
+    template <class Rep, class Period>
+    bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
+        return semaphore_.try_acquire_for(timeout);
+    }
+    void unlock() noexcept {
+        std::error_code ec;
+        semaphore_.release(1, ec);  // server-side failures reach the client's error handler
+    }
+
+private:
+    dlock::counting_semaphore semaphore_;
+};
+
 /// A mutex-shaped lock type (`Lock`: dlock::mutex, fair_mutex, recursive_mutex, read_lock) over
 /// any dlock::backend (settings in the header comment). `Client` is the backend's client type,
 /// constructed from `Options`. `Blocker` is what the warm-up holds so that a `Lock` has to wait
@@ -233,6 +256,11 @@ std::unique_ptr<lock_driver> make_shared(const config& c) {
         c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
 }
 
+std::unique_ptr<lock_driver> make_semaphore(const config& c) {
+    return std::make_unique<mutex_driver<dlock::redis::client, one_permit>>(
+        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+}
+
 std::unique_ptr<lock_driver> make_redlock(const config& c) {
     std::vector<std::string> urls;
     for (const auto& s : c.servers) urls.push_back("redis://" + s);
@@ -273,6 +301,10 @@ const std::vector<mode_info>& modes() {
          "unlock_shared; readers overlap by design, so the analyser counts overlaps instead of "
          "reporting violations); url, lease and other options as for mutex",
          make_shared},
+        {"semaphore",
+         "dlock::counting_semaphore with 1 permit over dlock::redis::client (acquire / release of "
+         "one permit; permit-expirable grants); url, lease and other options as for mutex",
+         make_semaphore},
         {"zk", "dlock::mutex over ZooKeeper (--servers is the ensemble)", nullptr},
     };
     return all;

@@ -255,7 +255,8 @@ TEST(BenchWorker, TwoWorkersOnOneKeyWriteProtocolFiles) { two_workers_on_one_key
 TEST(BenchWorker, EveryLockTypeOfTheFamilyRunsTheProtocol) {
     two_workers_on_one_key("fair", true);
     two_workers_on_one_key("reentrant", true);
-    two_workers_on_one_key("shared", false);  // read locks: overlaps are allowed
+    two_workers_on_one_key("semaphore", true);  // one permit
+    two_workers_on_one_key("shared", false);    // read locks: overlaps are allowed
 }
 
 TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
