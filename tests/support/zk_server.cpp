@@ -184,7 +184,18 @@ void zk_ensemble::wait_serving(std::size_t i) {
                 "zk_ensemble: server " + std::to_string(i + 1) + " exited with status " +
                 std::to_string(detail::decode_status(raw)) + "\n" + log_tails());
         }
-        if (!mode(i).empty()) return;
+        if (!mode(i).empty()) {
+            // The answer must come from OUR server: while it was down (stop/start), another
+            // process on this machine may have taken the port, and a foreign ZooKeeper would then
+            // serve our clients. `conf` names the data dir.
+            const auto conf = four_letter(s.client_port, "conf", std::chrono::milliseconds(500));
+            if (conf.find(s.dir + "/data") != std::string::npos) return;
+            if (!conf.empty()) {
+                throw std::runtime_error("zk_ensemble: port " + std::to_string(s.client_port) +
+                                         " of server " + std::to_string(i + 1) +
+                                         " is served by another process");
+            }
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     throw std::runtime_error(
