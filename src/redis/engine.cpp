@@ -368,10 +368,10 @@ void engine::release_everywhere(const lock_protocol& protocol, std::string_view 
 
 dlock::lease engine::grant(std::string_view name, const std::string& token, std::uint64_t fence,
                            const lock_options& options, lock_kind kind, steady::time_point sent,
-                           steady::time_point valid_until, bool renew_now) {
+                           steady::time_point valid_until, bool handed_off) {
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token, fence,
                                              options, sent, valid_until, kind);
-    track(core, renew_now);
+    track(core, handed_off);
     notify({event_kind::acquired, name, fence, {}, steady::now()});
     return dlock::detail::lease_access::make(std::move(core));
 }
@@ -615,15 +615,16 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     }
 }
 
-void engine::track(const std::shared_ptr<lease_core>& lease, bool renew_now) {
-    const auto next = renew_now
-                          ? steady::now()
-                          : std::min(dlock::detail::next_renewal_at(
-                                         lease->plan(), lease->granted_at(), lease->granted_at()),
-                                     lease->valid_until());
+void engine::track(const std::shared_ptr<lease_core>& lease, bool handed_off) {
+    auto next = std::min(
+        dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), lease->granted_at()),
+        lease->valid_until());
+    // A hand-off grant carries the short hand-off lease: extend it to the owner's own lease soon,
+    // but not on the hand-off's critical path (a short critical section releases before that).
+    if (handed_off) next = std::min(next, steady::now() + handoff_lease / 4);
     {
         std::lock_guard lock(registry_mutex_);
-        registry_[lease.get()] = {lease, next, renew_now};
+        registry_[lease.get()] = {lease, next, handed_off};
     }
     // Only wake the background thread if it would otherwise sleep past this lease's first due time.
     if (next.time_since_epoch().count() < worker_wakes_at_.load()) wake();

@@ -112,12 +112,13 @@ private:
                          const lock_options& options, std::error_code& ec);
     dlock::lease grant(std::string_view name, const std::string& token, std::uint64_t fence,
                        const lock_options& options, lock_kind kind, steady::time_point sent,
-                       steady::time_point valid_until, bool renew_now);
+                       steady::time_point valid_until, bool handed_off);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
 
-    /// Registers `lease` with the watchdog; `renew_now`: extend it at once (a hand-off grant
-    /// carries only the short hand-off lease), even if it is a fixed lease.
-    void track(const std::shared_ptr<dlock::detail::lease_core>& lease, bool renew_now = false);
+    /// Registers `lease` with the watchdog; `handed_off`: a hand-off grant, which carries only the
+    /// short hand-off lease, is extended to its own lease within handoff_lease / 4 (also a fixed
+    /// lease, once).
+    void track(const std::shared_ptr<dlock::detail::lease_core>& lease, bool handed_off = false);
     void wake() noexcept;
     void run(std::stop_token stop);
     steady::time_point renew_due(steady::time_point now);
