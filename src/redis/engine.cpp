@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <exception>
 
+#include "core/callbacks.hpp"
 #include "core/status.hpp"
 #include "core/token.hpp"
 #include "core/validate.hpp"
@@ -162,28 +162,11 @@ void engine::wake() noexcept {
 }
 
 void engine::report_error(std::error_code ec, std::string_view what) noexcept {
-    try {
-        if (config_.error_handler) {
-            config_.error_handler(ec, what);
-            return;
-        }
-    } catch (...) {
-        // The handler itself failed: fall through to stderr rather than lose the report.
-    }
-    std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(what.size()), what.data());
+    dlock::detail::report_to(config_.error_handler, ec, what);
 }
 
 void engine::notify(const lock_event& event) noexcept {
-    if (!config_.observer) return;
-    try {
-        config_.observer(event);
-    } catch (const std::exception& e) {
-        report_error(make_error_code(errc::invalid_argument),
-                     std::string("observer threw: ") + e.what());
-    } catch (...) {
-        report_error(make_error_code(errc::invalid_argument),
-                     "observer threw a non-standard exception");
-    }
+    dlock::detail::notify_observer(config_.observer, config_.error_handler, event);
 }
 
 reply engine::command(const std::vector<std::string>& args, std::error_code& ec) noexcept {
