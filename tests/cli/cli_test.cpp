@@ -4,6 +4,7 @@
 // with a documented status for every bad input (docs/cli.md).
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
+#include <dlock/zk/client.hpp>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -22,6 +23,7 @@
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#include "zk_server.hpp"
 
 namespace {
 
@@ -636,6 +638,27 @@ TEST(CliLockKinds, OneKindPerRun) {
     }
 }
 
+TEST(CliZk, RunHoldsAZooKeeperLockWhileTheCommandRuns) {
+    const auto zk = dlock::test::shared_zk().url("/dlock-cli");
+    const auto name = dlock::test::unique_name("zk");
+    auto r = run_cli({"run", "--url", zk, name, "--", "sh", "-c", "exit 7"});
+    EXPECT_EQ(r.status, 7) << r.err;
+    {
+        // While another client holds it, a --no-wait run is a conflict.
+        dlock::zk::client holder({.url = zk});
+        auto held = holder.acquire(name, {.wait = 10s});
+        r = run_cli({"run", "--no-wait", "--url", zk, name, "--", "echo", "ran"});
+        EXPECT_EQ(r.status, conflict) << r.err;
+        EXPECT_EQ(r.out, "");
+    }
+    r = run_cli({"run", "--shared", "--url", zk, name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    const auto nobody = "zk://127.0.0.1:" + std::to_string(dlock::test::free_port()) + "/x";
+    r = run_cli({"run", "--url", nobody, name, "--", "true"});
+    EXPECT_EQ(r.status, 74) << r.err;
+    expect_one_line(r);
+}
+
 TEST(CliBadInput, NotAvailableInThisBuild) {
     const std::string u = url();
     const std::vector<bad_input> cases = {
@@ -644,9 +667,7 @@ TEST(CliBadInput, NotAvailableInThisBuild) {
          unavailable,
          "not available on Redlock"},
         {{"run", "--url", "rediss://127.0.0.1:6380", "n", "--", "true"}, unavailable, "TLS"},
-        {{"run", "--url", "zk://127.0.0.1:2181/locks", "n", "--", "true"},
-         unavailable,
-         "zk:// URLs"},
+        {{"status", "--url", "zk://127.0.0.1:2181/locks", "n"}, unavailable, "zk://"},
         {{"status", "--url", "etcd://127.0.0.1:2379", "n"}, unavailable, "etcd:// URLs"},
         {{"demo", "--backend", "zk"}, unavailable, "not available in this build"},
     };

@@ -45,14 +45,15 @@ service_url parse_service_url(std::string_view url) {
     const auto scheme_end = url.find("://");
     if (scheme_end == std::string_view::npos) return {false, {std::string(url)}};
     const auto scheme = url.substr(0, scheme_end);
-    const std::pair<std::string_view, std::string_view> planned[] = {{"zk", "ZooKeeper"},
-                                                                     {"etcd", "etcd"}};
+    if (scheme == "zk") return {.servers = {std::string(url)}, .zk = true};
+    const std::pair<std::string_view, std::string_view> planned[] = {{"etcd", "etcd"}};
     for (const auto& [name, what] : planned) {
         if (scheme == name) {
             throw cli_error(exit_status::unavailable,
                             fmt::format("{}:// URLs ({}) are not available in this build yet; use "
-                                        "redis://host:port, unix:///path/to.sock or "
-                                        "redlock://host:port,host:port,host:port",
+                                        "redis://host:port, unix:///path/to.sock, "
+                                        "redlock://host:port,host:port,host:port or "
+                                        "zk://host:port,host:port,host:port/base",
                                         name, what));
         }
     }
@@ -98,7 +99,11 @@ lock_service::lock_service(const std::string& url, const std::string& key_prefix
     auto parsed = parse_service_url(url);
     urls_ = std::move(parsed.servers);
     try {
-        if (parsed.redlock) {
+        if (parsed.zk) {
+            zk_.emplace(dlock::zk::client_options{.url = urls_.front(),
+                                                  .observer = std::move(cb.observer),
+                                                  .error_handler = std::move(cb.error_handler)});
+        } else if (parsed.redlock) {
             redlock_.emplace(
                 dlock::redlock::client_options{.urls = urls_,
                                                .key_prefix = key_prefix,
@@ -117,6 +122,7 @@ lock_service::lock_service(const std::string& url, const std::string& key_prefix
 }
 
 dlock::backend& lock_service::backend() noexcept {
+    if (zk_) return *zk_;
     if (redlock_) return *redlock_;
     return *single_;
 }
@@ -124,6 +130,7 @@ dlock::backend& lock_service::backend() noexcept {
 std::size_t lock_service::quorum() const noexcept { return redlock_ ? redlock_->quorum() : 1; }
 
 std::vector<dlock::redis::client*> lock_service::servers() {
+    if (zk_) return {};
     if (single_) return {&*single_};
     if (inspectors_.empty()) {
         for (const auto& u : urls_) {

@@ -3,7 +3,8 @@
 //
 //   redis://[user:password@]host[:port][/db], unix:///path[?db=N]    one Redis server
 //   redlock://[user:password@]host:port,host:port,...[/db]            a Redlock quorum (N servers)
-//   rediss://  zk://  etcd://                                         not in this build (status 69)
+//   zk://host:port[,host:port...][/base]                              a ZooKeeper ensemble
+//   rediss://  etcd://                                                not in this build (status 69)
 #pragma once
 
 #include <dlock/backend.hpp>
@@ -11,6 +12,7 @@
 #include <dlock/event.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
+#include <dlock/zk/client.hpp>
 
 #include <functional>
 #include <memory>
@@ -34,10 +36,11 @@ using dlock::redis::redact_url;
 struct service_url {
     bool redlock = false;
     std::vector<std::string> servers{};  ///< one redis:// (or unix://) URL per server
+    bool zk = false;                     ///< servers holds the one zk:// URL
 };
 
 /// Splits `url` into its servers. Throws cli_error: unavailable for the schemes of backends this
-/// build does not have yet (zk://, etcd://), usage for a malformed redlock:// list. Other URLs
+/// build does not have yet (etcd://), usage for a malformed redlock:// list. Other URLs
 /// are passed through as one server, for the client to validate.
 service_url parse_service_url(std::string_view url);
 
@@ -59,10 +62,11 @@ public:
 
     dlock::backend& backend() noexcept;
     bool is_redlock() const noexcept { return redlock_.has_value(); }
+    bool is_zk() const noexcept { return zk_.has_value(); }
     /// Servers needed for a grant: N/2+1 for Redlock, 1 for a single server.
     std::size_t quorum() const noexcept;
     const std::vector<std::string>& server_urls() const noexcept { return urls_; }
-    /// One plain client per server (for a single server, the lock client itself).
+    /// One plain client per server (for a single server, the lock client itself); none for zk://.
     std::vector<dlock::redis::client*> servers();
 
 private:
@@ -70,6 +74,7 @@ private:
     std::vector<std::string> urls_;
     std::optional<dlock::redis::client> single_;
     std::optional<dlock::redlock::client> redlock_;
+    std::optional<dlock::zk::client> zk_;
     std::vector<std::unique_ptr<dlock::redis::client>> inspectors_;  // redlock only, on first use
 };
 

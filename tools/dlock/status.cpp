@@ -92,6 +92,11 @@ nlohmann::json optional_json(const auto& value) {
 
 int status_command(const status_options& o) {
     lock_service service(o.server.url, o.server.key_prefix);
+    if (service.is_zk()) {
+        throw cli_error(exit_status::unavailable,
+                        "dlock status: zk:// locks cannot be inspected yet (their queue is the "
+                        "children of <base>/<name>)");
+    }
     const auto servers = service.servers();
     std::vector<server_status> all;
     for (std::size_t i = 0; i < servers.size(); ++i) {
