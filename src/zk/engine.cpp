@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
-#include <exception>
 #include <limits>
 
+#include "core/callbacks.hpp"
 #include "core/status.hpp"
 #include "core/token.hpp"
 #include "core/validate.hpp"
@@ -57,6 +56,17 @@ int get_children(session& s, const std::string& path, std::vector<std::string>& 
 }
 
 std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+/// After a failed request: true to go round again (connection or session trouble), false when
+/// the failure is final. An expired session is replaced at the top of the acquire loop; while the
+/// C client has not yet reported a dropped connection, wait briefly for its state change instead
+/// of spinning.
+bool recoverable(session& s, int rc, const std::stop_token& cancel) {
+    if (!retriable(rc) && !session_gone(rc)) return false;
+    if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) s.mark_dead();
+    if (s.connected()) s.wait_change(std::chrono::milliseconds(100), cancel);
+    return true;
+}
 
 }  // namespace
 
@@ -119,28 +129,30 @@ void engine::wake() noexcept {
 }
 
 void engine::report_error(std::error_code ec, std::string_view what) noexcept {
-    try {
-        if (options_.error_handler) {
-            options_.error_handler(ec, what);
-            return;
-        }
-    } catch (...) {
-        // The handler itself failed: fall through to stderr rather than lose the report.
-    }
-    std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(what.size()), what.data());
+    dlock::detail::report_to(options_.error_handler, ec, what);
 }
 
 void engine::notify(const lock_event& event) noexcept {
-    if (!options_.observer) return;
-    try {
-        options_.observer(event);
-    } catch (const std::exception& e) {
-        report_error(make_error_code(errc::invalid_argument),
-                     std::string("observer threw: ") + e.what());
-    } catch (...) {
-        report_error(make_error_code(errc::invalid_argument),
-                     "observer threw a non-standard exception");
+    dlock::detail::notify_observer(options_.observer, options_.error_handler, event);
+}
+
+dlock::lease engine::abandon(const std::shared_ptr<session>& s, const std::string& parent,
+                             const std::string& node, const std::string& doubtful_guid,
+                             std::string_view name, errc code, std::string message,
+                             std::error_code& ec) {
+    if (s && !s->dead() && (!node.empty() || !doubtful_guid.empty())) {
+        if (!node.empty()) {
+            const auto path = parent + "/" + node;
+            const int rc =
+                s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+            if (rc != ZOK && rc != ZNONODE) s->queue_cleanup({parent, {}, path});
+        }
+        if (!doubtful_guid.empty()) s->queue_cleanup({parent, doubtful_guid, {}});
     }
+    fail(ec, code, std::move(message));
+    if (code != errc::timeout && code != errc::attempts_exhausted && code != errc::canceled)
+        notify({event_kind::error, name, 0, ec, steady::now()});
+    return {};
 }
 
 std::string engine::lock_path(std::string_view name) const {
@@ -299,32 +311,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
 
         // Giving up: our node (or the guid whose create is in doubt) must not stay behind.
         const auto give_up = [&](errc code, std::string message) {
-            if (s && !s->dead() && (!node.empty() || unknown)) {
-                int rc = ZCONNECTIONLOSS;
-                if (!node.empty()) {
-                    const auto path = parent + "/" + node;
-                    rc = s->with_handle(
-                        [&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-                    if (rc != ZOK && rc != ZNONODE) s->queue_cleanup({parent, {}, path});
-                }
-                if (unknown) s->queue_cleanup({parent, guid, {}});
-            }
-            fail(ec, code, std::move(message));
-            if (code != errc::timeout && code != errc::attempts_exhausted &&
-                code != errc::canceled) {
-                notify({event_kind::error, name, 0, ec, steady::now()});
-            }
-            return dlock::lease{};
+            return abandon(s, parent, node, unknown ? guid : std::string(), name, code,
+                           std::move(message), ec);
         };
-        // A failed request: true to go round again (connection or session trouble), false after
-        // giving up.
-        // An expired session is replaced at the top of the loop; while the C client has not yet
-        // reported a dropped connection, wait briefly for its state change instead of spinning.
         const auto recoverable = [&](int rc) {
-            if (!retriable(rc) && !session_gone(rc)) return false;
-            if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) s->mark_dead();
-            if (s->connected()) s->wait_change(std::chrono::milliseconds(100), options.cancel);
-            return true;
+            return zk::detail::recoverable(*s, rc, options.cancel);
         };
 
         for (;;) {
@@ -563,25 +554,11 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
     std::vector<std::string> children;
 
     const auto give_up = [&](errc code, std::string message) {
-        if (s && !s->dead() && (!node.empty() || unknown)) {
-            if (!node.empty()) {
-                const auto path = parent + "/" + node;
-                const int rc =
-                    s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-                if (rc != ZOK && rc != ZNONODE) s->queue_cleanup({parent, {}, path});
-            }
-            if (unknown) s->queue_cleanup({parent, guid, {}});
-        }
-        fail(ec, code, std::move(message));
-        if (code != errc::timeout && code != errc::attempts_exhausted && code != errc::canceled)
-            notify({event_kind::error, name, 0, ec, steady::now()});
-        return dlock::lease{};
+        return abandon(s, parent, node, unknown ? guid : std::string(), name, code,
+                       std::move(message), ec);
     };
     const auto recoverable = [&](int rc) {
-        if (!retriable(rc) && !session_gone(rc)) return false;
-        if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) s->mark_dead();
-        if (s->connected()) s->wait_change(std::chrono::milliseconds(100), options.cancel);
-        return true;
+        return zk::detail::recoverable(*s, rc, options.cancel);
     };
 
     for (;;) {

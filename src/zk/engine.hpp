@@ -61,6 +61,13 @@ private:
     };
 
     std::shared_ptr<session> session_for(std::error_code& ec);
+    /// Gives up an acquire: deletes our node `parent`/`node` (or queues its deletion), queues the
+    /// removal of any node named with `doubtful_guid` (a create whose outcome is unknown; empty:
+    /// none), sets `ec`, and reports failures other than contention and cancellation.
+    dlock::lease abandon(const std::shared_ptr<session>& s, const std::string& parent,
+                         const std::string& node, const std::string& doubtful_guid,
+                         std::string_view name, errc code, std::string message,
+                         std::error_code& ec);
     int ensure_path(session& s, const std::string& path, int mode);
     dlock::lease acquire_permits(std::string_view name, const lock_request& request,
                                  const lock_options& options, steady::time_point deadline,
