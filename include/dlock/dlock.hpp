@@ -11,6 +11,6 @@
 #include <dlock/options.hpp>
 #include <dlock/recursive_mutex.hpp>
 #include <dlock/redlock/client.hpp>
-#include <dlock/zk/client.hpp>
 #include <dlock/semaphore.hpp>
 #include <dlock/shared_mutex.hpp>
+#include <dlock/zk/client.hpp>
