@@ -58,8 +58,10 @@ stage_asan() {
   bash scripts/setup.sh --sanitize address || return
   local scale=${DLOCK_TEST_TIME_SCALE:-2}
   echo "DLOCK_TEST_TIME_SCALE=$scale"
+  # tests/lsan.supp: allocations Debian's libzookeeper_mt itself does not free (see the file).
   DLOCK_TEST_TIME_SCALE=$scale \
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+  LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
     ctest --test-dir build-asan --output-on-failure -j "$ctest_jobs"
 }

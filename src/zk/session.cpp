@@ -13,14 +13,15 @@
 
 namespace dlock::zk::detail {
 
-namespace {
-
-// A cleanup request in flight: owned by its completion (the C client calls every pending
-// completion, with ZCLOSING at the latest, when the handle is closed).
+// A cleanup request in flight. Owned by its session (in_flight_), not by its completion: the C
+// client does not call every pending completion when a handle is closed while its server is
+// unresponsive (seen under LeakSanitizer), so the session frees what is left when it goes.
 struct cleanup_op {
     session* owner;
     cleanup_item item;
 };
+
+namespace {
 
 bool retriable(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
 
@@ -274,6 +275,16 @@ void session::requeue(cleanup_item item) {
     if (!dead_) cleanup_.push_back(std::move(item));
 }
 
+std::unique_ptr<cleanup_op> session::finish(cleanup_op* op) {
+    std::lock_guard lock(mutex_);
+    const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                 [op](const auto& p) { return p.get() == op; });
+    if (it == in_flight_.end()) return nullptr;
+    auto done = std::move(*it);
+    in_flight_.erase(it);
+    return done;
+}
+
 void session::run_cleanup() {
     std::vector<cleanup_item> items;
     {
@@ -289,9 +300,9 @@ void session::run_cleanup() {
                 return zoo_adelete(
                     zh, op->item.path.c_str(), -1,
                     [](int result, const void* data) {
-                        std::unique_ptr<cleanup_op> done(
-                            static_cast<cleanup_op*>(const_cast<void*>(data)));
-                        if (retriable(result)) done->owner->requeue(std::move(done->item));
+                        auto* op = static_cast<cleanup_op*>(const_cast<void*>(data));
+                        const auto done = op->owner->finish(op);
+                        if (done && retriable(result)) done->owner->requeue(std::move(done->item));
                     },
                     op.get());
             });
@@ -300,8 +311,9 @@ void session::run_cleanup() {
                 return zoo_aget_children(
                     zh, op->item.parent.c_str(), 0,
                     [](int result, const String_vector* children, const void* data) {
-                        std::unique_ptr<cleanup_op> done(
-                            static_cast<cleanup_op*>(const_cast<void*>(data)));
+                        auto* op = static_cast<cleanup_op*>(const_cast<void*>(data));
+                        const auto done = op->owner->finish(op);
+                        if (!done) return;
                         if (retriable(result)) {
                             done->owner->requeue(std::move(done->item));
                             return;
@@ -319,7 +331,8 @@ void session::run_cleanup() {
             });
         }
         if (rc == ZOK) {
-            op.release();  // owned by the completion now
+            std::lock_guard lock(mutex_);
+            in_flight_.push_back(std::move(op));  // until its completion runs (or we go)
         } else if (retriable(rc)) {
             requeue(std::move(op->item));
         }

@@ -34,6 +34,8 @@ struct cleanup_item {
     std::string path;  ///< the exact node to delete
 };
 
+struct cleanup_op;
+
 class session {
 public:
     /// `wake` is called (from the C client's thread) on every state change and heartbeat answer.
@@ -106,6 +108,10 @@ public:
     void run_cleanup();
 
 private:
+    /// A cleanup request's completion takes it back from in_flight_; nullptr if the session
+    /// already let it go.
+    std::unique_ptr<cleanup_op> finish(cleanup_op* op);
+
     static void on_heartbeat(int rc, const char* value, const void* data);
     void requeue(cleanup_item item);
 
@@ -129,7 +135,8 @@ private:
     std::uint64_t state_gen_ = 0;
     std::unordered_map<std::string, watch> watches_;
     std::vector<cleanup_item> cleanup_;
-    std::unordered_map<std::string, int> owned_;  // held node path -> own() count
+    std::vector<std::unique_ptr<cleanup_op>> in_flight_;  // cleanup requests sent, not answered
+    std::unordered_map<std::string, int> owned_;          // held node path -> own() count
     std::vector<std::string> vanished_;
     int auth_rc_ = 1;  // 1 = no answer yet
 };
