@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "child_process.hpp"
+#include "fenced_resource.hpp"
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
@@ -19,20 +20,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using dlock::test::eventually;
+using dlock::test::fenced_write;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
 using dlock::test::unique_name;
-
-/// The protected resource: accepts a write only with a fencing token above every token it has
-/// seen (the check a real store does with a conditional update).
-long long fenced_write(dlock::redis::client& redis, const std::string& resource,
-                       std::uint64_t token) {
-    static const std::string script =
-        "local seen = tonumber(redis.call('GET', KEYS[1]) or '0') "
-        "if tonumber(ARGV[1]) > seen then redis.call('SET', KEYS[1], ARGV[1]) return 1 end return "
-        "0";
-    return redis.command({"EVAL", script, "1", resource, std::to_string(token)}).integer;
-}
 
 const bool paused_holder =
     dlock::test::register_child("paused_holder", [](const std::vector<std::string>& args) {
