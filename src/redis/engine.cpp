@@ -30,6 +30,16 @@ std::shared_ptr<const std::vector<script_call>> one_call(script_call call) {
     return std::make_shared<const std::vector<script_call>>(1, std::move(call));
 }
 
+/// A fresh owner token for `kind`. Where the server cannot tell the kind from the key's type (the
+/// fair and write kinds store a plain string owner, like the exclusive kind) the token carries it,
+/// so every acquire script can refuse a name another kind holds (src/redis/lua/lib/kind_guard.lua).
+std::string new_token(lock_kind kind) {
+    auto token = dlock::detail::random_token();
+    if (kind == lock_kind::fair) return "fair:" + token;
+    if (kind == lock_kind::write) return "write:" + token;
+    return token;
+}
+
 bool is_acquire_reply(const reply& r) noexcept {
     return r.type == reply::kind::array && r.elements.size() == 2 &&
            r.elements[0].type == reply::kind::integer && r.elements[1].type == reply::kind::integer;
@@ -427,7 +437,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         std::optional<subscriber::registration> waiting;
         unsigned attempts = 0;
         // A queued waiter keeps one token: it is its place in the queue and its hand-off channel.
-        std::string token = dlock::detail::random_token();
+        std::string token = new_token(request.kind);
         const auto handoff_channel = channel(name) + ":" + token;
         bool enqueued = false;
         auto refreshed_at = steady::time_point::min();  // send time of the last "not yet" reply
@@ -439,7 +449,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         for (;;) {
             // Read the generation BEFORE the attempt: a release after a failed attempt bumps it.
             const auto seen = waiting ? waiting->generation() : 0;
-            if (!protocol->queued && attempts > 0) token = dlock::detail::random_token();
+            if (!protocol->queued && attempts > 0) token = new_token(request.kind);
             const auto sent = steady::now();
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
             if (options.cancel.stop_requested()) {
