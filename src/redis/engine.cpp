@@ -570,7 +570,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         }
         run_everywhere(batches);
         lease.mark_released();
-        std::size_t deleted = 0;
+        std::size_t deleted = 0, not_ours = 0;
         std::string failures;
         for (auto& b : batches) {
             if (!b.ec && b.replies.front().type != reply::kind::integer) {
@@ -582,24 +582,34 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 failures += (failures.empty() ? "" : "; ") + b.error;
             } else if (b.replies.front().integer == 1) {
                 ++deleted;
+            } else {
+                ++not_ours;
             }
         }
-        if (deleted > 0) {
+        // The renewal rule: with more than N - quorum servers answering "not ours" (gone, or
+        // another owner's token), the servers that still held our key could not have formed a
+        // quorum, so the grant had been lost before this release, whatever one server deleted.
+        if (deleted > 0 && not_ours <= servers_.size() - quorum()) {
             // Servers that could not be reached keep our key until it expires; nobody else is hurt.
             ec.clear();
             notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
             return;
         }
-        if (ec) {
-            if (servers_.size() == 1)
-                fail(ec, ec, failures);
-            else
-                fail(ec, errc::quorum_unreachable,
-                     "release of \"" + lease.name() + "\" reached no server: " + failures);
-        } else {
+        if (not_ours > servers_.size() - quorum()) {
             fail(ec, errc::lock_lost,
-                 "lock \"" + lease.name() +
-                     "\" was no longer held by this owner (expired or taken over)");
+                 "lock \"" + lease.name() + "\" was no longer held by this owner (expired or taken " +
+                     "over" +
+                     (servers_.size() > 1 ? " on " + std::to_string(not_ours) + " of " +
+                                                std::to_string(servers_.size()) + " servers"
+                                          : std::string()) +
+                     ")");
+        } else if (servers_.size() == 1) {
+            fail(ec, ec, failures);  // not_ours == 0 here: the server failed
+        } else {
+            fail(ec, errc::quorum_unreachable,
+                 "release of \"" + lease.name() + "\": too few servers answered (" +
+                     std::to_string(deleted) + " deleted it, " + std::to_string(not_ours) +
+                     " did not hold it): " + failures);
         }
         notify({event_kind::error, lease.name(), lease.fencing_token(), ec, steady::now()});
     } catch (...) {

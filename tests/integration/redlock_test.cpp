@@ -229,3 +229,36 @@ TEST(Redlock, BuiltFromSingleServerClients) {
 }
 
 }  // namespace
+
+namespace {
+
+/// A release that finds more than N - quorum servers holding another owner's token (or nothing)
+/// reports lock_lost, as renewal does: the grant no longer had a quorum, whatever one server
+/// deleted. Nothing of the other owner's is touched.
+TEST(Redlock, ReleaseWhereAMajorityHoldsAnotherTokenIsLockLost) {
+    dlock::redlock::client redlock(
+        {.urls = {fleet()[0].url(), fleet()[1].url(), fleet()[2].url()}});
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    const auto key = probe.lock_key(name);
+    auto grant = redlock.acquire(name, {.lease = 10s, .renew = false});
+    ASSERT_EQ(grant.state(), dlock::lock_state::held);
+    for (std::size_t i = 1; i < 3; ++i)
+        ASSERT_EQ(fleet()[i].command({"SET", key, "another-owner", "PX", "10000"}), "OK");
+    std::error_code ec;
+    grant.release(ec);
+    EXPECT_EQ(ec, dlock::errc::lock_lost) << ec.message();
+    EXPECT_EQ(fleet()[0].command({"EXISTS", key}), "0") << "our own key is deleted";
+    for (std::size_t i = 1; i < 3; ++i)
+        EXPECT_EQ(fleet()[i].command({"GET", key}), "another-owner") << "server " << i;
+
+    // One server lost to another owner is within N - quorum: the release succeeds.
+    auto second = redlock.acquire(unique_name(), {.lease = 10s, .renew = false});
+    const auto second_key = probe.lock_key(second.name());
+    ASSERT_EQ(fleet()[2].command({"SET", second_key, "another-owner", "PX", "10000"}), "OK");
+    second.release(ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(fleet()[2].command({"GET", second_key}), "another-owner");
+}
+
+}  // namespace
