@@ -388,10 +388,21 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
     const auto result =
         attempt(protocol, name, core->token(), lease_ms, request, node_timeout_for(lease_ms));
     if (result.granted) {
-        return grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant, sent,
-                     dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+        auto level =
+            grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant, sent,
+                  dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+        std::lock_guard lock(reentrant_mutex_);
+        ++reentrant_[core->token()].extra_levels;
+        return level;
     }
     if (result.error) {
+        // No answer: the request may still reach the server and add a level we never hand out.
+        // Undoing it now could take the outer level instead (it may not have landed), so the
+        // owner's last release removes the lock whatever the depth.
+        {
+            std::lock_guard lock(reentrant_mutex_);
+            reentrant_[core->token()].depth_unknown = true;
+        }
         fail(ec, result.error, result.failures);
     } else {
         fail(ec, errc::lock_lost,
@@ -558,10 +569,22 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         const auto redlock_deadline =
             deadline_after(steady::now(), node_timeout_for(lease.plan().lease));
         const auto* protocol = protocol_for(lease.kind());
-        const auto call =
-            one_call({protocol->release,
-                      keys(*protocol, lease.name()),
-                      {lease.token(), channel(lease.name()), ms_text(handoff_lease)}});
+        bool whole = false;  // the owner's last level after a re-entry of unknown outcome
+        if (lease.kind() == lock_kind::reentrant) {
+            std::lock_guard lock(reentrant_mutex_);
+            if (const auto it = reentrant_.find(lease.token()); it != reentrant_.end()) {
+                if (it->second.extra_levels > 0) {
+                    --it->second.extra_levels;
+                } else {
+                    whole = it->second.depth_unknown;
+                    reentrant_.erase(it);
+                }
+            }
+        }
+        const auto call = one_call(
+            {protocol->release,
+             keys(*protocol, lease.name()),
+             {lease.token(), channel(lease.name()), ms_text(handoff_lease), whole ? "1" : "0"}});
         for (auto& s : servers_) {
             conns.emplace_back(*s);
             auto* conn = conns.back().get();

@@ -135,6 +135,17 @@ private:
     std::unordered_map<const dlock::detail::lease_core*, tracked> registry_;
     std::atomic<steady::rep> worker_wakes_at_{steady::time_point::max().time_since_epoch().count()};
 
+    /// Owners of the reentrant kind with re-entries, by owner token: how many levels beyond the
+    /// first are live, and whether a re-entry's outcome is unknown (its request may reach the
+    /// server after we gave up on it, raising the server depth behind our back). The owner's last
+    /// release then removes the lock whatever depth the server counts.
+    struct reentrant_owner {
+        std::size_t extra_levels = 0;
+        bool depth_unknown = false;
+    };
+    std::mutex reentrant_mutex_;  // guards reentrant_
+    std::unordered_map<std::string, reentrant_owner> reentrant_;
+
     int wake_fd_ = -1;
     std::unique_ptr<subscriber> subscriber_;
     std::jthread worker_;
