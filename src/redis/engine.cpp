@@ -53,6 +53,8 @@ struct engine::server {
     std::mutex pool_mutex;  // guards idle
     std::vector<std::unique_ptr<connection>> idle;
     std::unique_ptr<connection> renew_conn;  // background thread only
+    std::string run_id;                      // guarded by identity_mutex_
+    std::atomic<bool> verified{false};       // its votes count (see engine::counts)
 };
 
 engine::pooled::pooled(server& s) : server_(&s) {
@@ -111,8 +113,7 @@ engine::engine(engine_config config) : config_(std::move(config)) {
     for (std::size_t i = 0; i < config_.servers.size(); ++i) {
         for (std::size_t j = 0; j < i; ++j) {
             // The same server twice would vote twice: a "majority" that is not one.
-            if (config_.servers[i].describe() == config_.servers[j].describe() &&
-                config_.servers[i].db == config_.servers[j].db) {
+            if (config_.servers[i].describe() == config_.servers[j].describe()) {
                 throw error(errc::invalid_argument, "client_options: server " +
                                                         config_.servers[i].describe() +
                                                         " is listed more than once");
@@ -131,12 +132,79 @@ engine::engine(engine_config config) : config_(std::move(config)) {
             {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:sub"});
         servers_.push_back(std::move(s));
     }
+    if (servers_.size() == 1) {
+        servers_.front()->verified = true;  // one server, one vote
+    } else {
+        // Different URLs can reach one server (localhost and 127.0.0.1, a unix socket): compare
+        // what the servers say they are. Servers down now are checked when they first answer.
+        std::vector<connection*> conns;
+        auto deadline = steady::time_point::min();
+        for (auto& s : servers_) {
+            conns.push_back(s->renew_conn.get());
+            deadline = std::max(deadline, s->renew_conn->default_deadline());
+        }
+        check_identities(conns, deadline);
+        std::lock_guard lock(identity_mutex_);
+        if (!identity_error_.empty()) throw error(errc::invalid_argument, identity_error_);
+    }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     subscriber_ = std::make_unique<subscriber>(std::move(subscriber_settings), [this] { wake(); });
 }
 
 engine::~engine() { stop(); }
+
+namespace {
+/// The run_id line of an INFO reply; empty when there is none.
+std::string run_id_of(const reply& info) {
+    constexpr std::string_view field = "run_id:";
+    const auto at = info.text.find(field);
+    if (info.is_error() || at == std::string::npos) return {};
+    const auto begin = at + field.size();
+    return info.text.substr(begin, info.text.find_first_of("\r\n", begin) - begin);
+}
+}  // namespace
+
+void engine::check_identities(const std::vector<connection*>& conns,
+                              steady::time_point deadline) {
+    std::vector<exchange> asks;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < servers_.size(); ++i) {
+        if (servers_[i]->verified || !conns[i]) continue;
+        asks.push_back({conns[i], {{"INFO", "server"}}, deadline});
+        which.push_back(i);
+    }
+    if (asks.empty()) return;
+    exchange_all(asks);
+    std::lock_guard lock(identity_mutex_);
+    for (std::size_t k = 0; k < asks.size(); ++k) {
+        auto& s = *servers_[which[k]];
+        if (s.verified) continue;  // another thread checked it meanwhile
+        if (asks[k].ec && asks[k].ec != errc::auth_failed) continue;  // no answer: still pending
+        // Refused credentials: its scripts fail the same way, so it never votes anyway. An ACL
+        // that denies INFO (NOPERM) leaves the server unchecked but counted.
+        const auto id = asks[k].ec ? std::string() : run_id_of(asks[k].replies.front());
+        bool duplicate = false;
+        for (std::size_t j = 0; j < servers_.size() && !id.empty(); ++j) {
+            if (j == which[k] || !servers_[j]->verified || servers_[j]->run_id != id) continue;
+            duplicate = true;
+            if (identity_error_.empty()) {
+                identity_error_ = "client_options: " + config_.servers[j].describe() + " and " +
+                                  config_.servers[which[k]].describe() +
+                                  " are the same redis-server (run_id " + id +
+                                  "); it would vote twice";
+            }
+        }
+        if (duplicate) continue;  // stays unverified: its votes never count
+        s.run_id = id;
+        s.verified = true;
+    }
+    bool pending = false;
+    for (const auto& s : servers_) pending = pending || !s->verified;
+    identities_pending_ = pending;
+}
+
+bool engine::counts(std::size_t i) const noexcept { return servers_[i]->verified; }
 
 void engine::start() {
     worker_ = std::jthread([this](std::stop_token st) { run(st); });
@@ -263,12 +331,26 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             single ? conn->default_deadline() : deadline_after(sent, node_timeout);
         batches.push_back({conn, call, deadline});
     }
+    if (identities_pending_) {
+        // A server that was down when the client was made: learn what it is before it votes.
+        std::vector<connection*> pending;
+        for (auto& c : conns) pending.push_back(c.get());
+        check_identities(pending, deadline_after(sent, node_timeout));
+    }
     run_everywhere(batches);
 
     attempt_outcome out;
     std::vector<std::int64_t> counters(servers_.size(), -1);
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
+        if (!b.ec && !counts(i)) {
+            std::lock_guard lock(identity_mutex_);
+            fail(b.ec, errc::invalid_argument,
+                 "redis " + b.conn->settings().endpoint.describe() + ": not counted: " +
+                     (identity_error_.empty() ? "its identity (INFO run_id) is not known yet"
+                                              : identity_error_));
+            b.error = dlock::detail::message_for(b.ec);
+        }
         if (!b.ec && !is_acquire_reply(b.replies.front()))
             script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
         if (b.ec) {
@@ -595,7 +677,9 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         lease.mark_released();
         std::size_t deleted = 0, not_ours = 0;
         std::string failures;
-        for (auto& b : batches) {
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            auto& b = batches[i];
+            if (!b.ec && !counts(i)) continue;  // another URL of a counted server, or unknown
             if (!b.ec && b.replies.front().type != reply::kind::integer) {
                 script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
                 b.error = dlock::detail::message_for(b.ec);
@@ -726,8 +810,9 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 if (it == registry_.end()) continue;  // released meanwhile
                 std::size_t extended = 0, not_ours = 0;
                 std::string why = failures;
-                for (const auto& b : batches) {
-                    if (b.ec) continue;
+                for (std::size_t k = 0; k < batches.size(); ++k) {
+                    const auto& b = batches[k];
+                    if (b.ec || !counts(k)) continue;  // see check_identities
                     const auto& r = b.replies[i];
                     if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
                         why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +

@@ -114,6 +114,13 @@ private:
                        const lock_options& options, lock_kind kind, steady::time_point sent,
                        steady::time_point valid_until, bool handed_off);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
+    /// Several servers: learns the run_id (INFO server) of every server whose identity is not
+    /// known yet, over conns[i] (one per server), by `deadline`. Two URLs that reach one
+    /// redis-server would give it two votes: the later one stays unverified and identity_error_
+    /// says why. A server that does not answer stays unverified until it does.
+    void check_identities(const std::vector<connection*>& conns, steady::time_point deadline);
+    /// Whether server `i`'s answers count toward a quorum: its identity was checked.
+    bool counts(std::size_t i) const noexcept;
 
     /// Registers `lease` with the watchdog; `handed_off`: a hand-off grant, which carries only the
     /// short hand-off lease, is extended to its own lease within handoff_lease / 4 (also a fixed
@@ -145,6 +152,10 @@ private:
     };
     std::mutex reentrant_mutex_;  // guards reentrant_
     std::unordered_map<std::string, reentrant_owner> reentrant_;
+
+    std::mutex identity_mutex_;  // guards the servers' run_id and identity_error_
+    std::string identity_error_;
+    std::atomic<bool> identities_pending_{false};
 
     int wake_fd_ = -1;
     std::unique_ptr<subscriber> subscriber_;
