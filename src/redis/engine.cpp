@@ -165,8 +165,7 @@ std::string run_id_of(const reply& info) {
 }
 }  // namespace
 
-void engine::check_identities(const std::vector<connection*>& conns,
-                              steady::time_point deadline) {
+void engine::check_identities(const std::vector<connection*>& conns, steady::time_point deadline) {
     std::vector<exchange> asks;
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < servers_.size(); ++i) {
@@ -470,9 +469,8 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
     const auto result =
         attempt(protocol, name, core->token(), lease_ms, request, node_timeout_for(lease_ms));
     if (result.granted) {
-        auto level =
-            grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant, sent,
-                  dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+        auto level = grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant,
+                           sent, dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
         std::lock_guard lock(reentrant_mutex_);
         ++reentrant_[core->token()].extra_levels;
         return level;
@@ -704,8 +702,8 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         }
         if (not_ours > servers_.size() - quorum()) {
             fail(ec, errc::lock_lost,
-                 "lock \"" + lease.name() + "\" was no longer held by this owner (expired or taken " +
-                     "over" +
+                 "lock \"" + lease.name() +
+                     "\" was no longer held by this owner (expired or taken " + "over" +
                      (servers_.size() > 1 ? " on " + std::to_string(not_ours) + " of " +
                                                 std::to_string(servers_.size()) + " servers"
                                           : std::string()) +

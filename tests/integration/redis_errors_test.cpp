@@ -268,14 +268,14 @@ TEST(RedisErrors, EveryKindIsRefusedOnANameHeldByAnotherKind) {
                 what = e.what();
             }
             const bool same_family = family(holder_kind) == family(contender_kind);
-            const bool shares = (holder_kind == lock_kind::read && contender_kind == holder_kind) ||
-                                (holder_kind == lock_kind::permits && contender_kind == holder_kind);
+            const bool shares =
+                (holder_kind == lock_kind::read && contender_kind == holder_kind) ||
+                (holder_kind == lock_kind::permits && contender_kind == holder_kind);
             if (shares) {
                 EXPECT_FALSE(ec) << ec.message();
                 EXPECT_EQ(second.state(), dlock::lock_state::held);
             } else {
-                EXPECT_NE(second.state(), dlock::lock_state::held)
-                    << "a second holder was granted";
+                EXPECT_NE(second.state(), dlock::lock_state::held) << "a second holder was granted";
                 if (same_family) {
                     EXPECT_EQ(ec, dlock::errc::timeout) << what;
                 } else {
@@ -289,10 +289,10 @@ TEST(RedisErrors, EveryKindIsRefusedOnANameHeldByAnotherKind) {
             EXPECT_NO_THROW(held.release());
             // Once the name is free, any kind may use it.
             ec.clear();
-            auto after = redis.acquire(name, request(contender_kind), {.lease = 10s, .wait = 0s},
-                                       ec);
-            EXPECT_FALSE(ec) << dlock::to_string(contender_kind) << " after release: "
-                             << ec.message();
+            auto after =
+                redis.acquire(name, request(contender_kind), {.lease = 10s, .wait = 0s}, ec);
+            EXPECT_FALSE(ec) << dlock::to_string(contender_kind)
+                             << " after release: " << ec.message();
             if (after.state() == dlock::lock_state::held) after.release();
         }
     }

@@ -309,9 +309,9 @@ TEST(Redlock, OneServerUnderTwoNamesIsRefused) {
         const auto tcp = "redis://:s3cr3t-pw@127.0.0.1:" + std::to_string(server.port());
         expect_same_server(
             [&] {
-                dlock::redlock::client c({.urls = {tcp, fleet()[1].url(),
-                                                   "redis://:s3cr3t-pw@localhost:" +
-                                                       std::to_string(server.port())}});
+                dlock::redlock::client c(
+                    {.urls = {tcp, fleet()[1].url(),
+                              "redis://:s3cr3t-pw@localhost:" + std::to_string(server.port())}});
             },
             {"127.0.0.1:" + std::to_string(server.port()), "localhost"}, "s3cr3t-pw");
     }
