@@ -326,6 +326,15 @@ TEST(Redlock, OneServerUnderTwoNamesIsRefused) {
     }
     ::rmdir(dir_template);
 
+    // Two databases of one server are one server: they fail together.
+    try {
+        dlock::redlock::client c(
+            {.urls = {fleet()[0].url() + "/1", fleet()[1].url(), fleet()[0].url() + "/2"}});
+        ADD_FAILURE() << "two databases of one server accepted as two voters";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << e.what();
+    }
+
     // Distinct servers are accepted, whatever their URLs look like.
     dlock::redlock::client ok({.urls = {"redis://localhost:" + port, fleet()[1].url()}});
     EXPECT_EQ(ok.size(), 2u);
