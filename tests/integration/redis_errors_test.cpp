@@ -298,4 +298,52 @@ TEST(RedisErrors, EveryKindIsRefusedOnANameHeldByAnotherKind) {
     }
 }
 
+/// A name whose holder is gone but where a live waiter of a queued kind (fair_mutex, the writer
+/// side of shared_mutex) waits still belongs to that kind: another kind is refused, not granted.
+TEST(RedisErrors, ANameWithALiveQueuedWaiterOfAnotherKindIsRefused) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    struct queued_case {
+        dlock::lock_kind holder, waiter;
+        std::string holder_key_suffix, needle;
+    };
+    const queued_case cases[] = {
+        {dlock::lock_kind::fair, dlock::lock_kind::fair, "", "dlock::fair_mutex"},
+        {dlock::lock_kind::read, dlock::lock_kind::write, ":readers", "dlock::shared_mutex"},
+    };
+    for (const auto& c : cases) {
+        const auto name = unique_name();
+        SCOPED_TRACE(dlock::to_string(c.waiter));
+        auto held = redis.acquire(name, {.kind = c.holder}, {.lease = 10s, .wait = 0s});
+        std::atomic<bool> granted{false};
+        std::jthread waiter([&] {
+            std::error_code ec;
+            auto l =
+                redis.acquire(name, {.kind = c.waiter}, {.lease = 10s, .wait = scaled(20s)}, ec);
+            granted = l.state() == dlock::lock_state::held;
+        });
+        const auto queue = redis.lock_key(name) + ":queue";
+        ASSERT_TRUE(dlock::test::eventually(
+            [&] {
+                return redis.command({"ZCARD", queue}).integer == 1;
+            },
+            scaled(5s)));
+        // The holder vanishes (as if its lease ran out); the waiter is still queued and alive.
+        redis.command({"DEL", redis.lock_key(name) + c.holder_key_suffix});
+        for (const auto other : {dlock::lock_kind::exclusive, dlock::lock_kind::reentrant,
+                                 dlock::lock_kind::permits}) {
+            try {
+                auto l = redis.acquire(name, {.kind = other}, {.lease = 10s, .wait = 0s});
+                ADD_FAILURE() << dlock::to_string(other) << " granted beside a queued waiter";
+            } catch (const dlock::error& e) {
+                EXPECT_EQ(e.code(), dlock::errc::unexpected_reply) << e.what();
+                EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+            }
+        }
+        waiter.join();  // takes the lock at its next refresh, then releases it
+        EXPECT_TRUE(granted.load());
+        std::error_code ignored;
+        held.release(ignored);
+    }
+}
+
 }  // namespace
