@@ -144,8 +144,23 @@ engine::engine(engine_config config) : config_(std::move(config)) {
             deadline = std::max(deadline, s->renew_conn->default_deadline());
         }
         check_identities(conns, deadline);
-        std::lock_guard lock(identity_mutex_);
-        if (!identity_error_.empty()) throw error(errc::invalid_argument, identity_error_);
+        {
+            std::lock_guard lock(identity_mutex_);
+            if (!identity_error_.empty()) throw error(errc::invalid_argument, identity_error_);
+        }
+        // Best effort: load the scripts where they are missing (a new server). A script call that
+        // finds none costs a second round (EVAL after NOSCRIPT), and that round starts only when
+        // the slowest server of the first has answered or timed out: with one server paused, the
+        // healthy ones would miss their deadline on every attempt.
+        std::vector<exchange> loads;
+        for (auto& s : servers_) {
+            if (!s->verified || !s->renew_conn->is_open()) continue;
+            exchange x{s->renew_conn.get(), {}, s->renew_conn->default_deadline()};
+            for (const auto& script : all_scripts())
+                x.commands.push_back({"SCRIPT", "LOAD", script.source});
+            loads.push_back(std::move(x));
+        }
+        exchange_all(loads);  // failures (an ACL without SCRIPT) leave the NOSCRIPT path
     }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
@@ -330,13 +345,17 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             single ? conn->default_deadline() : deadline_after(sent, node_timeout);
         batches.push_back({conn, call, deadline});
     }
-    if (identities_pending_) {
-        // A server that was down when the client was made: learn what it is before it votes.
-        std::vector<connection*> pending;
-        for (auto& c : conns) pending.push_back(c.get());
-        check_identities(pending, deadline_after(sent, node_timeout));
-    }
     run_everywhere(batches);
+    if (identities_pending_) {
+        // A server that was down when the client was made and answers now: learn what it is
+        // before its vote counts. Only servers that just answered are asked, so one that is still
+        // paused or unreachable costs nothing more.
+        std::vector<connection*> answered(servers_.size(), nullptr);
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
+        }
+        check_identities(answered, deadline_after(steady::now(), node_timeout));
+    }
 
     attempt_outcome out;
     std::vector<std::int64_t> counters(servers_.size(), -1);

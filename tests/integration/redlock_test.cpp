@@ -367,3 +367,27 @@ TEST(Redlock, OneServerUnderTwoNamesThatWasDownAtStartNeverVotesTwice) {
 }
 
 }  // namespace
+
+namespace {
+
+/// The identity check never costs availability: a server paused when the client is made (its
+/// INFO never answers) delays only the constructor, and the others grant as before. The servers
+/// are new (no script cached), so this also checks that a healthy server's NOSCRIPT round is not
+/// starved by the paused one's timeout.
+TEST(Redlock, AServerPausedAtConstructionDoesNotBlockGrants) {
+    dlock::test::redis_server a, b, paused;
+    paused.pause();
+    dlock::redlock::client redlock({.urls = {a.url(), b.url(), paused.url()},
+                                    .connect_timeout = scaled(300ms),
+                                    .command_timeout = scaled(300ms),
+                                    .node_timeout = scaled(50ms)});
+    for (int i = 0; i < 3; ++i) {
+        auto grant = redlock.acquire(unique_name(), {.lease = 10s, .wait = 0s});
+        EXPECT_EQ(grant.state(), dlock::lock_state::held);
+    }
+    paused.resume();
+    auto grant = redlock.acquire(unique_name(), {.lease = 10s, .wait = 0s});
+    EXPECT_EQ(grant.state(), dlock::lock_state::held);
+}
+
+}  // namespace
