@@ -269,12 +269,12 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     std::vector<script_batch> batches;
     conns.reserve(servers_.size());
     batches.reserve(servers_.size());
-    const auto call = one_call(
-        {protocol.acquire,
-         keys(protocol, name),
-         {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
-          ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
-          std::to_string(ticket_floor)}});
+    const auto call =
+        one_call({protocol.acquire,
+                  keys(protocol, name),
+                  {token, ms_text(lease), std::to_string(request.count),
+                   std::to_string(request.limit), ms_text(waiter_liveness), channel(name),
+                   request.reenter ? "1" : "0", std::to_string(ticket_floor)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         auto* conn = conns.back().get();
@@ -467,7 +467,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         // came after the server processed that refresh, so its validity counts from the refresh's
         // send time, bounded by the hand-off lease and by our own lease (max_hold included).
         std::uint64_t ticket = 0;  // of the latest "not yet" reply; 0: none yet
-        auto refreshed_at = steady::time_point::min();  // that refresh's send time
+        auto refreshed_at = steady::time_point::min();           // that refresh's send time
         auto refresh_lease = std::chrono::milliseconds::zero();  // the lease it asked for
         // Queued kinds: once a request may have reached the server, every exit but a grant runs
         // leave, which also releases (with hand-off) a grant whose reply we never saw.
@@ -500,9 +500,9 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 attempt(*protocol, name, token, lease_ms, request, node_timeout, ticket);
             ++attempts;
             if (result.granted) {
-                auto lease = grant(name, token, result.fencing_token, options, request.kind, sent,
-                                   dlock::detail::valid_until(sent, lease_ms, config_.drift),
-                                   false);
+                auto lease =
+                    grant(name, token, result.fencing_token, options, request.kind, sent,
+                          dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
                 leave.armed = false;
                 return lease;
             }
@@ -579,7 +579,8 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 const auto message = parse_handoff(waiting->last_message());
                 if (message && message->ticket == ticket) {
                     const auto bound = std::min(refresh_lease, handoff_lease);
-                    const auto valid = dlock::detail::valid_until(refreshed_at, bound, config_.drift);
+                    const auto valid =
+                        dlock::detail::valid_until(refreshed_at, bound, config_.drift);
                     if (steady::now() < valid) {
                         auto lease = grant(name, token, message->fence, options, request.kind,
                                            refreshed_at, valid, true);

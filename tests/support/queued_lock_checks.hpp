@@ -108,7 +108,9 @@ inline void paused_head_never_accepts_a_stale_grant(const std::string& kind) {
     const auto marker = unique_name("marker");
     const auto resource = unique_name("resource");
     const auto key = redis.lock_key(name);
-    const auto queue_length = [&] { return queued_integer_of(redis.command({"ZCARD", key + ":queue"})); };
+    const auto queue_length = [&] {
+        return queued_integer_of(redis.command({"ZCARD", key + ":queue"}));
+    };
 
     const auto h = make_queued_lock(kind, redis, name, {.lease = 30s});
     h->lock();
@@ -126,11 +128,15 @@ inline void paused_head_never_accepts_a_stale_grant(const std::string& kind) {
     ASSERT_EQ(queued_integer_of(redis.command({"EXISTS", key})), 1)
         << "the hand-off did not go to the frozen waiter";
     // Nobody extends that grant: it expires after the hand-off lease.
-    ASSERT_TRUE(
-        eventually([&] { return queued_integer_of(redis.command({"EXISTS", key})) == 0; }, 10s));
+    ASSERT_TRUE(eventually(
+        [&] {
+            return queued_integer_of(redis.command({"EXISTS", key})) == 0;
+        },
+        10s));
     const auto x = make_queued_lock(kind, redis, name, {.lease = 30s});
     x->lock();
-    ASSERT_EQ(x->fencing_token(), 3u);
+    const auto x_token = x->fencing_token();
+    ASSERT_EQ(x_token, 3u);
     ASSERT_EQ(fenced_write(redis, resource, x->fencing_token()), 1);
 
     w.stop_signal(SIGCONT);
@@ -146,8 +152,7 @@ inline void paused_head_never_accepts_a_stale_grant(const std::string& kind) {
             10s));
         const auto early = redis.command({"GET", marker});
         ASSERT_TRUE(early.is_nil()) << "the paused waiter returned a lease with token "
-                                    << early.text << " while X holds token "
-                                    << x->fencing_token();
+                                    << early.text << " while X holds token " << x_token;
         before = liveness_snapshot(redis, key + ":alive");
     }
     EXPECT_EQ(queue_length(), 1) << "W is queued again";
@@ -155,7 +160,7 @@ inline void paused_head_never_accepts_a_stale_grant(const std::string& kind) {
     x->unlock();  // now the hand-off goes to W's new queue entry
     ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
     const auto w_token = std::stoull(redis.command({"GET", marker}).text);
-    EXPECT_GT(w_token, x->fencing_token());
+    EXPECT_GT(w_token, x_token);
     EXPECT_EQ(fenced_write(redis, resource, w_token), 1)
         << "the fenced resource rejected the rightful holder's token " << w_token;
     w.kill9();
@@ -187,8 +192,7 @@ inline void lost_first_reply_leaves_nothing(const std::string& kind, bool held_b
     const auto victim = make_queued_lock(kind, cut, name, {.lease = 30s});
     EXPECT_THROW(victim->lock(), dlock::error);
     ASSERT_TRUE(proxy.cut());
-    EXPECT_EQ(queued_integer_of(direct.command({"GET", key + ":fence"})), 1)
-        << "one grant so far";
+    EXPECT_EQ(queued_integer_of(direct.command({"GET", key + ":fence"})), 1) << "one grant so far";
     EXPECT_EQ(queued_integer_of(direct.command({"ZCARD", key + ":queue"})), 0)
         << "a queue entry is left behind";
     if (held_by_other) {
@@ -230,8 +234,7 @@ inline void handoff_validity_is_capped(const std::string& kind, dlock::lock_opti
         },
         10s));
     const auto seen = liveness_snapshot(redis, key + ":alive");
-    EXPECT_TRUE(
-        eventually([&] { return liveness_snapshot(redis, key + ":alive") != seen; }, 10s));
+    EXPECT_TRUE(eventually([&] { return liveness_snapshot(redis, key + ":alive") != seen; }, 10s));
     holder->unlock();
     waiter.join();
     EXPECT_EQ(token.load(), 2u) << "granted by hand-off";
@@ -258,7 +261,10 @@ inline void keys_of_an_unused_name_expire(const std::string& kind) {
         w->unlock();
     });
     EXPECT_TRUE(eventually(
-        [&] { return queued_integer_of(redis.command({"ZCARD", key + ":queue"})) == 1; }, 10s));
+        [&] {
+            return queued_integer_of(redis.command({"ZCARD", key + ":queue"})) == 1;
+        },
+        10s));
     for (const auto* suffix : {":queue", ":alive", ":arrivals"}) {
         EXPECT_GT(ttl(key + suffix), 0) << suffix << " has no TTL while a waiter is queued";
     }
@@ -348,10 +354,10 @@ inline void refresh_cost_does_not_grow_with_the_queue(const std::string& kind) {
     const auto many = trace(1000);
     EXPECT_EQ(few.size(), many.size()) << "the number of commands grows with the queue";
     const auto bounded = [](const std::string& c) {
-        for (const auto* point : {"\"GET\"", "\"SET\"", "\"PEXPIRE\"", "\"PTTL\"", "\"TYPE\"",
-                                  "\"TIME\"", "\"INCR\"", "\"ZSCORE\"", "\"ZADD\"", "\"ZREM\"",
-                                  "\"ZCARD\"", "\"EXISTS\"", "\"PUBLISH\"", "\"DEL\"",
-                                  "\"HSET\"", "\"HDEL\"", "\"HGET\""}) {
+        for (const auto* point :
+             {"\"GET\"", "\"SET\"", "\"PEXPIRE\"", "\"PTTL\"", "\"TYPE\"", "\"TIME\"", "\"INCR\"",
+              "\"ZSCORE\"", "\"ZADD\"", "\"ZREM\"", "\"ZCARD\"", "\"EXISTS\"", "\"PUBLISH\"",
+              "\"DEL\"", "\"HSET\"", "\"HDEL\"", "\"HGET\""}) {
             if (c.starts_with(point)) return true;
         }
         // Ranges: the head only, or the members whose deadline has passed.
