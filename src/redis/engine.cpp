@@ -466,7 +466,8 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         // only if its ticket is the one our latest refresh answered "not yet" with; the grant
         // came after the server processed that refresh, so its validity counts from the refresh's
         // send time, bounded by the hand-off lease and by our own lease (max_hold included).
-        std::uint64_t ticket = 0;  // of the latest "not yet" reply; 0: none yet
+        std::uint64_t ticket = 0;          // of the latest "not yet" reply; 0: none yet
+        std::uint64_t highest_ticket = 0;  // sent with each refresh: a new entry gets a higher one
         auto refreshed_at = steady::time_point::min();           // that refresh's send time
         auto refresh_lease = std::chrono::milliseconds::zero();  // the lease it asked for
         // Queued kinds: once a request may have reached the server, every exit but a grant runs
@@ -497,7 +498,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             }
             if (protocol->queued) leave.armed = true;
             const auto result =
-                attempt(*protocol, name, token, lease_ms, request, node_timeout, ticket);
+                attempt(*protocol, name, token, lease_ms, request, node_timeout, highest_ticket);
             ++attempts;
             if (result.granted) {
                 auto lease =
@@ -521,13 +522,10 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 return {};
             }
             if (protocol->queued && result.holding > 0) {
-                if (result.ticket == 0) {
-                    return give_up(make_error_code(errc::unexpected_reply),
-                                   "lock \"" + std::string(name) +
-                                       "\": the queue's answer carries no ticket (a server "
-                                       "running scripts of another dlock version?)");
-                }
+                // A "not yet" without a ticket (0) matches no grant message: such a wait ends
+                // through a refresh answering {1, fence}.
                 ticket = result.ticket;
+                highest_ticket = std::max(highest_ticket, ticket);
                 refreshed_at = sent;
                 refresh_lease = lease_ms;
             }
@@ -577,7 +575,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 // of our current entry; one for an older entry (we were paused past its hand-off
                 // lease and re-queued since) carries an older ticket and is ignored.
                 const auto message = parse_handoff(waiting->last_message());
-                if (message && message->ticket == ticket) {
+                if (message && ticket != 0 && message->ticket == ticket) {
                     const auto bound = std::min(refresh_lease, handoff_lease);
                     const auto valid =
                         dlock::detail::valid_until(refreshed_at, bound, config_.drift);
@@ -598,7 +596,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
     } catch (const std::system_error& e) {
         fail(ec, e.code(), e.what());
     } catch (const std::exception& e) {
-        fail(ec, errc::protocol_error, e.what());  // a malformed hand-off message
+        fail(ec, errc::protocol_error, e.what());
     }
     return {};
 }
