@@ -123,6 +123,11 @@ inline void paused_head_never_accepts_a_stale_grant(const std::string& kind) {
                    redis.command({"PUBSUB", "CHANNELS", key + ":released:*"}).elements.size() == 1;
         },
         10s));
+    // Freeze W right after one of its refreshes, so its liveness (2 s) is surely fresh at the
+    // unlock below even on a loaded machine.
+    const auto refreshed = liveness_snapshot(redis, key + ":alive");
+    ASSERT_TRUE(
+        eventually([&] { return liveness_snapshot(redis, key + ":alive") != refreshed; }, 10s));
     w.stop_signal(SIGSTOP);
     h->unlock();  // W's liveness is still fresh: the hand-off goes to W (fence 2)
     ASSERT_EQ(queued_integer_of(redis.command({"EXISTS", key})), 1)
