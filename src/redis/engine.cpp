@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <exception>
 
 #include "core/callbacks.hpp"
@@ -24,7 +25,6 @@ namespace {
 
 std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
-/// The reply of the acquire script: {1, fencing token} or {0, holder's remaining ms}.
 /// One call, shared by every server's batch.
 std::shared_ptr<const std::vector<script_call>> one_call(script_call call) {
     return std::make_shared<const std::vector<script_call>>(1, std::move(call));
@@ -40,9 +40,37 @@ std::string new_token(lock_kind kind) {
     return token;
 }
 
+/// The reply of an acquire script: {1, fencing token} or {0, holder's remaining ms}, and for a
+/// queued kind's waiter {0, ms, ticket}.
 bool is_acquire_reply(const reply& r) noexcept {
-    return r.type == reply::kind::array && r.elements.size() == 2 &&
-           r.elements[0].type == reply::kind::integer && r.elements[1].type == reply::kind::integer;
+    return r.type == reply::kind::array && (r.elements.size() == 2 || r.elements.size() == 3) &&
+           std::all_of(r.elements.begin(), r.elements.end(),
+                       [](const reply& e) { return e.type == reply::kind::integer; });
+}
+
+/// A hand-off message "granted <fencing token> <ticket>"; nullopt for anything else (including
+/// the ticket-less form of earlier versions, which a refresh then resolves).
+struct handoff_message {
+    std::uint64_t fence = 0;
+    std::uint64_t ticket = 0;
+};
+std::optional<handoff_message> parse_handoff(std::string_view m) {
+    constexpr std::string_view granted = "granted ";
+    if (!m.starts_with(granted)) return std::nullopt;
+    m.remove_prefix(granted.size());
+    const auto space = m.find(' ');
+    if (space == std::string_view::npos) return std::nullopt;
+    const auto number = [](std::string_view text) -> std::optional<std::uint64_t> {
+        std::uint64_t v = 0;
+        const auto* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || p != end || text.empty()) return std::nullopt;
+        return v;
+    };
+    const auto fence = number(m.substr(0, space));
+    const auto ticket = number(m.substr(space + 1));
+    if (!fence || !ticket) return std::nullopt;
+    return handoff_message{*fence, *ticket};
 }
 
 }  // namespace
@@ -82,6 +110,7 @@ struct engine::attempt_outcome {
     std::size_t granting = 0;     // servers whose SET NX succeeded
     std::size_t holding = 0;      // servers where someone else holds the lock
     std::int64_t holder_ms = -1;  // smallest remaining lease among holding servers; -1 unknown
+    std::uint64_t ticket = 0;     // queued kinds: our queue entry's ticket (0: none reported)
     std::error_code error;        // the first failure (all of it when there is one server)
     std::string failures;         // every failed server and why
 };
@@ -324,18 +353,20 @@ std::vector<std::string> engine::keys(const lock_protocol& protocol, std::string
 engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::string_view name,
                                         const std::string& token, std::chrono::milliseconds lease,
                                         const lock_request& request,
-                                        std::chrono::milliseconds node_timeout) {
+                                        std::chrono::milliseconds node_timeout,
+                                        std::uint64_t ticket_floor) {
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
     std::vector<pooled> conns;
     std::vector<script_batch> batches;
     conns.reserve(servers_.size());
     batches.reserve(servers_.size());
-    const auto call = one_call(
-        {protocol.acquire,
-         keys(protocol, name),
-         {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
-          ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0"}});
+    const auto call =
+        one_call({protocol.acquire,
+                  keys(protocol, name),
+                  {token, ms_text(lease), std::to_string(request.count),
+                   std::to_string(request.limit), ms_text(waiter_liveness), channel(name),
+                   request.reenter ? "1" : "0", std::to_string(ticket_floor)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         auto* conn = conns.back().get();
@@ -385,6 +416,8 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             ++out.holding;
             const auto ttl = r.elements[1].integer;
             if (ttl >= 0 && (out.holder_ms < 0 || ttl < out.holder_ms)) out.holder_ms = ttl;
+            if (r.elements.size() == 3 && r.elements[2].integer > 0)
+                out.ticket = static_cast<std::uint64_t>(r.elements[2].integer);
         }
     }
     if (out.granting >= quorum()) {
@@ -549,10 +582,27 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         // A queued waiter keeps one token: it is its place in the queue and its hand-off channel.
         std::string token = new_token(request.kind);
         const auto handoff_channel = channel(name) + ":" + token;
-        bool enqueued = false;
-        auto refreshed_at = steady::time_point::min();  // send time of the last "not yet" reply
+        // The hand-off rule (docs/lock-family.md): a "granted <fence> <ticket>" message is ours
+        // only if its ticket is the one our latest refresh answered "not yet" with; the grant
+        // came after the server processed that refresh, so its validity counts from the refresh's
+        // send time, bounded by the hand-off lease and by our own lease (max_hold included).
+        std::uint64_t ticket = 0;          // of the latest "not yet" reply; 0: none yet
+        std::uint64_t highest_ticket = 0;  // sent with each refresh: a new entry gets a higher one
+        auto refreshed_at = steady::time_point::min();           // that refresh's send time
+        auto refresh_lease = std::chrono::milliseconds::zero();  // the lease it asked for
+        // Queued kinds: once a request may have reached the server, every exit but a grant runs
+        // leave, which also releases (with hand-off) a grant whose reply we never saw.
+        struct leave_guard {
+            engine* self = nullptr;
+            const lock_protocol* protocol = nullptr;
+            std::string_view name;
+            const std::string* token = nullptr;
+            bool armed = false;
+            ~leave_guard() {
+                if (armed) self->leave_queue(*protocol, name, *token);
+            }
+        } leave{this, protocol, name, &token};
         const auto give_up = [&](std::error_code code, const std::string& why) {
-            if (enqueued) leave_queue(*protocol, name, token);
             fail(ec, code, why);
             return dlock::lease{};
         };
@@ -566,11 +616,16 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 return give_up(make_error_code(errc::canceled),
                                "waiting for lock \"" + std::string(name) + "\" was canceled");
             }
-            const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout);
+            if (protocol->queued) leave.armed = true;
+            const auto result =
+                attempt(*protocol, name, token, lease_ms, request, node_timeout, highest_ticket);
             ++attempts;
             if (result.granted) {
-                return grant(name, token, result.fencing_token, options, request.kind, sent,
-                             dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+                auto lease =
+                    grant(name, token, result.fencing_token, options, request.kind, sent,
+                          dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+                leave.armed = false;
+                return lease;
             }
             if (result.granting + result.holding < quorum()) {
                 // Not contention: too few servers answered for any quorum.
@@ -586,9 +641,13 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 notify({event_kind::error, name, 0, ec, steady::now()});
                 return {};
             }
-            if (protocol->queued) {
-                enqueued = true;
+            if (protocol->queued && result.holding > 0) {
+                // A "not yet" without a ticket (0) matches no grant message: such a wait ends
+                // through a refresh answering {1, fence}.
+                ticket = result.ticket;
+                highest_ticket = std::max(highest_ticket, ticket);
                 refreshed_at = sent;
+                refresh_lease = lease_ms;
             }
             auto now = steady::now();
             if (options.max_attempts && attempts >= *options.max_attempts) {
@@ -631,16 +690,24 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             waiting->wait(seen, std::min(deadline, retry_at), options.cancel);
             if (protocol->queued) {
                 // Direct hand-off: the releaser made us the owner and told us the fencing token,
-                // so no round trip is needed. The grant happened after the server answered our
-                // last refresh "not yet", so its lease counts from that refresh's send time.
-                const auto message = waiting->last_message();
-                constexpr std::string_view granted = "granted ";
-                if (message.starts_with(granted)) {
-                    const auto fence = std::stoull(message.substr(granted.size()));
-                    return grant(
-                        name, token, fence, options, request.kind, refreshed_at,
-                        dlock::detail::valid_until(refreshed_at, handoff_lease, config_.drift),
-                        true);
+                // so no round trip is needed. Only the latest message is kept, and messages
+                // arrive in the order they were published, so a stale one never hides the grant
+                // of our current entry; one for an older entry (we were paused past its hand-off
+                // lease and re-queued since) carries an older ticket and is ignored.
+                const auto message = parse_handoff(waiting->last_message());
+                if (message && ticket != 0 && message->ticket == ticket) {
+                    const auto bound = std::min(refresh_lease, handoff_lease);
+                    const auto valid =
+                        dlock::detail::valid_until(refreshed_at, bound, config_.drift);
+                    if (steady::now() < valid) {
+                        auto lease = grant(name, token, message->fence, options, request.kind,
+                                           refreshed_at, valid, true);
+                        leave.armed = false;
+                        return lease;
+                    }
+                    // Ours, but its validity passed while we were paused: discard it. The
+                    // refresh that follows answers {1, fence} if the key still names us, else
+                    // queues us anew with a new ticket, so this message never matches again.
                 }
             }
         }
@@ -649,7 +716,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
     } catch (const std::system_error& e) {
         fail(ec, e.code(), e.what());
     } catch (const std::exception& e) {
-        fail(ec, errc::protocol_error, e.what());  // a malformed hand-off message
+        fail(ec, errc::protocol_error, e.what());
     }
     return {};
 }

@@ -96,13 +96,18 @@ private:
     };
 
     struct attempt_outcome;
+    /// One acquire script run on every server. `ticket_floor` (queued kinds): the highest queue
+    /// ticket this waiter was told so far; a new queue entry gets a higher one.
     attempt_outcome attempt(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds lease,
-                            const lock_request& request, std::chrono::milliseconds node_timeout);
+                            const lock_request& request, std::chrono::milliseconds node_timeout,
+                            std::uint64_t ticket_floor = 0);
     void release_everywhere(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds node_timeout);
-    /// A queued waiter gives up: leaves the queue (releasing with hand-off if it was granted
-    /// meanwhile). Best effort: its liveness deadline cleans up after a failure.
+    /// A queued waiter gives up, or its wait failed after a request may have reached the server:
+    /// leaves the queue, releasing with hand-off if the server made it the owner meanwhile (also
+    /// by an acquire whose reply was lost). Best effort: after a failure the queue entry goes
+    /// with its liveness deadline and a grant with its lease.
     void leave_queue(const lock_protocol& protocol, std::string_view name,
                      const std::string& token) noexcept;
     /// KEYS of every script of `protocol` for lock `name`.
