@@ -308,7 +308,8 @@ inline void refresh_cost_does_not_grow_with_the_queue(const std::string& kind) {
     const auto trace = [&](int waiters) {
         const auto name = unique_name(kind + std::to_string(waiters));
         const auto key = redis.lock_key(name);
-        redis.command({"SET", key, "someone-else", "PX", "60000"});
+        // The holder is of the same kind (its token names the kind, as the kind guard reads it).
+        redis.command({"SET", key, kind + ":someone-else", "PX", "60000"});
         const auto t = redis.command({"TIME"});
         const auto now_ms = std::stoll(t.elements[0].text) * 1000;
         // The liveness key's layout (hash or sorted set) as the scripts under test make it.
