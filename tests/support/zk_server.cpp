@@ -32,12 +32,16 @@ constexpr auto start_deadline = std::chrono::seconds(30);
 constexpr const char* class_path = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
 
 // One four-letter word over a fresh socket; "" if the server does not answer within `timeout`.
-std::string four_letter(std::uint16_t port, const char* word, std::chrono::milliseconds timeout) {
+std::string four_letter(const std::string& address, std::uint16_t port, const char* word,
+                        std::chrono::milliseconds timeout) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return {};
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
+        ::close(fd);
+        return {};
+    }
     addr.sin_port = htons(port);
     const auto deadline = clock::now() + timeout;
     const auto wait = [&](short events) {
@@ -80,7 +84,10 @@ std::string tail_of(const std::string& path) {
 
 }  // namespace
 
-zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick) : tick_(tick) {
+zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick)
+    : zk_ensemble(servers, zk_ensemble_options{.tick = tick, .addresses = {}, .wrappers = {}}) {}
+
+zk_ensemble::zk_ensemble(std::size_t servers, zk_ensemble_options options) : tick_(options.tick) {
     char tmpl[] = "/tmp/dlock-zk.XXXXXX";
     if (::mkdtemp(tmpl) == nullptr)
         throw std::runtime_error(std::string("zk_ensemble: mkdtemp: ") + std::strerror(errno));
@@ -99,6 +106,8 @@ zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick) : 
             s.client_port = fresh();
             s.quorum_port = fresh();
             s.election_port = fresh();
+            if (i < options.addresses.size()) s.address = options.addresses[i];
+            if (i < options.wrappers.size()) s.wrapper = options.wrappers[i];
             s.dir = dir_ + "/" + std::to_string(i + 1);
             std::filesystem::create_directories(s.dir + "/data");
         }
@@ -137,20 +146,21 @@ void zk_ensemble::write_config(std::size_t i) {
     std::ofstream cfg(s.dir + "/zoo.cfg");
     cfg << "tickTime=" << tick_.count() << "\ninitLimit=10\nsyncLimit=5\n"
         << "dataDir=" << s.dir << "/data\nclientPort=" << s.client_port
-        << "\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+        << "\nclientPortAddress=" << s.address << "\nadmin.enableServer=false\n"
         << "4lw.commands.whitelist=*\nforceSync=no\n";
     if (servers_.size() > 1) {
         std::ofstream(s.dir + "/data/myid") << (i + 1) << "\n";
         for (std::size_t j = 0; j < servers_.size(); ++j) {
-            cfg << "server." << (j + 1) << "=127.0.0.1:" << servers_[j].quorum_port << ":"
-                << servers_[j].election_port << "\n";
+            cfg << "server." << (j + 1) << "=" << servers_[j].address << ":"
+                << servers_[j].quorum_port << ":" << servers_[j].election_port << "\n";
         }
     }
 }
 
 void zk_ensemble::spawn(std::size_t i) {
     auto& s = servers_[i];
-    const std::vector<std::string> argv = {"java",
+    std::vector<std::string> argv = s.wrapper;
+    const std::vector<std::string> java = {"/usr/bin/java",
                                            "-Xmx256m",
                                            "-XX:+UseSerialGC",
                                            "-XX:TieredStopAtLevel=1",
@@ -162,10 +172,11 @@ void zk_ensemble::spawn(std::size_t i) {
                                                ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
                                                : "org.apache.zookeeper.server.ZooKeeperServerMain",
                                            s.dir + "/zoo.cfg"};
+    argv.insert(argv.end(), java.begin(), java.end());
     const std::string log = s.dir + "/zk.log";
     const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     try {
-        s.pid = detail::spawn("/usr/bin/java", argv, out);
+        s.pid = detail::spawn(argv.front(), argv, out);
     } catch (...) {
         if (out >= 0) ::close(out);
         throw;
@@ -188,7 +199,8 @@ void zk_ensemble::wait_serving(std::size_t i) {
             // The answer must come from OUR server: while it was down (stop/start), another
             // process on this machine may have taken the port, and a foreign ZooKeeper would then
             // serve our clients. `conf` names the data dir.
-            const auto conf = four_letter(s.client_port, "conf", std::chrono::milliseconds(500));
+            const auto conf =
+                four_letter(s.address, s.client_port, "conf", std::chrono::milliseconds(500));
             if (conf.find(s.dir + "/data") != std::string::npos) return;
             if (!conf.empty()) {
                 throw std::runtime_error("zk_ensemble: port " + std::to_string(s.client_port) +
@@ -215,9 +227,13 @@ std::string zk_ensemble::hosts() const {
     std::string out;
     for (const auto& s : servers_) {
         if (!out.empty()) out += ',';
-        out += "127.0.0.1:" + std::to_string(s.client_port);
+        out += s.address + ":" + std::to_string(s.client_port);
     }
     return out;
+}
+
+std::string zk_ensemble::host(std::size_t i) const {
+    return servers_.at(i).address + ":" + std::to_string(servers_.at(i).client_port);
 }
 
 std::string zk_ensemble::url(std::string_view base) const {
@@ -268,8 +284,8 @@ void zk_ensemble::resume_all() {
 }
 
 std::string zk_ensemble::mode(std::size_t i) const {
-    const auto text =
-        four_letter(servers_.at(i).client_port, "srvr", std::chrono::milliseconds(500));
+    const auto text = four_letter(servers_.at(i).address, servers_.at(i).client_port, "srvr",
+                                  std::chrono::milliseconds(500));
     const auto at = text.find("Mode: ");
     if (at == std::string::npos) return {};
     const auto end = text.find('\n', at);
@@ -301,7 +317,8 @@ std::vector<std::string> zk_ensemble::children(const std::string& path) const {
     throw std::runtime_error("zk_ensemble::children(" + path + "): no server answered");
 }
 
-bool zk_ensemble::remove(const std::string& path) const {
+template <class Op>
+bool zk_ensemble::with_admin_session(const char* what, const std::string& path, Op op) const {
     struct closer {
         void operator()(zhandle_t* zh) const { zookeeper_close(zh); }
     };
@@ -309,14 +326,26 @@ bool zk_ensemble::remove(const std::string& path) const {
     while (clock::now() < deadline) {
         std::unique_ptr<zhandle_t, closer> zh(zookeeper_init2(
             hosts().c_str(), nullptr, 4000, nullptr, nullptr, 0, [](const char*) {}));
-        if (!zh) throw std::runtime_error("zk_ensemble::remove: zookeeper_init failed");
+        if (!zh) throw std::runtime_error(std::string("zk_ensemble::") + what + ": init failed");
         while (clock::now() < deadline && zoo_state(zh.get()) != ZOO_CONNECTED_STATE)
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        const int rc = zoo_delete(zh.get(), path.c_str(), -1);
+        const int rc = op(zh.get());
         if (rc == ZOK) return true;
         if (rc == ZNONODE) return false;
     }
-    throw std::runtime_error("zk_ensemble::remove(" + path + "): no server answered");
+    throw std::runtime_error(std::string("zk_ensemble::") + what + "(" + path +
+                             "): no server answered");
+}
+
+bool zk_ensemble::remove(const std::string& path) const {
+    return with_admin_session("remove", path,
+                              [&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+}
+
+bool zk_ensemble::set_data(const std::string& path, const std::string& data) const {
+    return with_admin_session("set_data", path, [&](zhandle_t* zh) {
+        return zoo_set(zh, path.c_str(), data.data(), static_cast<int>(data.size()), -1);
+    });
 }
 
 namespace {

@@ -17,6 +17,18 @@
 
 namespace dlock::test {
 
+struct zk_ensemble_options {
+    /// Sessions are clamped to [2, 20] ticks.
+    std::chrono::milliseconds tick{250};
+    /// Per server (empty: every one on "127.0.0.1"): the IPv4 address its client, quorum and
+    /// election ports bind to. Ports are picked free on 127.0.0.1 of the calling thread's
+    /// namespace.
+    std::vector<std::string> addresses;
+    /// Per server (empty: none): an argv prefix its JVM runs under, e.g.
+    /// veth_netns::exec_prefix() to run it in another network namespace (netns.hpp).
+    std::vector<std::vector<std::string>> wrappers;
+};
+
 class zk_ensemble {
 public:
     /// Starts `servers` servers (1 = standalone) with tickTime `tick` (sessions are clamped to
@@ -24,14 +36,17 @@ public:
     /// std::runtime_error with the log tails if they do not.
     explicit zk_ensemble(std::size_t servers = 1,
                          std::chrono::milliseconds tick = std::chrono::milliseconds(250));
+    zk_ensemble(std::size_t servers, zk_ensemble_options options);
     /// SIGKILL + waitpid every server, remove the temp dir. Never throws.
     ~zk_ensemble();
     zk_ensemble(const zk_ensemble&) = delete;
     zk_ensemble& operator=(const zk_ensemble&) = delete;
 
     std::size_t size() const { return servers_.size(); }
-    /// "127.0.0.1:p1,127.0.0.1:p2,..."
+    /// "127.0.0.1:p1,127.0.0.1:p2,..." (each server's address:client port)
     std::string hosts() const;
+    /// "address:client port" of server i.
+    std::string host(std::size_t i) const;
     /// "zk://<hosts><base>"
     std::string url(std::string_view base = "/dlock") const;
     std::uint16_t client_port(std::size_t i) const;
@@ -55,10 +70,16 @@ public:
     /// Deletes node `path` (any version) with a fresh session, as an administrator would; false
     /// if it does not exist. Throws std::runtime_error if no server answers within scaled(10s).
     bool remove(const std::string& path) const;
+    /// Sets node `path`'s data (any version) with a fresh session, as an administrator would;
+    /// false if it does not exist. Throws std::runtime_error if no server answers within
+    /// scaled(10s).
+    bool set_data(const std::string& path, const std::string& data) const;
 
 private:
     struct server {
         std::uint16_t client_port = 0, quorum_port = 0, election_port = 0;
+        std::string address = "127.0.0.1";
+        std::vector<std::string> wrapper;
         std::string dir;
         pid_t pid = -1;
     };
@@ -66,6 +87,9 @@ private:
     void spawn(std::size_t i);
     void wait_serving(std::size_t i);
     std::string log_tails() const;
+    /// Runs `op(zh)` on a fresh session until it returns true or scaled(10s) passes.
+    template <class Op>
+    bool with_admin_session(const char* what, const std::string& path, Op op) const;
 
     std::chrono::milliseconds tick_;
     std::string dir_;
