@@ -17,12 +17,6 @@ namespace {
 
 std::string ms_text(milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
-/// The server answered (so it saw our session when the request was sent).
-bool answered(int rc) {
-    return rc == ZOK || rc == ZNONODE || rc == ZNODEEXISTS || rc == ZNOAUTH || rc == ZNOTEMPTY ||
-           rc == ZBADVERSION || rc == ZNOCHILDRENFOREPHEMERALS || rc == ZINVALIDACL;
-}
-
 /// The request's outcome is unknown: the connection dropped; the session may come back.
 bool retriable(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
 
@@ -41,7 +35,8 @@ std::string zk_text(int rc) { return std::string(zerror(rc)) + " (" + std::to_st
 
 int get_children(session& s, const std::string& path, std::vector<std::string>& out) {
     out.clear();
-    const auto sent = steady::now();
+    // An answer proves nothing about the session's expiry at the leader (a follower answers
+    // reads alone): no confirm() here or after any other request but the heartbeat.
     const int rc = s.with_handle([&](zhandle_t* zh) {
         String_vector children{0, nullptr};
         const int r = zoo_get_children(zh, path.c_str(), 0, &children);
@@ -51,7 +46,6 @@ int get_children(session& s, const std::string& path, std::vector<std::string>& 
         }
         return r;
     });
-    if (answered(rc)) s.confirm(sent);
     return rc;
 }
 
@@ -171,12 +165,10 @@ int engine::ensure_path(session& s, const std::string& path, int mode) {
         const auto next = std::min(path.find('/', at), path.size());
         const auto prefix = path.substr(0, next);
         const bool last = next == path.size();
-        const auto sent = steady::now();
         const int rc = s.with_handle([&](zhandle_t* zh) {
             return zoo_create(zh, prefix.c_str(), nullptr, -1, last ? acl() : &ZOO_OPEN_ACL_UNSAFE,
                               last ? mode : 0, nullptr, 0);
         });
-        if (answered(rc)) s.confirm(sent);
         if (rc != ZOK && rc != ZNODEEXISTS) return rc;
         at = next + 1;
     }
@@ -376,13 +368,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 const auto want = parent + "/" + prefix;
                 std::vector<char> buffer(want.size() + 32);
                 Stat stat{};
-                const auto sent = steady::now();
                 const int rc = s->with_handle([&](zhandle_t* zh) {
                     return zoo_create2(zh, want.c_str(), nullptr, -1, acl(),
                                        ZOO_EPHEMERAL_SEQUENTIAL, buffer.data(),
                                        static_cast<int>(buffer.size()), &stat);
                 });
-                if (answered(rc)) s->confirm(sent);
                 if (rc == ZNONODE) {
                     const int prc = ensure_path(*s, parent, ZOO_CONTAINER);
                     if (prc == ZOK || recoverable(prc)) continue;
@@ -469,10 +459,8 @@ int engine::read_limit(session& s, const std::string& parent, std::uint32_t limi
         char data[32];
         int size = sizeof data - 1;
         Stat stat{};
-        const auto sent = steady::now();
         int rc = s.with_handle(
             [&](zhandle_t* zh) { return zoo_get(zh, parent.c_str(), 0, data, &size, &stat); });
-        if (answered(rc)) s.confirm(sent);
         if (rc == ZNONODE) {
             // The semaphore's node is persistent (a container would take its number of permits
             // with it once empty): the base first, then the node with its permits as data.
@@ -623,12 +611,10 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
             const auto want = parent + "/" + prefix;
             std::vector<char> buffer(want.size() + 32);
             Stat stat{};
-            const auto sent = steady::now();
             const int rc = s->with_handle([&](zhandle_t* zh) {
                 return zoo_create2(zh, want.c_str(), nullptr, -1, acl(), ZOO_EPHEMERAL_SEQUENTIAL,
                                    buffer.data(), static_cast<int>(buffer.size()), &stat);
             });
-            if (answered(rc)) s->confirm(sent);
             if (rc == ZNONODE) continue;  // the parent is re-created by read_limit
             if (retriable(rc)) {
                 unknown = true;
@@ -826,7 +812,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
                                   "no answer from ZooKeeper within the session timeout");
                 continue;
             }
-            if (s.connected()) {
+            if (s.connected() && !s.overdue(now)) {
                 lease->renewed(bound);
             } else {
                 lease->renewal_failed();

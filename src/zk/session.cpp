@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -82,6 +83,8 @@ bool session::open(const std::string& hosts, milliseconds timeout, steady::time_
         return false;
     }
     timeout_ = milliseconds(with_handle([](zhandle_t* zh) { return zoo_recv_timeout(zh); }));
+    // The leader itself registered the new session, with an expiry >= its registration time
+    // + timeout, and registration came after `sent`.
     confirm(sent);
     return true;
 }
@@ -115,8 +118,8 @@ bool session::dead() const {
     return dead_;
 }
 
-void session::confirm(steady::time_point sent) noexcept {
-    const auto wanted = sent.time_since_epoch().count();
+void session::confirm(steady::time_point touched) noexcept {
+    const auto wanted = touched.time_since_epoch().count();
     auto current = answered_sent_.load();
     while (current < wanted && !answered_sent_.compare_exchange_weak(current, wanted)) {
     }
@@ -125,6 +128,36 @@ void session::confirm(steady::time_point sent) noexcept {
 steady::time_point session::valid_until() const noexcept {
     const steady::time_point sent{steady::duration(answered_sent_.load())};
     return dlock::detail::valid_until(sent, timeout_);
+}
+
+bool session::overdue(steady::time_point now) const noexcept {
+    if (!heartbeat_in_flight_.load()) return false;
+    const steady::time_point sent{steady::duration(heartbeat_sent_.load())};
+    return now - sent > 2 * heartbeat_period();
+}
+
+milliseconds session::heartbeat_period() const noexcept {
+    return std::max(timeout_ / 10, milliseconds(10));
+}
+
+void session::settle(steady::time_point sent, steady::time_point answered) {
+    // Heartbeat i (sent s_i, answered a_i) made our server record a touch of the session at
+    // some time >= s_i. The server reports its touches to the leader with each reply to the
+    // leader's ping (every tickTime / 2), over the same FIFO connection on which it forwards our
+    // syncs. If heartbeat j was sent at s_j >= a_i + settle_period, a ping came in between, so
+    // the report carrying touch i left before sync j was forwarded; sync j's answer means the
+    // leader received that forward, hence the report: the leader has touched the session at a
+    // time >= s_i and cannot expire it before s_i + timeout.
+    std::optional<steady::time_point> proven;
+    {
+        std::lock_guard lock(settle_mutex_);
+        while (!answered_.empty() && answered_.front().answered + settle_period() <= sent) {
+            proven = answered_.front().sent;
+            answered_.pop_front();
+        }
+        answered_.push_back({sent, answered});
+    }
+    if (proven) confirm(*proven);
 }
 
 void session::mark_dead() noexcept {
@@ -216,18 +249,20 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
 void session::on_heartbeat(int rc, const char*, const void* data) {
     auto* self = static_cast<session*>(const_cast<void*>(data));
     if (rc == ZOK)
-        self->confirm(steady::time_point(steady::duration(self->heartbeat_sent_.load())));
+        self->settle(steady::time_point(steady::duration(self->heartbeat_sent_.load())),
+                     steady::now());
     self->heartbeat_in_flight_.store(false);
     if (rc != ZCLOSING && self->wake_) self->wake_();
 }
 
 steady::time_point session::heartbeat(steady::time_point now) {
-    const auto period = std::max(timeout_ / 4, milliseconds(10));
+    const auto period = heartbeat_period();
     if (heartbeat_in_flight_.load() || !connected()) return now + period;
     if (now < next_heartbeat_) return next_heartbeat_;
     heartbeat_in_flight_.store(true);
     heartbeat_sent_.store(steady::now().time_since_epoch().count());
-    // sync is answered only after the leader answered our server (docs/zookeeper.md).
+    // sync is forwarded to the leader and answered through it (docs/zookeeper.md); it proves a
+    // touch only once settled (settle()).
     const int rc = with_handle(
         [&](zhandle_t* zh) { return zoo_async(zh, "/", &session::on_heartbeat, this); });
     if (rc != ZOK) heartbeat_in_flight_.store(false);

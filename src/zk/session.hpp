@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <shared_mutex>
@@ -68,10 +69,22 @@ public:
     /// The session timeout the server granted.
     milliseconds timeout() const noexcept { return timeout_; }
 
-    /// A request sent at `sent` was answered: the server cannot expire us before sent + timeout.
-    void confirm(steady::time_point sent) noexcept;
-    /// sent_last + timeout - drift(timeout).
+    /// The leader cannot expire the session before `touched` + timeout (docs/zookeeper.md,
+    /// "Sessions, validity and loss": only the session's creation and settled heartbeats prove
+    /// this; a plain answer from our server does not).
+    void confirm(steady::time_point touched) noexcept;
+    /// touched_last + timeout - drift(timeout).
     steady::time_point valid_until() const noexcept;
+    /// A heartbeat has been waiting for its answer for longer than two heartbeat periods: the
+    /// leader may be out of reach even though our server still answers (leases: uncertain).
+    bool overdue(steady::time_point now) const noexcept;
+    /// How much older than an answered heartbeat's send time the answer of an earlier one must
+    /// be for that earlier one to prove a touch at the leader: timeout / 2, which is at least one
+    /// tickTime (the server clamps the timeout to >= 2 ticks), i.e. two of the follower's touch
+    /// reports (one every tickTime / 2).
+    milliseconds settle_period() const noexcept { return timeout_ / 2; }
+    /// The heartbeat period: timeout / 10 (min 10 ms).
+    milliseconds heartbeat_period() const noexcept;
 
     /// The session is known to be gone (a request answered ZSESSIONEXPIRED).
     void mark_dead() noexcept;
@@ -113,6 +126,9 @@ private:
     std::unique_ptr<cleanup_op> finish(cleanup_op* op);
 
     static void on_heartbeat(int rc, const char* value, const void* data);
+    /// Heartbeat sent at `sent` answered at `answered`: confirms the latest earlier heartbeat
+    /// whose answer came at least settle_period() before `sent`.
+    void settle(steady::time_point sent, steady::time_point answered);
     void requeue(cleanup_item item);
 
     std::function<void()> wake_;
@@ -123,6 +139,11 @@ private:
     std::atomic<bool> heartbeat_in_flight_{false};
     std::atomic<steady::rep> heartbeat_sent_{0};
     steady::time_point next_heartbeat_{};  // background thread only
+    struct answered_heartbeat {
+        steady::time_point sent, answered;
+    };
+    std::mutex settle_mutex_;                  // guards answered_
+    std::deque<answered_heartbeat> answered_;  // not yet settled, oldest first
 
     struct watch {
         std::uint64_t fired = 0;
