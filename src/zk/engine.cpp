@@ -657,9 +657,9 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
             if (where.has_successor) {
                 // The node after ours may be watching us: a data change tells it we hold, so it
                 // becomes first in line and watches the children (docs/zookeeper.md, Semaphore).
-                const auto path = parent + "/" + node;
-                s->with_handle(
-                    [&](zhandle_t* zh) { return zoo_set(zh, path.c_str(), "1", 1, -1); });
+                // Retried until answered: a lost set would leave it asleep while permits are
+                // free (our session's end deletes the node, which wakes it too).
+                s->wake_successor(parent + "/" + node);
             }
             return grant(name, options, s, parent + "/" + node, czxid, sent);
         }

@@ -22,6 +22,13 @@ struct cleanup_op {
     cleanup_item item;
 };
 
+// A watch (re-)arm or a successor wake in flight; owned by its session like cleanup_op.
+struct node_op {
+    session* owner;
+    int kind;  // session::node_request
+    std::string path;
+};
+
 namespace {
 
 bool retriable(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
@@ -60,6 +67,7 @@ void session::close() noexcept {
     dead_ = true;
     ++state_gen_;
     cleanup_.clear();
+    node_requests_.clear();
     changed_.notify_all();
 }
 
@@ -232,13 +240,18 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
             // Deleted, changed, or the watch was dropped: the waiter looks again either way.
             const auto it = self->watches_.find(path);
             if (it != self->watches_.end()) ++it->second.fired;
-            if (type == ZOO_DELETED_EVENT) {
-                const auto held = self->owned_.find(path);
-                if (held != self->owned_.end()) {
+            const auto held = self->owned_.find(path);
+            if (held != self->owned_.end()) {
+                if (type == ZOO_DELETED_EVENT) {
                     self->vanished_.emplace_back(path);
                     self->owned_.erase(held);
-                    state_change = true;  // wake the background thread: that lease is lost
+                } else {
+                    // A data change (an administrator's set) or a dropped watch used up the
+                    // one-shot watch: the background thread sets it again (never from here:
+                    // close() joins this thread while holding the handle).
+                    self->node_requests_.emplace_back(node_request::watch, path);
                 }
+                state_change = true;  // wake the background thread
             }
         }
         self->changed_.notify_all();
@@ -275,14 +288,71 @@ void session::own(const std::string& path) {
         std::lock_guard lock(mutex_);
         if (++owned_[path] > 1) return;  // a re-entry level: watched already
     }
-    // Asynchronous: a grant does not wait for it. If the node is already gone, the server's
-    // exists answer (ZNONODE) leaves a watch for its creation, which never comes; the lease is
-    // then lost by the session rules or found out at release.
-    with_handle([&](zhandle_t* zh) {
-        return zoo_awexists(
-            zh, path.c_str(), &session::on_event, this, [](int, const Stat*, const void*) {},
-            nullptr);
+    send(node_request::watch, path);  // asynchronous: a grant does not wait for it
+}
+
+void session::wake_successor(const std::string& path) { send(node_request::wake, path); }
+
+void session::send(node_request kind, const std::string& path) {
+    auto op = std::make_unique<node_op>(node_op{this, static_cast<int>(kind), path});
+    const int rc = with_handle([&](zhandle_t* zh) {
+        if (kind == node_request::watch) {
+            return zoo_awexists(zh, op->path.c_str(), &session::on_event, this,
+                                &session::on_watch_set, op.get());
+        }
+        return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op.get());
     });
+    if (rc == ZOK) {
+        std::lock_guard lock(mutex_);
+        node_in_flight_.push_back(std::move(op));  // until its completion runs (or we go)
+    } else if (retriable(rc) || rc == ZINVALIDSTATE) {
+        resend(kind, path);
+    }
+}
+
+void session::resend(node_request kind, std::string path) {
+    std::lock_guard lock(mutex_);
+    if (dead_) return;
+    if (kind == node_request::watch && owned_.find(path) == owned_.end()) return;
+    node_requests_.emplace_back(kind, std::move(path));
+}
+
+std::unique_ptr<node_op> session::finish(node_op* op) {
+    std::lock_guard lock(mutex_);
+    const auto it = std::find_if(node_in_flight_.begin(), node_in_flight_.end(),
+                                 [op](const auto& p) { return p.get() == op; });
+    if (it == node_in_flight_.end()) return nullptr;
+    auto done = std::move(*it);
+    node_in_flight_.erase(it);
+    return done;
+}
+
+void session::on_watch_set(int rc, const Stat*, const void* data) {
+    auto* op = static_cast<node_op*>(const_cast<void*>(data));
+    const auto done = op->owner->finish(op);
+    if (!done) return;
+    auto* self = done->owner;
+    if (retriable(rc)) {
+        self->resend(node_request::watch, std::move(done->path));
+        return;  // the reconnection wakes the background thread
+    }
+    if (rc != ZNONODE) return;
+    // Gone before the watch was set (deleted between our grant and the watch, or between the
+    // change that used up the previous watch and this one): lost, as if the watch had fired.
+    {
+        std::lock_guard lock(self->mutex_);
+        const auto held = self->owned_.find(done->path);
+        if (held == self->owned_.end()) return;  // released by us meanwhile
+        self->vanished_.push_back(done->path);
+        self->owned_.erase(held);
+    }
+    if (self->wake_) self->wake_();
+}
+
+void session::on_wake_set(int rc, const Stat*, const void* data) {
+    auto* op = static_cast<node_op*>(const_cast<void*>(data));
+    const auto done = op->owner->finish(op);
+    if (done && retriable(rc)) done->owner->resend(node_request::wake, std::move(done->path));
 }
 
 void session::disown(const std::string& path) {
@@ -322,11 +392,14 @@ std::unique_ptr<cleanup_op> session::finish(cleanup_op* op) {
 
 void session::run_cleanup() {
     std::vector<cleanup_item> items;
+    std::vector<std::pair<node_request, std::string>> requests;
     {
         std::lock_guard lock(mutex_);
         if (dead_ || state_ != ZOO_CONNECTED_STATE) return;
         items.swap(cleanup_);
+        requests.swap(node_requests_);
     }
+    for (const auto& [kind, path] : requests) send(kind, path);
     for (auto& item : items) {
         auto op = std::make_unique<cleanup_op>(cleanup_op{this, std::move(item)});
         int rc = ZOK;

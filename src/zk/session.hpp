@@ -36,6 +36,7 @@ struct cleanup_item {
 };
 
 struct cleanup_op;
+struct node_op;
 
 class session {
 public:
@@ -111,13 +112,21 @@ public:
 
     /// Nodes we hold: a deletion we did not ask for (an administrator, another client) is
     /// reported through take_vanished() and wakes the background thread. own() also sets the
-    /// watch (asynchronously). disown() before our own delete.
+    /// watch (asynchronously); the watch is set again after anything else consumes it (a data
+    /// change, a dropped watch) and after a failed attempt, and a node already gone when the
+    /// watch is set counts as deleted. disown() before our own delete.
     void own(const std::string& path);
     void disown(const std::string& path);
     std::vector<std::string> take_vanished();
 
+    /// Sets our node `path`'s data to "1" (wakes the semaphore waiter that watches it),
+    /// asynchronously; retried after a connection loss until answered or the session ends (then
+    /// the node is gone, which wakes the waiter as well).
+    void wake_successor(const std::string& path);
+
     /// Queue nodes to delete once connected (background thread sends them: run_cleanup).
     void queue_cleanup(cleanup_item item);
+    /// Background thread: sends queued deletions, watch re-arms and wakes (once connected).
     void run_cleanup();
 
 private:
@@ -130,6 +139,13 @@ private:
     /// whose answer came at least settle_period() before `sent`.
     void settle(steady::time_point sent, steady::time_point answered);
     void requeue(cleanup_item item);
+    /// A request on one of our nodes: an exists watch (re-)arm, or a successor wake.
+    enum class node_request { watch, wake };
+    void send(node_request kind, const std::string& path);
+    void resend(node_request kind, std::string path);
+    std::unique_ptr<node_op> finish(node_op* op);
+    static void on_watch_set(int rc, const Stat* stat, const void* data);
+    static void on_wake_set(int rc, const Stat* stat, const void* data);
 
     std::function<void()> wake_;
     std::shared_mutex handle_mutex_;  // guards zh_ against close() while a call uses it
@@ -157,7 +173,9 @@ private:
     std::unordered_map<std::string, watch> watches_;
     std::vector<cleanup_item> cleanup_;
     std::vector<std::unique_ptr<cleanup_op>> in_flight_;  // cleanup requests sent, not answered
-    std::unordered_map<std::string, int> owned_;          // held node path -> own() count
+    std::vector<std::pair<node_request, std::string>> node_requests_;  // to (re)send
+    std::vector<std::unique_ptr<node_op>> node_in_flight_;             // sent, not answered
+    std::unordered_map<std::string, int> owned_;  // held node path -> own() count
     std::vector<std::string> vanished_;
     int auth_rc_ = 1;  // 1 = no answer yet
 };

@@ -348,6 +348,135 @@ bool zk_ensemble::set_data(const std::string& path, const std::string& data) con
     });
 }
 
+bool zk_ensemble::set_and_remove(const std::string& path) const {
+    return with_admin_session("set_and_remove", path, [&](zhandle_t* zh) {
+        zoo_op_t ops[2];
+        zoo_op_result_t results[2];
+        zoo_set_op_init(&ops[0], path.c_str(), "changed", 7, -1, nullptr);
+        zoo_delete_op_init(&ops[1], path.c_str(), -1);
+        return zoo_multi(zh, 2, ops, results);
+    });
+}
+
+zk_proxy::zk_proxy(std::string upstream_address, std::uint16_t upstream_port)
+    : upstream_address_(std::move(upstream_address)), upstream_port_(upstream_port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        const int err = errno;
+        if (listener_ >= 0) ::close(listener_);
+        throw std::runtime_error(std::string("zk_proxy: listen: ") + std::strerror(err));
+    }
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::jthread([this](std::stop_token stop) { accept_loop(stop); });
+}
+
+zk_proxy::~zk_proxy() {
+    acceptor_.request_stop();
+    acceptor_.join();
+    std::vector<std::jthread> workers;
+    {
+        std::lock_guard lock(mutex_);
+        workers.swap(workers_);
+    }
+    workers.clear();  // request_stop + join: each polls with a short timeout
+    ::close(listener_);
+}
+
+std::string zk_proxy::host() const { return "127.0.0.1:" + std::to_string(port_); }
+
+void zk_proxy::drop_next(int op) {
+    std::lock_guard lock(mutex_);
+    drop_op_ = op;
+}
+
+int zk_proxy::dropped() const {
+    std::lock_guard lock(mutex_);
+    return dropped_;
+}
+
+void zk_proxy::accept_loop(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+        pollfd p{listener_, POLLIN, 0};
+        if (::poll(&p, 1, 20) != 1) continue;
+        const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (client < 0) continue;
+        const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(upstream_port_);
+        ::inet_pton(AF_INET, upstream_address_.c_str(), &addr.sin_addr);
+        if (server < 0 || ::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+            if (server >= 0) ::close(server);
+            ::close(client);
+            continue;
+        }
+        std::lock_guard lock(mutex_);
+        workers_.emplace_back(
+            [this, client, server](std::stop_token st) { serve(client, server, st); });
+    }
+}
+
+void zk_proxy::serve(int client, int server, std::stop_token stop) {
+    // Client to server: whole frames (4-byte big-endian length, then the body), so a request
+    // can be dropped; the first frame is the connect request (no request header). Server to
+    // client: bytes as they come.
+    std::string pending;
+    bool first = true;
+    const auto send_all = [](int fd, const char* data, std::size_t size) {
+        while (size > 0) {
+            const auto n = ::send(fd, data, size, MSG_NOSIGNAL);
+            if (n <= 0) return false;
+            data += n;
+            size -= static_cast<std::size_t>(n);
+        }
+        return true;
+    };
+    char buf[16384];
+    bool open = true;
+    while (open && !stop.stop_requested()) {
+        pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+        if (::poll(p, 2, 20) <= 0) continue;
+        if (p[1].revents != 0) {
+            const auto n = ::recv(server, buf, sizeof buf, 0);
+            open = n > 0 && send_all(client, buf, static_cast<std::size_t>(n));
+        }
+        if (open && p[0].revents != 0) {
+            const auto n = ::recv(client, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            pending.append(buf, static_cast<std::size_t>(n));
+            while (open && pending.size() >= 4) {
+                const auto* b = reinterpret_cast<const unsigned char*>(pending.data());
+                const std::size_t len = (std::size_t{b[0]} << 24) | (std::size_t{b[1]} << 16) |
+                                        (std::size_t{b[2]} << 8) | std::size_t{b[3]};
+                if (pending.size() < 4 + len) break;
+                if (!first && len >= 8) {
+                    const int type =
+                        static_cast<int>((std::uint32_t{b[8]} << 24) | (std::uint32_t{b[9]} << 16) |
+                                         (std::uint32_t{b[10]} << 8) | b[11]);
+                    std::lock_guard lock(mutex_);
+                    if (type == drop_op_) {
+                        drop_op_ = -1;
+                        ++dropped_;
+                        open = false;
+                        break;
+                    }
+                }
+                first = false;
+                open = send_all(server, pending.data(), 4 + len);
+                pending.erase(0, 4 + len);
+            }
+        }
+    }
+    ::close(client);
+    ::close(server);
+}
+
 namespace {
 struct shared_state {
     std::mutex mutex;

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +76,10 @@ public:
     /// false if it does not exist. Throws std::runtime_error if no server answers within
     /// scaled(10s).
     bool set_data(const std::string& path, const std::string& data) const;
+    /// In ONE transaction (a multi), sets node `path`'s data and deletes it: a watcher of the
+    /// node hears only the change, and finds the node gone when it sets its watch again. false
+    /// if it does not exist. Throws std::runtime_error if no server answers within scaled(10s).
+    bool set_and_remove(const std::string& path) const;
 
 private:
     struct server {
@@ -94,6 +100,40 @@ private:
     std::chrono::milliseconds tick_;
     std::string dir_;
     std::vector<server> servers_;
+};
+
+/// A TCP proxy on a free 127.0.0.1 port in front of one ZooKeeper server, for clients that
+/// should lose their connection at a chosen request: drop_next(op) makes the proxy close the
+/// connection of the next client that sends a request of type `op` (ZOO_SETDATA_OP, ... from
+/// <zookeeper/proto.h>) instead of forwarding it, so the server never sees it and the client
+/// gets ZCONNECTIONLOSS; the client's reconnection then goes through as usual. Everything else
+/// is forwarded as is. Throws std::runtime_error if it cannot listen.
+class zk_proxy {
+public:
+    zk_proxy(std::string upstream_address, std::uint16_t upstream_port);
+    ~zk_proxy();  ///< closes every connection and joins its threads
+    zk_proxy(const zk_proxy&) = delete;
+    zk_proxy& operator=(const zk_proxy&) = delete;
+
+    /// "127.0.0.1:<port>"
+    std::string host() const;
+    void drop_next(int op);
+    /// How many requests were dropped so far.
+    int dropped() const;
+
+private:
+    void accept_loop(std::stop_token stop);
+    void serve(int client, int server, std::stop_token stop);
+
+    std::string upstream_address_;
+    std::uint16_t upstream_port_;
+    std::uint16_t port_ = 0;
+    int listener_ = -1;
+    mutable std::mutex mutex_;  // guards drop_op_, dropped_, workers_
+    int drop_op_ = -1;
+    int dropped_ = 0;
+    std::vector<std::jthread> workers_;
+    std::jthread acceptor_;
 };
 
 /// The binary's shared standalone server: started on first use (thread-safe), killed and its dir
