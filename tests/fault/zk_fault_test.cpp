@@ -2,7 +2,8 @@
 // session expires and the next waiter gets the lock with a larger token), the leader stopped
 // (locking goes on), and the client cut off from the whole ensemble by SIGSTOP (lost fires before
 // another client can acquire; after the expiry a new session serves later locks). No node is left
-// behind.
+// behind. And, on a second ensemble in network namespaces, a holder whose follower is cut off
+// from the leader loses before the majority side grants the lock.
 #include <dlock/dlock.hpp>
 #include <dlock/zk/client.hpp>
 #include <gtest/gtest.h>
