@@ -145,7 +145,7 @@ bool session::overdue(steady::time_point now) const noexcept {
 }
 
 milliseconds session::heartbeat_period() const noexcept {
-    return std::max(timeout_ / 10, milliseconds(10));
+    return std::max(timeout_ / 20, milliseconds(10));
 }
 
 void session::settle(steady::time_point sent, steady::time_point answered) {

@@ -84,7 +84,8 @@ public:
     /// tickTime (the server clamps the timeout to >= 2 ticks), i.e. two of the follower's touch
     /// reports (one every tickTime / 2).
     milliseconds settle_period() const noexcept { return timeout_ / 2; }
-    /// The heartbeat period: timeout / 10 (min 10 ms).
+    /// The heartbeat period: timeout / 20 (min 10 ms). Validity runs between about
+    /// timeout / 2 - 2 periods (0.4 timeout) and timeout ahead of now while heartbeats flow.
     milliseconds heartbeat_period() const noexcept;
 
     /// The session is known to be gone (a request answered ZSESSIONEXPIRED).
