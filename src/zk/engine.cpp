@@ -212,8 +212,14 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
             return nullptr;
         }
     }
-    std::lock_guard lock(mutex_);
-    session_ = s;
+    {
+        std::lock_guard lock(mutex_);
+        session_ = s;
+        wake_ = true;
+    }
+    // Heartbeats start now, not at the background thread's next round: until the first ones
+    // settle, validity counts from the session's creation only.
+    worker_cv_.notify_all();
     return s;
 }
 
