@@ -180,7 +180,7 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
     std::shared_ptr<session> old;
     {
         std::lock_guard lock(mutex_);
-        if (session_ && !session_->dead()) return session_;
+        if (session_ && !session_->dead() && !session_->stale(steady::now())) return session_;
         old = std::move(session_);
     }
     if (old) old->close();
@@ -319,6 +319,8 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         for (;;) {
             if (options.cancel.stop_requested())
                 return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+            if (s && s->stale(steady::now())) s->mark_dead();
+            if (s && s->stale(steady::now())) s->mark_dead();
             if (!s || s->dead()) {
                 // A dead session took our node with it: start over on a new one (not yet granted).
                 node.clear();
@@ -558,6 +560,7 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
     for (;;) {
         if (options.cancel.stop_requested())
             return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+        if (s && s->stale(steady::now())) s->mark_dead();
         if (!s || s->dead()) {
             node.clear();
             unknown = false;

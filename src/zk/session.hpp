@@ -76,6 +76,10 @@ public:
     void confirm(steady::time_point touched) noexcept;
     /// touched_last + timeout - drift(timeout).
     steady::time_point valid_until() const noexcept;
+    /// Past valid_until(): the leader may have expired the session, even if it answers again
+    /// (it may also have reconnected in time). Its leases are lost; it serves no new grant (a
+    /// grant on it would start lost): the client replaces it.
+    bool stale(steady::time_point now) const noexcept { return now >= valid_until(); }
     /// A heartbeat has been waiting for its answer for longer than two heartbeat periods: the
     /// leader may be out of reach even though our server still answers (leases: uncertain).
     bool overdue(steady::time_point now) const noexcept;
