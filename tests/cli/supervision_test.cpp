@@ -424,6 +424,23 @@ TEST(SupervisionTerminal, CtrlCStopsAShellLoop) {
     EXPECT_EQ(read_text(t.dir / "iterations"), "x\n") << t.shell.screen();
 }
 
+TEST(SupervisionTerminal, CtrlCStopsALoopInAScript) {
+    // A script's shell has no job control: it shares its process group (the terminal's
+    // foreground group) with dlock, and stops its loop only if it gets the SIGINT itself.
+    terminal_session t("ctrl-c-script");
+    const auto mark = t.shell.screen().size();
+    t.dir.write("loop.sh",
+                "for i in 1 2 3; do \"$DLOCK\" run --url \"$U\" \"$N\" -- sh -c 'echo x >> "
+                "\"$D/iterations\"; sleep 2'; done\n");
+    t.shell.type("bash \"$D/loop.sh\"\n");
+    ASSERT_TRUE(eventually([&] { return read_text(t.dir / "iterations") == "x\n"; }, 10s))
+        << t.shell.screen();
+    t.shell.type("\x03");
+    t.shell.type("echo \"after-$((40+2))\"\n");
+    EXPECT_TRUE(t.shell.wait_for("after-42", 20s, mark)) << t.shell.screen();
+    EXPECT_EQ(read_text(t.dir / "iterations"), "x\n") << t.shell.screen();
+}
+
 TEST(SupervisionTerminal, CtrlZStopsTheCommandWithDlock) {
     terminal_session t("ctrl-z");
     const auto log = t.dir / "log";

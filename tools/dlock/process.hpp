@@ -152,6 +152,8 @@ public:
     void give(pid_t pgid) noexcept;
     /// Gives the foreground back to dlock's group if `give()` handed it out and it is still there.
     void take_back() noexcept;
+    /// Whether give() handed the terminal out (and take_back() has not been called since).
+    bool given() const noexcept { return given_to_ != 0; }
 
 private:
     int fd_ = -1;

@@ -446,6 +446,7 @@ private:
         }
         on_lost.reset();
         watchdog_.stand_down();
+        const bool had_terminal = terminal_.given();
         terminal_.take_back();
 
         std::error_code ec;
@@ -467,7 +468,17 @@ private:
         }
         // Killed by a signal: end by the same one, so that the calling shell sees it (and a
         // shell loop stops on Ctrl-C), as timeout(1) does.
-        if (WIFSIGNALED(*leader_status)) die_by_signal(WTERMSIG(*leader_status));
+        if (WIFSIGNALED(*leader_status)) {
+            const int sig = WTERMSIG(*leader_status);
+            // Ctrl-C (or Ctrl-\) on the terminal reached only the command's group, which had the
+            // terminal. Without dlock it would also have reached a shell without job control (a
+            // script) sharing dlock's process group, and such a shell stops its loop only if it
+            // got the signal itself: pass it on to dlock's group, as the terminal would have.
+            if (had_terminal && (sig == SIGINT || sig == SIGQUIT) && ::getpgrp() != ::getpid()) {
+                ::kill(0, sig);  // dlock's own copy stays blocked until die_by_signal()
+            }
+            die_by_signal(sig);
+        }
         return command_status;
     }
 
