@@ -41,8 +41,8 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble (no `dlock status` yet)
 
-Exit statuses (besides these, `dlock run` exits with the command's own status, 128+N if signal N
-killed it):
+Exit statuses (besides these, `dlock run` exits with the command's own status, or ends by the
+signal that killed the command):
    64  bad command line or option value (unknown option, bad duration, bad URL)
    69  not available in this build or on this backend (rediss://, etcd://; --fair,
        --shared, --write, --permits on redlock://),

@@ -1,5 +1,7 @@
 // Processes and signals for the `dlock` tool: a signalfd that turns the signals dlock handles into
-// readable events, posix_spawn of commands and worker processes, exit-status decoding, and the
+// readable events, what dlock inherited (ignored signals, descriptors), the supervision pieces of
+// `dlock run` (its command's process, the watchdog that kills the command's group if dlock dies,
+// the terminal's foreground), posix_spawn of worker processes, exit-status decoding, and the
 // private redis-server that `dlock demo` starts when it is given no --url.
 #pragma once
 
