@@ -230,9 +230,13 @@ cli_error to_cli_error(const dlock::error& e, std::string_view url) {
         case exit_status::unreachable:
             return {status, fmt::format("cannot reach the lock server at {}: {}", where, detail)};
         case exit_status::auth_failed:
-            return {status, fmt::format("the lock server at {} refused the credentials: {} "
-                                        "(put them in the URL: redis://user:password@host:port)",
-                                        where, detail)};
+            return {
+                status,
+                fmt::format(
+                    "the lock server at {} refused the credentials: {} "
+                    "(give the password with --password-file FILE, $DLOCK_PASSWORD or in the URL: "
+                    "redis://user:password@host:port)",
+                    where, detail)};
         case exit_status::server_error:
             return {status,
                     fmt::format("the lock server at {} answered unexpectedly: {}", where, detail)};
