@@ -515,7 +515,8 @@ TEST(SupervisionTerminal, StoppedCommandDoesNotHoldTheLockForever) {
     ASSERT_TRUE(eventually([&] { return process_state(pid_in(t.dir / "pid")) == 'T'; }, 10s))
         << t.shell.screen();
     // The lock is free again within about a lease, and dlock said why.
-    const auto r = run_cli({"run", "--wait", "5s", "--url", url(), t.name, "--", "true"}, {}, 20s);
+    const auto wait = std::to_string(scaled(5s).count()) + "ms";
+    const auto r = run_cli({"run", "--wait", wait, "--url", url(), t.name, "--", "true"}, {}, 30s);
     EXPECT_EQ(r.status, 0) << r.err << t.shell.screen();
     EXPECT_TRUE(t.shell.wait_for("stopped", 5s, mark)) << t.shell.screen();
     // Continued, dlock finds the lock lost and kills the command rather than continuing it.
