@@ -355,10 +355,10 @@ private:
         int stopped_by = 0;                // the command has just been stopped by this signal
 
         // SIGTERM now (and SIGCONT, so stopped members can act on it), SIGKILL after --grace.
-        const auto stop_group = [&](const std::string& why) {
+        const auto stop_group = [&](const std::string& why, std::string_view what) {
             if (stopping) return;
             stopping = true;
-            console_.error(fmt::format("{}; stopping the command (SIGTERM now, SIGKILL in {})", why,
+            console_.error(fmt::format("{}; stopping {} (SIGTERM now, SIGKILL in {})", why, what,
                                        format_duration(o_.grace)));
             ::kill(-group, SIGTERM);
             ::kill(-group, SIGCONT);
@@ -373,7 +373,8 @@ private:
                 o_.max_hold != dlock::forever && held >= o_.max_hold - o_.lease / 100 - 2ms - 100ms;
             stop_group(max_hold_reached ? fmt::format("held the lock \"{}\" for --max-hold {}",
                                                       o_.name, format_duration(o_.max_hold))
-                                        : fmt::format("lost the lock \"{}\"", o_.name));
+                                        : fmt::format("lost the lock \"{}\"", o_.name),
+                       "the command");
         };
 
         for (;;) {
@@ -441,7 +442,8 @@ private:
                 // The command has ended but left processes in its group: they must not run on
                 // without the lock.
                 stop_group(
-                    "the command exited, but processes it started still run in its process group");
+                    "the command exited, but processes it started still run in its process group",
+                    "them");
             }
         }
         on_lost.reset();
