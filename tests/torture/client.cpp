@@ -35,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -209,6 +210,13 @@ int main(int argc, char** argv) {
     dlock::lock_options options{};
     options.lease = std::chrono::milliseconds(lease_ms);
     options.renew = renew;
+    // SIGTERM also ends a wait in progress (errc::canceled), so the drain is quick.
+    std::stop_source cancel;
+    options.cancel = cancel.get_token();
+    std::thread([&cancel] {
+        while (!stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        cancel.request_stop();
+    }).detach();
 
     // One lock object per process, of one kind, on one name.
     std::optional<dlock::mutex> plain;
