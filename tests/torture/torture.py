@@ -565,8 +565,10 @@ class RedisPhase(Phase):
         # Waiters of the hand-off kinds wait long, so that a pause does not end their wait.
         handoff = dict(base, **{"wait-max-ms": 20000})
         self.add_group("fair", ["fair"] * 4, "redis", url, fence, handoff)
+        self.add_group("fair2", ["fair"] * 3, "redis", url, fence, handoff)
         self.add_group("rw", ["write", "write", "write", "read", "read"], "redis", url, fence,
                        handoff)
+        self.add_group("rw2", ["write"] * 3, "redis", url, fence, handoff)
         self.add_group("mutex", ["mutex"] * 3, "redis", url, fence, dict(base, renew=0))
         self.add_group("recursive", ["recursive"] * 3, "redis", url, fence, base)
         self.add_group("sem", ["semaphore"] * 4, "redis", url, fence, dict(base, permits=2))
@@ -584,7 +586,7 @@ class RedisPhase(Phase):
 
     def inject(self):
         r = self.rng.random()
-        if r < 0.3:
+        if r < 0.4:
             # A waiter of a hand-off kind paused past the hand-off lease: the lock is handed to
             # it while it sleeps, the hand-off expires, another client takes the lock, and the
             # sleeper wakes up to an old grant message.
@@ -595,9 +597,9 @@ class RedisPhase(Phase):
             c = self.rng.choice(waiters)
             pause = self.rng.uniform(HANDOFF_LEASE_S + 1.5, HANDOFF_LEASE_S + 4.0)
             return self.stop_client(c, pause, "client_stop_waiter")
-        if r < 0.5:
+        if r < 0.55:
             return self.client_fault()
-        if r < 0.62:
+        if r < 0.65:
             if self.proxy_busy:
                 return None
             self.proxy_busy = True
@@ -616,7 +618,7 @@ class RedisPhase(Phase):
             return None
         self.server_busy = True
         s = self.server
-        if r < 0.72:
+        if r < 0.75:
             ms = self.rng.randint(100, 1500)
             resp(s.port, "CLIENT", "PAUSE", ms, "ALL")
             self.h.fault("client_pause", f"{ms}ms")
@@ -755,14 +757,14 @@ class ZkPhase(Phase):
             return self.client_fault(a_clients)
         self.busy = True
         if r < 0.75:
-            # Cut B off just after one of its clients was granted (it holds 3-5 s, longer than
-            # the session), or after 6 s of waiting for such a moment.
+            # Cut B off while one of its clients holds a grant at most 1.2 s old (it holds 3-5 s,
+            # so it holds on past its session), or after 6 s of waiting for such a moment.
             b = [c for c in self.clients if c.netns == self.zk.ns_b]
             deadline = time.monotonic() + 6.0
-            cut = self.rng.uniform(2.5, 4.0)
+            cut = self.rng.uniform(1.8, 3.0)
 
             def try_cut():
-                fresh = [c.cid for c in b if c.holding(within_ms=300)]
+                fresh = [c.cid for c in b if c.holding(within_ms=1200)]
                 if not fresh and time.monotonic() < deadline:
                     self.pending.append((time.monotonic() + 0.01, try_cut))
                     return
@@ -1038,7 +1040,7 @@ def main():
     if not phases:
         log("no phase to run")
         return 2
-    weights = {"redis": 0.35, "redlock3": 0.15, "redlock5": 0.15, "zk": 0.35}
+    weights = {"redis": 0.4, "redlock3": 0.1, "redlock5": 0.1, "zk": 0.4}
     total_w = sum(weights[p] for p in phases)
     log(f"seed {args.seed} (replay: {sys.argv[0]} --seed {args.seed} --minutes {args.minutes} "
         f"--phases {args.phases})")
