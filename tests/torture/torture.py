@@ -141,9 +141,9 @@ def resp(port, *cmd, host="127.0.0.1", netns=None, timeout=1.0):
 
 
 class RedisServer:
-    def __init__(self, h, name, aof, bind="127.0.0.1", netns=None):
+    def __init__(self, h, name, aof, bind="127.0.0.1", netns=None, port=None):
         self.h, self.name, self.aof, self.bind, self.netns = h, name, aof, bind, netns
-        self.port = free_ports(1)[0]
+        self.port = port or free_ports(1)[0]
         self.dir = os.path.join(h.dir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.proc = None
@@ -291,7 +291,11 @@ class ZkEnsemble:
         self.ns_a, self.ns_b = f"dlkA{h.tag}", f"dlkB{h.tag}"
         self.veth_a, self.veth_b = f"dlva{h.tag}", f"dlvb{h.tag}"
         self.cut = False
-        self.ports = [free_ports(3) for _ in range(3)]  # client, quorum, election
+        # One draw for every port of the phase: a port bound inside a namespace does not show
+        # as taken to a later draw in the root namespace.
+        ports = free_ports(10)
+        self.ports = [ports[3 * i:3 * i + 3] for i in range(3)]  # client, quorum, election
+        self.spare_port = ports[9]  # the fenced resource's
         self.procs = [None, None, None]
         self.dirs = [os.path.join(h.dir, f"zk{i + 1}") for i in range(3)]
 
@@ -726,8 +730,9 @@ class ZkPhase(Phase):
     def setup(self):
         self.zk.start_all()
         # The fenced resource lives in A and listens on the veth address too, for B's clients.
-        self.fence = RedisServer(self.h, "zk-fence", aof=False, bind=f"127.0.0.1 {ZkEnsemble.A_ADDR}",
-                                 netns=self.zk.ns_a)
+        self.fence = RedisServer(self.h, "zk-fence", aof=False,
+                                 bind=f"127.0.0.1 {ZkEnsemble.A_ADDR}", netns=self.zk.ns_a,
+                                 port=self.zk.spare_port)
         self.fence.start()
         fa, fb = self.fence.url(), self.fence.url(ZkEnsemble.A_ADDR)
         ua, ub = self.zk.url([1, 2]), self.zk.url([0])
