@@ -403,6 +403,22 @@ class Client:
                                  self.netns)
         self.stopped = False
 
+    def just_confirmed(self, within_ms):
+        """True when the current log ends inside a hold whose promised end moved forward (an
+        answered heartbeat) in a check logged at most `within_ms` ago."""
+        try:
+            with open(self.logfile(), "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 1000))
+                lines = f.read().splitlines()[1:]
+            events = [json.loads(x) for x in lines[-2:]]
+        except (OSError, ValueError):
+            return False
+        if len(events) < 2 or any(e.get("ev") != "check" for e in events):
+            return False
+        a, b = events
+        return b["end"] > a["end"] + 20e6 and mono_ns() - b["t"] < within_ms * 1e6
+
     def holding(self, within_ms=None):
         """True when the current log ends inside a hold (granted at most `within_ms` ago)."""
         try:
@@ -769,7 +785,10 @@ class ZkPhase(Phase):
             cut = self.rng.uniform(1.8, 3.0)
 
             def try_cut():
-                fresh = [c.cid for c in b if c.holding(within_ms=1200)]
+                # Best: just after a holder's heartbeat was answered, before the follower could
+                # report that touch to the leader (it does so every tickTime/2).
+                fresh = [c.cid for c in b if c.holding(within_ms=1500)
+                         and c.just_confirmed(within_ms=40)]
                 if not fresh and time.monotonic() < deadline:
                     self.pending.append((time.monotonic() + 0.01, try_cut))
                     return
