@@ -471,7 +471,8 @@ class Phase:
         h = self.h
         for c in self.clients:
             c.start()
-        t_end = time.monotonic() + self.seconds
+        self.t_start = time.monotonic()
+        t_end = self.t_start + self.seconds
         self.pending = pending = []  # (when, callable): undo actions and delayed faults
         next_fault = time.monotonic() + self.rng.uniform(0.5, 1.5)
         while time.monotonic() < t_end or pending:
@@ -605,8 +606,12 @@ class RedisPhase(Phase):
                 c.url = f"redis://127.0.0.1:{self.proxy.port}"
 
     def inject(self):
-        r = self.rng.random()
-        if r < 0.4:
+        # First half: client faults only, half of them pauses of waiters, on a healthy server
+        # (a server fault in the middle would wipe out the hand-off being tested). Second half:
+        # every fault.
+        first_half = time.monotonic() < self.t_start + self.seconds / 2
+        r = self.rng.random() * (0.55 if first_half else 1.0)
+        if r < 0.3 and first_half:
             # A waiter of a hand-off kind paused past the hand-off lease: the lock is handed to
             # it while it sleeps, the hand-off expires, another client takes the lock, and the
             # sleeper wakes up to an old grant message.
@@ -619,7 +624,7 @@ class RedisPhase(Phase):
             return self.stop_client(c, pause, "client_stop_waiter")
         if r < 0.55:
             return self.client_fault()
-        if r < 0.65:
+        if r < 0.68:
             if self.proxy_busy:
                 return None
             self.proxy_busy = True
@@ -638,12 +643,12 @@ class RedisPhase(Phase):
             return None
         self.server_busy = True
         s = self.server
-        if r < 0.75:
+        if r < 0.78:
             ms = self.rng.randint(100, 1500)
             resp(s.port, "CLIENT", "PAUSE", ms, "ALL")
             self.h.fault("client_pause", f"{ms}ms")
             return (time.monotonic() + ms / 1000.0, self.free)
-        if r < 0.85:
+        if r < 0.9:
             pause = self.rng.uniform(0.2, 2.0)
             s.proc.send_signal(signal.SIGSTOP)
             self.h.fault("server_stop", f"{s.name} {pause:.2f}s")
@@ -773,11 +778,11 @@ class ZkPhase(Phase):
 
     def inject(self):
         r = self.rng.random()
-        if r < 0.4 or self.busy:
+        if r < 0.3 or self.busy:
             a_clients = [c for c in self.clients if c.netns == self.zk.ns_a]
             return self.client_fault(a_clients)
         self.busy = True
-        if r < 0.75:
+        if r < 0.8:
             # Cut B off while one of its clients holds a grant at most 1.2 s old (it holds 3-5 s,
             # so it holds on past its session), or after 6 s of waiting for such a moment.
             b = [c for c in self.clients if c.netns == self.zk.ns_b]
