@@ -915,9 +915,9 @@ def fmt(g):
     return f"{g['id']}#{g['g']} {g['kind']} token={g['tok']}"
 
 
-def check_phase(run_dir, phase, killed, quiet, wedged, seed):
+def check_phase(run_dir, phase, killed, quiet, wedged):
     """Returns (grants checked, violations list)."""
-    grants, exits, starts, errors = load(run_dir, phase)
+    grants, exits, _, errors = load(run_dir, phase)
     violations = []
     killed_ids = {k for k, _ in killed}
     by_name = collections.defaultdict(list)
@@ -1107,7 +1107,7 @@ def main():
             fence = getattr(ph, "fence", None)
             acc, ref, bad = fence_dump(h, fence, fence.netns)
             grants, errors, violations = check_phase(h.dir, name, ph.killed, (quiet0, quiet1),
-                                                     wedged, args.seed)
+                                                     wedged)
             violations += [f"FENCE-STORE {name}: {b}" for b in bad]
             violations += [f"CRASH {name}: worker {c}" for c in ph.crashes]
             processes += sum(c.incarnation for c in ph.clients)
