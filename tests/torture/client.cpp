@@ -242,13 +242,14 @@ int main(int argc, char** argv) {
         fence_mode = 'r';
     } else if (kind == "semaphore") {
         auto& s = semaphore.emplace(*backend, name, permits, options);
-        lock = {[&s](std::chrono::milliseconds wait) { return s.try_acquire_for(wait, 1); },
-                [&s] {
-                    std::error_code ec;  // a lost grant is not an error here; others are logged
-                    s.release(1, ec);
-                },
-                [&s] { return s.fencing_token(); }, [&s] { return s.expires_in(); },
-                [&s] { return s.state(); }};
+        lock = {
+            [&s](std::chrono::milliseconds wait) { return s.try_acquire_for(wait, 1); },
+            [&s] {
+                std::error_code ec;  // a failed release expires on the server; claims are checked
+                s.release(1, ec);
+            },
+            [&s] { return s.fencing_token(); }, [&s] { return s.expires_in(); },
+            [&s] { return s.state(); }};
         if (permits > 1) fence_mode = 'n';
     } else {
         std::fprintf(stderr, "dlock-torture-client: unknown kind '%s'\n", kind.c_str());
