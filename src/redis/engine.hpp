@@ -83,12 +83,16 @@ public:
 private:
     struct server;
     /// A pooled command connection of one server, returned to its pool when it goes out of scope.
+    /// A server has at most max_pooled command connections; a caller beyond that waits for one to
+    /// come back, first come first served, until `deadline` (then get() is null). A connection is
+    /// lent for one exchange, so the wait is bounded by the exchanges queued ahead.
     class pooled {
     public:
-        explicit pooled(server& s);
+        explicit pooled(server& s, steady::time_point deadline = steady::time_point::max());
         ~pooled();
         pooled(pooled&&) noexcept = default;
         connection* get() const noexcept { return conn_.get(); }
+        explicit operator bool() const noexcept { return conn_ != nullptr; }
 
     private:
         server* server_;
@@ -98,7 +102,8 @@ private:
     struct attempt_outcome;
     attempt_outcome attempt(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds lease,
-                            const lock_request& request, std::chrono::milliseconds node_timeout);
+                            const lock_request& request, std::chrono::milliseconds node_timeout,
+                            steady::time_point deadline = steady::time_point::max());
     void release_everywhere(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds node_timeout);
     /// A queued waiter gives up: leaves the queue (releasing with hand-off if it was granted
