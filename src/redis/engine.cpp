@@ -291,11 +291,14 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             return out;
         }
     }
+    // Counted from here, not from `sent`: a wait for a free connection is no server's fault.
+    const auto connected = steady::now();
     for (std::size_t i = 0; i < servers_.size(); ++i) {
         auto* conn = conns[i].get();
         // One server: its own timeouts. Several: each gets node_timeout, far below the lease, so a
         // dead or slow server costs only that (docs/redlock.md).
-        const auto until = single ? conn->default_deadline() : deadline_after(sent, node_timeout);
+        const auto until =
+            single ? conn->default_deadline() : deadline_after(connected, node_timeout);
         batches.push_back({conn, call, until});
     }
     run_everywhere(batches);

@@ -80,7 +80,7 @@ void subscriber::registration::wait_subscribed(steady::time_point deadline,
     const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(channel_); });
     std::unique_lock lock(owner_.mutex_);
     auto& ch = owner_.channels_[channel_];  // stays: this registration keeps it listed
-    wait_until(ch.changed, lock, deadline,
+    wait_until(ch.confirmed, lock, deadline,
                [&] { return ch.subscribed || cancel.stop_requested(); });
 }
 
@@ -106,11 +106,16 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
 void subscriber::interrupt(const std::string& channel) {
     std::lock_guard lock(mutex_);  // orders the notify after a waiter's predicate check
     const auto it = channels_.find(channel);
-    if (it != channels_.end()) it->second.changed.notify_all();
+    if (it == channels_.end()) return;
+    it->second.changed.notify_all();
+    it->second.confirmed.notify_all();
 }
 
 void subscriber::notify_everyone_locked() {
-    for (auto& [name, ch] : channels_) ch.changed.notify_all();
+    for (auto& [name, ch] : channels_) {
+        ch.changed.notify_all();
+        ch.confirmed.notify_all();
+    }
 }
 
 int subscriber::service(steady::time_point now, steady::time_point latest) {
@@ -214,7 +219,7 @@ void subscriber::dispatch(const reply& r) {
         ch.requested = false;
         ch.subscribed = true;
         if (ch.waiters == 0) dirty_ = true;  // the waiter left meanwhile: unsubscribe
-        ch.changed.notify_all();
+        ch.confirmed.notify_all();
     } else if (kind == "unsubscribe") {
         if (ch.waiters > 0) dirty_ = true;  // a waiter came back meanwhile: subscribe again
     }

@@ -91,7 +91,8 @@ private:
         bool requested = false;           // SUBSCRIBE sent, not yet confirmed
         steady::time_point idle_since{};  // when the last waiter left
         std::string last_message;
-        std::condition_variable changed;  // this channel's waiters sleep on it
+        std::condition_variable changed;    // wait() sleeps on it
+        std::condition_variable confirmed;  // wait_subscribed() sleeps on it
     };
     /// Makes the channel's sleeping waiters re-check their predicate (a cancel was requested).
     void interrupt(const std::string& channel);
