@@ -64,7 +64,7 @@ generator=()
 [[ -f "$ROOT/$dir/CMakeCache.txt" ]] || generator=(-G Ninja)   # keep an existing tree's generator
 say "configure $dir/ (RelWithDebInfo${sanitize:+, DLOCK_SANITIZE=$sanitize})"
 if ! cmake -S "$ROOT" -B "$ROOT/$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-       "-DDLOCK_SANITIZE=$sanitize" >"$log" 2>&1; then
+       "-DDLOCK_SANITIZE=$sanitize" -DDLOCK_WERROR=ON >"$log" 2>&1; then
   cat "$log" >&2
   say "configure $dir/ FAILED" >&2
   exit 1

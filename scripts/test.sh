@@ -104,7 +104,8 @@ stage_tsan() {
 }
 
 total0=$SECONDS
-run_stage "format (clang-format, STYLE.md §7)" bash scripts/check-format.sh
+run_stage "packages (scripts/setup.sh --deps-only)" bash scripts/setup.sh --deps-only
+run_stage "format (clang-format)" bash scripts/check-format.sh
 run_stage "plain build: all tests" stage_plain
 if ((!quick)); then
   run_stage "ASan+UBSan build: all tests" stage_asan

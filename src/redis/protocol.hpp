@@ -8,7 +8,9 @@
 //            -> {1, fencing token} granted, or {0, ms}: not granted, re-check within ms at the
 //            latest (-1: unknown). Queued kinds (re)register the waiter with a liveness deadline
 //            of now + liveness_ms and are idempotent, so the same call refreshes it.
-//   release  ARGV token, release_channel, grant_lease_ms -> 1 ours and released, 0 not ours.
+//   release  ARGV token, release_channel, grant_lease_ms, whole ("1": the reentrant owner's last
+//            level after a re-entry of unknown outcome: every level goes; other kinds ignore it)
+//            -> 1 ours and released, 0 not ours.
 //            A hand-off (queued kinds) makes the next live waiter the owner with a lease of
 //            grant_lease_ms and PUBLISHes "granted <fencing token>" on
 //            <release_channel>:<waiter token>; other releases PUBLISH on release_channel.

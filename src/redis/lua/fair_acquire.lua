@@ -6,6 +6,10 @@
 -- Returns {1, fencing token} when we own the lock, {0, holder's remaining ms (-1: none)} when we
 -- wait. Idempotent: a waiter calls it again to refresh its liveness, and it is the bounded
 -- re-check that finds a hand-off whose notification was lost.
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::fair_mutex')
+if refused then return refused end
 local held = redis.call('TYPE', KEYS[1]).ok
 if held ~= 'none' and held ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')

@@ -8,6 +8,10 @@
 -- writer's PTTL, or the time until the last live share expires; -1: unknown). Idempotent: a
 -- waiter calls it again to refresh its liveness, and that call is the bounded re-check that finds
 -- a hand-off whose notification was lost.
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
+if refused then return refused end
 for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
   local t = redis.call('TYPE', k[1]).ok
   if t ~= 'none' and t ~= k[2] then
