@@ -276,12 +276,13 @@ void connection::open(std::error_code& ec, steady::time_point latest) {
     pipeline({}, ec, latest);
 }
 
-void connection::send(const command_args& command, std::error_code& ec) {
-    open(ec);
+void connection::send(const command_args& command, std::error_code& ec, steady::time_point latest) {
+    open(ec, latest);
     if (ec) return;
     streaming_ = true;
     append_command(out_, command);
-    const auto deadline = deadline_after(steady::now(), settings_.command_timeout);
+    const auto deadline =
+        std::min(deadline_after(steady::now(), settings_.command_timeout), latest);
     while (!flush(ec) || out_sent_ < out_.size()) {
         if (ec) return close();
         pollfd p{native_handle(), POLLOUT, 0};

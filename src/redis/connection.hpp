@@ -68,8 +68,10 @@ public:
     reply execute(const command_args& command, std::error_code& ec);
     /// Connects and authenticates if not open (subscriber use), by `latest` at the latest.
     void open(std::error_code& ec, steady::time_point latest = steady::time_point::max());
-    /// Subscriber use: queue a command whose replies arrive as a stream, and write it out.
-    void send(const command_args& command, std::error_code& ec);
+    /// Subscriber use: queue a command whose replies arrive as a stream, and write it out, by
+    /// command_timeout and by `latest` at the latest.
+    void send(const command_args& command, std::error_code& ec,
+              steady::time_point latest = steady::time_point::max());
     /// true and `out` set when a reply is available before `deadline`; false at the deadline (the
     /// connection stays open) or on failure (ec set, connection closed).
     bool receive(reply& out, steady::time_point deadline, std::error_code& ec);

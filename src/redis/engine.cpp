@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <condition_variable>
+#include <deque>
 #include <exception>
 
 #include "core/callbacks.hpp"
@@ -75,33 +77,64 @@ std::optional<handoff_message> parse_handoff(std::string_view m) {
 
 }  // namespace
 
+/// Command connections per server (acquire, release, command()): however many threads wait or
+/// lock, a client opens at most this many, plus its renewal and subscriber connections.
+constexpr std::size_t max_pooled = 16;
+
 struct engine::server {
     connection_settings commands;
     connection_settings renewals;
-    std::mutex pool_mutex;  // guards idle
+    /// A caller waiting for a command connection; the returning one hands it over directly.
+    struct slot_waiter {
+        std::condition_variable ready;
+        std::unique_ptr<connection> conn;
+    };
+    std::mutex pool_mutex;  // guards idle, created, queue
     std::vector<std::unique_ptr<connection>> idle;
+    std::size_t created = 0;                 // command connections in existence (<= max_pooled)
+    std::deque<slot_waiter*> queue;          // first come first served
     std::unique_ptr<connection> renew_conn;  // background thread only
     std::string run_id;                      // guarded by identity_mutex_
     std::atomic<bool> verified{false};       // its votes count (see engine::counts)
 };
 
-engine::pooled::pooled(server& s) : server_(&s) {
-    {
-        std::lock_guard lock(s.pool_mutex);
+engine::pooled::pooled(server& s, steady::time_point deadline) : server_(&s) {
+    std::unique_lock lock(s.pool_mutex);
+    if (s.queue.empty()) {
         if (!s.idle.empty()) {
             conn_ = std::move(s.idle.back());
             s.idle.pop_back();
             return;
         }
+        if (s.created < max_pooled) {
+            conn_ = std::make_unique<connection>(s.commands);  // connects lazily, on first use
+            ++s.created;
+            return;
+        }
     }
-    conn_ = std::make_unique<connection>(s.commands);
+    server::slot_waiter me;
+    s.queue.push_back(&me);
+    const auto handed = [&] { return me.conn != nullptr; };
+    if (deadline == steady::time_point::max()) {
+        me.ready.wait(lock, handed);
+    } else if (!me.ready.wait_until(lock, deadline, handed)) {
+        s.queue.erase(std::find(s.queue.begin(), s.queue.end(), &me));
+        return;  // get() is null: no connection came back in time
+    }
+    conn_ = std::move(me.conn);
 }
 
 engine::pooled::~pooled() {
     if (!conn_) return;
-    constexpr std::size_t max_idle = 32;  // beyond this, a burst's extra connections are closed
     std::lock_guard lock(server_->pool_mutex);
-    if (server_->idle.size() < max_idle) server_->idle.push_back(std::move(conn_));
+    if (server_->queue.empty()) {
+        server_->idle.push_back(std::move(conn_));
+        return;
+    }
+    auto* next = server_->queue.front();
+    server_->queue.pop_front();
+    next->conn = std::move(conn_);
+    next->ready.notify_one();
 }
 
 struct engine::attempt_outcome {
@@ -354,7 +387,9 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
                                         const std::string& token, std::chrono::milliseconds lease,
                                         const lock_request& request,
                                         std::chrono::milliseconds node_timeout,
-                                        std::uint64_t ticket_floor) {
+                                        std::uint64_t ticket_floor, steady::time_point deadline) {
+    // Before any wait for a connection: the caller's validity counts from its own earlier send
+    // time, so this check is never more generous than the grant.
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
     std::vector<pooled> conns;
@@ -368,13 +403,25 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
                    std::to_string(request.limit), ms_text(waiter_liveness), channel(name),
                    request.reenter ? "1" : "0", std::to_string(ticket_floor)}});
     for (auto& s : servers_) {
-        conns.emplace_back(*s);
-        auto* conn = conns.back().get();
+        conns.emplace_back(*s, deadline);
+        if (!conns.back()) {
+            // Every connection stayed busy until the caller's own wait bound: contention here.
+            attempt_outcome out;
+            out.error = make_error_code(errc::timeout);
+            out.failures = "lock \"" + std::string(name) +
+                           "\": no free connection to the server before the wait bound";
+            return out;
+        }
+    }
+    // Counted from here, not from `sent`: a wait for a free connection is no server's fault.
+    const auto connected = steady::now();
+    for (std::size_t i = 0; i < servers_.size(); ++i) {
+        auto* conn = conns[i].get();
         // One server: its own timeouts. Several: each gets node_timeout, far below the lease, so a
         // dead or slow server costs only that (docs/redlock.md).
-        const auto deadline =
-            single ? conn->default_deadline() : deadline_after(sent, node_timeout);
-        batches.push_back({conn, call, deadline});
+        const auto until =
+            single ? conn->default_deadline() : deadline_after(connected, node_timeout);
+        batches.push_back({conn, call, until});
     }
     run_everywhere(batches);
     if (identities_pending_) {
@@ -453,8 +500,13 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     // Not granted: undo whatever landed, on every server, including those that did not answer
     // (their SET may have arrived after our deadline). Compare-and-delete touches only our token.
     // A re-entry that failed holds nothing of its own; a queued waiter leaves through leave_queue.
-    if ((out.granting > 0 || !out.failures.empty()) && !request.reenter && !protocol.queued)
+    if ((out.granting > 0 || !out.failures.empty()) && !request.reenter && !protocol.queued) {
+        // Return our connections first: the undo takes its own, and a caller must never hold one
+        // while it waits for another (with a full pool, that would wait on itself).
+        batches.clear();
+        conns.clear();
         release_everywhere(protocol, name, token, node_timeout);
+    }
     return out;
 }
 
@@ -617,10 +669,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                "waiting for lock \"" + std::string(name) + "\" was canceled");
             }
             if (protocol->queued) leave.armed = true;
-            const auto result =
-                attempt(*protocol, name, token, lease_ms, request, node_timeout, highest_ticket);
+            const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout,
+                                        highest_ticket, deadline);
             ++attempts;
             if (result.granted) {
+                if (waiting) waiting->granted();
                 auto lease =
                     grant(name, token, result.fencing_token, options, request.kind, sent,
                           dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
@@ -664,7 +717,13 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 // once: a release between the first attempt and the subscription is caught by
                 // that attempt.
                 notify({event_kind::wait_started, name, 0, {}, now});
-                waiting.emplace(*subscriber_, protocol->queued ? handoff_channel : channel(name));
+                // A release lets one exclusive waiter in: it wakes one of ours, not all.
+                const bool one_gets_in =
+                    !protocol->queued &&
+                    (request.kind == lock_kind::exclusive || request.kind == lock_kind::reentrant);
+                waiting.emplace(
+                    *subscriber_, protocol->queued ? handoff_channel : channel(name),
+                    one_gets_in ? subscriber::wake_mode::one : subscriber::wake_mode::all);
                 waiting->wait_subscribed(
                     std::min(deadline, deadline_after(now, config_.command_timeout)),
                     options.cancel);
@@ -831,6 +890,9 @@ steady::time_point engine::renew_due(steady::time_point now) {
     };
     std::vector<due_lease> due;
     std::vector<std::shared_ptr<lease_core>> expired;
+    // The earliest deadline of EVERY lease, due or not: the renewal round trip below must not
+    // block past it, or that lease's loss (lost_token, on_lost) would be reported late.
+    auto latest = steady::time_point::max();
     {
         std::lock_guard lock(registry_mutex_);
         for (auto it = registry_.begin(); it != registry_.end();) {
@@ -844,6 +906,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 it = registry_.erase(it);
                 continue;
             }
+            latest = std::min(latest, lease->valid_until());
             // Renew a little early so leases that fall due close together share one pipeline.
             const auto slack = lease->plan().every / 8;
             if (it->second.next_renewal <= now + slack) {
@@ -862,10 +925,6 @@ steady::time_point engine::renew_due(steady::time_point now) {
     for (auto& lease : expired) lease->lose(make_error_code(errc::lock_lost));
     if (!due.empty()) {
         const auto sent = steady::now();
-        // Never block past the earliest lease deadline in the batch: its loss must be reported on
-        // time.
-        auto latest = steady::time_point::max();
-        for (const auto& d : due) latest = std::min(latest, d.lease->valid_until());
         auto calls = std::make_shared<std::vector<script_call>>();
         calls->reserve(due.size());
         for (const auto& d : due) {
@@ -875,11 +934,16 @@ steady::time_point engine::renew_due(steady::time_point now) {
                               {d.lease->token(), ms_text(d.request)}});
         }
         std::vector<script_batch> batches;
+        bool cut_short = false;  // some batch's own bound lies past `latest`
         for (auto& s : servers_) {
-            batches.push_back(
-                {s->renew_conn.get(), calls, std::min(s->renew_conn->default_deadline(), latest)});
+            const auto own = s->renew_conn->default_deadline();
+            cut_short = cut_short || latest < own;
+            batches.push_back({s->renew_conn.get(), calls, std::min(own, latest)});
         }
         run_everywhere(batches);
+        // Stopped waiting at another lease's deadline, not at the server's own bound: not yet a
+        // renewal failure. Retry at once, right after that lease's loss is reported.
+        const bool interrupted = cut_short && steady::now() >= latest;
         std::string failures;
         for (const auto& b : batches) {
             if (b.ec) failures += (failures.empty() ? "" : "; ") + b.error;
@@ -916,6 +980,8 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     lost.push_back(
                         lease);  // gone or another token on enough servers: no quorum can hold it
                     registry_.erase(it);
+                } else if (interrupted) {
+                    it->second.next_renewal = now;
                 } else {
                     lease->renewal_failed();
                     const auto retry = now + dlock::detail::renewal_retry_delay(lease->plan());

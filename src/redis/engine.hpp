@@ -83,12 +83,16 @@ public:
 private:
     struct server;
     /// A pooled command connection of one server, returned to its pool when it goes out of scope.
+    /// A server has at most max_pooled command connections; a caller beyond that waits for one to
+    /// come back, first come first served, until `deadline` (then get() is null). A connection is
+    /// lent for one exchange, so the wait is bounded by the exchanges queued ahead.
     class pooled {
     public:
-        explicit pooled(server& s);
+        explicit pooled(server& s, steady::time_point deadline = steady::time_point::max());
         ~pooled();
         pooled(pooled&&) noexcept = default;
         connection* get() const noexcept { return conn_.get(); }
+        explicit operator bool() const noexcept { return conn_ != nullptr; }
 
     private:
         server* server_;
@@ -101,7 +105,8 @@ private:
     attempt_outcome attempt(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds lease,
                             const lock_request& request, std::chrono::milliseconds node_timeout,
-                            std::uint64_t ticket_floor = 0);
+                            std::uint64_t ticket_floor = 0,
+                            steady::time_point deadline = steady::time_point::max());
     void release_everywhere(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds node_timeout);
     /// A queued waiter gives up, or its wait failed after a request may have reached the server:

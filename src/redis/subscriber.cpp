@@ -28,12 +28,13 @@ subscriber::subscriber(std::vector<connection_settings> servers, std::function<v
       wake_(std::move(wake)),
       conn_(std::make_unique<connection>(servers_.at(0))) {}
 
-subscriber::registration::registration(subscriber& owner, std::string channel)
-    : owner_(owner), channel_(std::move(channel)) {
+subscriber::registration::registration(subscriber& owner, std::string channel, wake_mode mode)
+    : owner_(owner), channel_(std::move(channel)), mode_(mode) {
     bool first = false;
     {
         std::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
+        if (mode_ == wake_mode::all) ++ch.waking_all;
         // A channel still subscribed from earlier waiters (lingering) needs no SUBSCRIBE.
         first = ++ch.waiters == 1 && !ch.subscribed;
         if (first) owner_.dirty_ = true;
@@ -46,7 +47,14 @@ subscriber::registration::~registration() {
     {
         std::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
+        if (mode_ == wake_mode::all) --ch.waking_all;
         last = --ch.waiters == 0;
+        if (woken_ && !last) {
+            // Woken, but gave up without the lock: the release it was woken for is still unused.
+            ++ch.wakeups;
+            ch.changed.notify_one();
+        }
+        ch.wakeups = std::min<std::uint64_t>(ch.wakeups, static_cast<std::uint64_t>(ch.waiters));
         // Stay subscribed for a while: a hot lock's next waiter then skips SUBSCRIBE's round trip.
         if (last) ch.idle_since = steady::now();
         if (last && !ch.subscribed) owner_.dirty_ = true;
@@ -69,24 +77,45 @@ std::string subscriber::registration::last_message() const {
 // on another thread, which needs mutex_ (see interrupt()).
 void subscriber::registration::wait_subscribed(steady::time_point deadline,
                                                const std::stop_token& cancel) const {
-    const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(); });
+    const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(channel_); });
     std::unique_lock lock(owner_.mutex_);
-    wait_until(owner_.changed_, lock, deadline,
-               [&] { return owner_.channels_[channel_].subscribed || cancel.stop_requested(); });
+    auto& ch = owner_.channels_[channel_];  // stays: this registration keeps it listed
+    wait_until(ch.confirmed, lock, deadline,
+               [&] { return ch.subscribed || cancel.stop_requested(); });
 }
 
 void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadline,
                                     const std::stop_token& cancel) const {
-    const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(); });
+    const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(channel_); });
     std::unique_lock lock(owner_.mutex_);
-    wait_until(owner_.changed_, lock, deadline, [&] {
-        return owner_.channels_[channel_].generation != seen || cancel.stop_requested();
+    auto& ch = owner_.channels_[channel_];
+    // Back here after a wake-up: that attempt found the lock taken, and whoever took it publishes
+    // again when it releases. The wake-up is used up.
+    woken_ = false;
+    wait_until(ch.changed, lock, deadline, [&] {
+        if (ch.generation != seen || cancel.stop_requested()) return true;
+        if (mode_ == wake_mode::one && ch.wakeups > 0) {
+            --ch.wakeups;
+            woken_ = true;
+            return true;
+        }
+        return false;
     });
 }
 
-void subscriber::interrupt() {
-    { std::lock_guard lock(mutex_); }  // orders the notify after a waiter's predicate check
-    changed_.notify_all();
+void subscriber::interrupt(const std::string& channel) {
+    std::lock_guard lock(mutex_);  // orders the notify after a waiter's predicate check
+    const auto it = channels_.find(channel);
+    if (it == channels_.end()) return;
+    it->second.changed.notify_all();
+    it->second.confirmed.notify_all();
+}
+
+void subscriber::notify_everyone_locked() {
+    for (auto& [name, ch] : channels_) {
+        ch.changed.notify_all();
+        ch.confirmed.notify_all();
+    }
 }
 
 int subscriber::service(steady::time_point now, steady::time_point latest) {
@@ -94,10 +123,12 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
     bool reconnected = false;
     {
         std::lock_guard lock(mutex_);
-        const bool wanted = std::any_of(channels_.begin(), channels_.end(),
-                                        [](const auto& kv) { return kv.second.waiters > 0; });
         if (!conn_->is_open()) {
-            if (!wanted || now < reconnect_at_) return -1;
+            // Nothing is subscribed on a closed connection: a channel nobody waits on has nothing
+            // left to undo, so it goes now (its linger deadline would otherwise keep asking for
+            // a service() that cannot act, and the thread would spin).
+            std::erase_if(channels_, [](const auto& kv) { return kv.second.waiters == 0; });
+            if (channels_.empty() || now < reconnect_at_) return -1;
             dirty_ = true;
         }
         if (!dirty_ && now < next_linger_expiry_locked()) return conn_->native_handle();
@@ -138,14 +169,14 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
             }
             ++it;
         }
+        if (reconnected) notify_everyone_locked();
     }
-    if (reconnected) changed_.notify_all();
     std::error_code ec;
     for (const auto* list : {&subscribe, &unsubscribe}) {
         if (list->empty() || ec) continue;
         command_args cmd{list == &subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE"};
         for (const auto& c : *list) cmd.push_back(c);
-        conn_->send(cmd, ec);
+        conn_->send(cmd, ec, latest);
     }
     if (ec) {
         reset_connection();
@@ -170,25 +201,28 @@ void subscriber::dispatch(const reply& r) {
     if (r.type != reply::kind::array || r.elements.size() < 3) return;
     const auto& kind = r.elements[0].text;
     const auto& name = r.elements[1].text;
-    {
-        std::lock_guard lock(mutex_);
-        const auto it = channels_.find(name);
-        if (it == channels_.end()) return;
-        auto& ch = it->second;
-        if (kind == "message") {
+    std::lock_guard lock(mutex_);
+    const auto it = channels_.find(name);
+    if (it == channels_.end()) return;
+    auto& ch = it->second;
+    if (kind == "message") {
+        ch.last_message = r.elements[2].text;
+        if (ch.waking_all > 0 || ch.waiters == 0) {
             ++ch.generation;
-            ch.last_message = r.elements[2].text;
-        } else if (kind == "subscribe") {
-            ch.requested = false;
-            ch.subscribed = true;
-            if (ch.waiters == 0) dirty_ = true;  // the waiter left meanwhile: unsubscribe
-        } else if (kind == "unsubscribe") {
-            if (ch.waiters > 0) dirty_ = true;  // a waiter came back meanwhile: subscribe again
-        } else {
-            return;
+            ch.changed.notify_all();
+        } else if (ch.wakeups < static_cast<std::uint64_t>(ch.waiters)) {
+            // One release lets one waiter in: wake one, not the herd.
+            ++ch.wakeups;
+            ch.changed.notify_one();
         }
+    } else if (kind == "subscribe") {
+        ch.requested = false;
+        ch.subscribed = true;
+        if (ch.waiters == 0) dirty_ = true;  // the waiter left meanwhile: unsubscribe
+        ch.confirmed.notify_all();
+    } else if (kind == "unsubscribe") {
+        if (ch.waiters > 0) dirty_ = true;  // a waiter came back meanwhile: subscribe again
     }
-    changed_.notify_all();
 }
 
 void subscriber::move_to_next_server() {
@@ -206,17 +240,15 @@ void subscriber::back_off_locked() {
 
 void subscriber::reset_connection() {
     move_to_next_server();
-    {
-        std::lock_guard lock(mutex_);
-        for (auto& [name, ch] : channels_) {
-            ch.subscribed = false;
-            ch.requested = false;
-            ++ch.generation;  // wake waiters: they retry now and fall back on the lease bound
-        }
-        dirty_ = true;
-        back_off_locked();
+    std::lock_guard lock(mutex_);
+    for (auto& [name, ch] : channels_) {
+        ch.subscribed = false;
+        ch.requested = false;
+        ++ch.generation;  // wake waiters: they retry now and fall back on the lease bound
     }
-    changed_.notify_all();
+    notify_everyone_locked();
+    dirty_ = true;
+    back_off_locked();
 }
 
 steady::time_point subscriber::next_linger_expiry_locked() const {
@@ -230,17 +262,17 @@ steady::time_point subscriber::next_linger_expiry_locked() const {
 
 steady::time_point subscriber::next_retry() const {
     std::lock_guard lock(mutex_);
-    const auto linger_expiry = next_linger_expiry_locked();
-    if (conn_->is_open() || channels_.empty()) return linger_expiry;
-    return std::min(reconnect_at_, linger_expiry);
+    if (conn_->is_open()) return next_linger_expiry_locked();
+    // Disconnected: lingering has no meaning (nothing is subscribed); reconnect only for waiters.
+    const bool wanted = std::any_of(channels_.begin(), channels_.end(),
+                                    [](const auto& kv) { return kv.second.waiters > 0; });
+    return wanted ? reconnect_at_ : steady::time_point::max();
 }
 
 void subscriber::wake_all() {
-    {
-        std::lock_guard lock(mutex_);
-        for (auto& [name, ch] : channels_) ++ch.generation;
-    }
-    changed_.notify_all();
+    std::lock_guard lock(mutex_);
+    for (auto& [name, ch] : channels_) ++ch.generation;
+    notify_everyone_locked();
 }
 
 }  // namespace dlock::redis::detail

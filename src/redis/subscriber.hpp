@@ -1,12 +1,19 @@
 // Release notifications for waiters: ONE pub/sub connection per client, shared by every waiting
 // lock. With several servers (Redlock: releases publish on all of them) it subscribes on one and
 // moves to the next when that connection fails. Waiters register a channel before their retry
-// attempt (so a release in between is not missed) and sleep until a message bumps the channel's
-// generation or their own deadline passes. Pub/sub is lossy, so waiters also always carry a
-// deadline (the holder's remaining lease).
+// attempt (so a release in between is not missed) and sleep until a message wakes them or their
+// own deadline passes. Pub/sub is lossy, so waiters also always carry a deadline (the holder's
+// remaining lease).
+//
+// A message wakes every waiter of its channel (wake_mode::all: semaphores, readers, hand-offs) or
+// only one of them (wake_mode::one: kinds where a release lets exactly one waiter in). A woken
+// waiter that gives up without the lock passes its wake-up to the next; one whose attempt found the
+// lock taken drops it, because that holder's release publishes again.
 //
 // The client's background thread owns the connection: it sends (UN)SUBSCRIBE, reads messages,
 // reconnects with backoff and, after a reconnect, wakes every waiter (messages may have been lost).
+// It never blocks past the `latest` it is given, and it sleeps while it has nothing to do: with the
+// connection down and nobody waiting it forgets every channel instead of retrying.
 #pragma once
 
 #include <condition_variable>
@@ -28,10 +35,15 @@ public:
     /// `wake` is called (with no lock held) when the background thread must act on new requests.
     subscriber(std::vector<connection_settings> servers, std::function<void()> wake);
 
-    /// RAII registration of one waiter on one channel.
+    enum class wake_mode {
+        all,  ///< a message wakes every waiter of the channel
+        one,  ///< a message wakes one waiter of the channel (see the file comment)
+    };
+
+    /// RAII registration of one waiter on one channel. Used by one thread at a time.
     class registration {
     public:
-        registration(subscriber& owner, std::string channel);
+        registration(subscriber& owner, std::string channel, wake_mode mode = wake_mode::all);
         ~registration();
         registration(const registration&) = delete;
         registration& operator=(const registration&) = delete;
@@ -39,15 +51,21 @@ public:
         std::uint64_t generation() const;
         /// Waits until the server confirmed the subscription, or `deadline`.
         void wait_subscribed(steady::time_point deadline, const std::stop_token& cancel) const;
-        /// Sleeps until a message newer than `seen` arrived, or `deadline`.
+        /// Sleeps until a message newer than `seen` arrived (wake_mode::one: until this waiter is
+        /// handed a message's wake-up, or the connection was re-established), or `deadline`.
+        /// Calling it again means the attempt after the last wake-up did not get the lock.
         void wait(std::uint64_t seen, steady::time_point deadline,
                   const std::stop_token& cancel) const;
+        /// The waiter got the lock: a wake-up it holds is used up, not passed on.
+        void granted() noexcept { woken_ = false; }
         /// The payload of the channel's latest message (empty before the first).
         std::string last_message() const;
 
     private:
         subscriber& owner_;
         std::string channel_;
+        wake_mode mode_;
+        mutable bool woken_ = false;  // holds a wake-up (wake_mode::one) not yet used
     };
 
     // --- background thread side ---
@@ -56,23 +74,30 @@ public:
     int service(steady::time_point now, steady::time_point latest);
     /// Reads and dispatches every message already available.
     void on_readable();
-    /// When service() wants to be called again at the latest (reconnect backoff, a lingering
-    /// subscription to drop).
+    /// When service() wants to be called again at the latest (reconnect backoff while someone
+    /// waits, a lingering subscription to drop); time_point::max() when there is nothing to do.
+    /// Never in the past for longer than one call of service(): the loop sleeps when idle.
     steady::time_point next_retry() const;
     /// Wakes every waiter (shutdown).
     void wake_all();
-    /// Makes every sleeping waiter re-check its predicate (a cancel was requested).
-    void interrupt();
 
 private:
     struct channel_state {
         int waiters = 0;
+        int waking_all = 0;  // waiters with wake_mode::all
         std::uint64_t generation = 0;
+        std::uint64_t wakeups = 0;        // wake_mode::one: messages not yet handed to a waiter
         bool subscribed = false;          // confirmed by the server
         bool requested = false;           // SUBSCRIBE sent, not yet confirmed
         steady::time_point idle_since{};  // when the last waiter left
         std::string last_message;
+        std::condition_variable changed;    // wait() sleeps on it
+        std::condition_variable confirmed;  // wait_subscribed() sleeps on it
     };
+    /// Makes the channel's sleeping waiters re-check their predicate (a cancel was requested).
+    void interrupt(const std::string& channel);
+    /// Wakes every waiter of every channel (generation bumped by the caller).
+    void notify_everyone_locked();
     steady::time_point next_linger_expiry_locked() const;
     void dispatch(const reply& r);
     void reset_connection();
@@ -87,7 +112,6 @@ private:
     std::unique_ptr<connection> conn_;  // background thread only
 
     mutable std::mutex mutex_;  // guards channels_, dirty_, reconnect_at_, backoff_
-    mutable std::condition_variable changed_;
     std::unordered_map<std::string, channel_state> channels_;
     bool dirty_ = false;  // channels_ changed since the last service()
     steady::time_point reconnect_at_{};

@@ -7,6 +7,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -24,6 +27,28 @@ using dlock::test::fenced_write;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
 using dlock::test::unique_name;
+using steady = std::chrono::steady_clock;
+
+/// The ids of this process's threads.
+std::set<std::string> task_ids() {
+    std::set<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+        out.insert(e.path().filename().string());
+    return out;
+}
+
+/// What the scheduler counted for a thread of this process (/proc/self/task/<tid>/schedstat).
+struct thread_schedule {
+    std::chrono::nanoseconds on_cpu{-1};
+    long long slices = -1;  // times it was put on a CPU: wake-ups and preemptions
+};
+
+thread_schedule schedule_of(const std::string& tid) {
+    std::ifstream in("/proc/self/task/" + tid + "/schedstat");
+    long long on_cpu = -1, waited = -1, slices = -1;
+    in >> on_cpu >> waited >> slices;
+    return {std::chrono::nanoseconds(on_cpu), slices};
+}
 
 const bool paused_holder =
     dlock::test::register_child("paused_holder", [](const std::vector<std::string>& args) {
@@ -159,6 +184,75 @@ TEST(RedisFault, WritesPausedPastTheLeaseMakeTheHolderLoseIt) {
     EXPECT_LE(std::chrono::steady_clock::now() - paused_at, lease + scaled(500ms))
         << "lost no later than its deadline";
     server.command({"CLIENT", "UNPAUSE"});
+}
+
+TEST(RedisFault, AnotherLeasesRenewalStuckOnAPausedServerDoesNotDelayALoss) {
+    dlock::test::redis_server server;
+    // A long command_timeout: a renewal may wait this long for an answer.
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(3s)});
+    // Renewed every second: its first renewal is in flight when the short lease runs out.
+    auto long_grant = redis.acquire(unique_name("long"), {.lease = scaled(3s)});
+    std::atomic<steady::rep> on_lost_at{0};
+    auto short_grant =
+        redis.acquire(unique_name("short"),
+                      {.lease = scaled(1200ms), .renew = false, .on_lost = [&](std::error_code) {
+                           on_lost_at = steady::now().time_since_epoch().count();
+                       }});
+    const auto valid_until = steady::now() + short_grant.expires_in();
+    std::atomic<steady::rep> lost_at{0};
+    const std::stop_callback record(short_grant.lost_token(),
+                                    [&] { lost_at = steady::now().time_since_epoch().count(); });
+    server.pause();  // SIGSTOP: the socket stays open, nothing answers
+    ASSERT_TRUE(
+        eventually([&] { return lost_at.load() != 0 && on_lost_at.load() != 0; }, scaled(6s)));
+    const auto tolerance = scaled(150ms);
+    for (const auto at : {lost_at.load(), on_lost_at.load()}) {
+        const auto fired = steady::time_point(steady::duration(at));
+        EXPECT_GE(fired, valid_until - 2ms) << "never before its validity ends";
+        EXPECT_LE(fired - valid_until, tolerance)
+            << "late by "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(fired - valid_until).count()
+            << " ms: the watchdog waited on the other lease's renewal";
+    }
+    server.resume();
+    EXPECT_NE(long_grant.state(), dlock::lock_state::lost);
+}
+
+TEST(RedisFault, SubscriberThreadSleepsAfterARestartWithALingeringChannel) {
+    dlock::test::redis_server server;
+    const auto before = task_ids();
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
+    std::vector<std::string> added;
+    for (const auto& t : task_ids())
+        if (!before.contains(t)) added.push_back(t);
+    ASSERT_EQ(added.size(), 1u) << "one background thread per client";
+    const auto worker = added.front();
+    const auto name = unique_name();
+    auto holder = redis.acquire(name, {.lease = 60s});
+    {
+        // Waits on the release channel, then gives up: the channel lingers, subscribed, with
+        // nobody waiting.
+        dlock::mutex m(redis, name);
+        EXPECT_FALSE(m.try_lock_for(scaled(200ms)));
+    }
+    server.kill9();  // drops the subscriber connection while the channel lingers
+    server.start();
+    const auto wall_start = steady::now();
+    const auto before_window = schedule_of(worker);
+    std::this_thread::sleep_for(scaled(1s));  // a measuring window, not a wait for a condition
+    const auto after_window = schedule_of(worker);
+    const auto wall = steady::now() - wall_start;
+    const auto used = after_window.on_cpu - before_window.on_cpu;
+    const auto slices = after_window.slices - before_window.slices;
+    // Asleep it uses well under 1 ms and is woken a handful of times; spinning it uses the CPU
+    // share it gets (on an idle machine) or is put back on a CPU over and over (on a busy one).
+    const auto ms = [](auto d) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    };
+    EXPECT_LT(used, wall / 100) << "the background thread used " << ms(used) << " ms of CPU in "
+                                << ms(wall) << " ms: it spins";
+    EXPECT_LT(slices, 50) << "the background thread ran " << slices << " times in " << ms(wall)
+                          << " ms: it spins";
 }
 
 }  // namespace

@@ -314,12 +314,15 @@ TEST(RedisErrors, ANameWithALiveQueuedWaiterOfAnotherKindIsRefused) {
         const auto name = unique_name();
         SCOPED_TRACE(dlock::to_string(c.waiter));
         auto held = redis.acquire(name, {.kind = c.holder}, {.lease = 10s, .wait = 0s});
-        std::atomic<bool> granted{false};
+        std::atomic<bool> granted{false}, checked{false};
         std::jthread waiter([&] {
             std::error_code ec;
             auto l =
                 redis.acquire(name, {.kind = c.waiter}, {.lease = 10s, .wait = scaled(20s)}, ec);
             granted = l.state() == dlock::lock_state::held;
+            // Keep the name this kind's until the other kinds were tried: a refresh may take the
+            // lock as soon as the holder is gone, and releasing it would leave the name free.
+            (void)dlock::test::eventually([&] { return checked.load(); }, scaled(30s));
         });
         const auto queue = redis.lock_key(name) + ":queue";
         ASSERT_TRUE(dlock::test::eventually(
@@ -339,6 +342,7 @@ TEST(RedisErrors, ANameWithALiveQueuedWaiterOfAnotherKindIsRefused) {
                 EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
             }
         }
+        checked = true;
         waiter.join();  // takes the lock at its next refresh, then releases it
         EXPECT_TRUE(granted.load());
         std::error_code ignored;

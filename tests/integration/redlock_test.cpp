@@ -380,7 +380,7 @@ TEST(Redlock, AServerPausedAtConstructionDoesNotBlockGrants) {
     dlock::redlock::client redlock({.urls = {a.url(), b.url(), paused.url()},
                                     .connect_timeout = scaled(300ms),
                                     .command_timeout = scaled(300ms),
-                                    .node_timeout = scaled(50ms)});
+                                    .node_timeout = scaled(250ms)});
     for (int i = 0; i < 3; ++i) {
         auto grant = redlock.acquire(unique_name(), {.lease = 10s, .wait = 0s});
         EXPECT_EQ(grant.state(), dlock::lock_state::held);

@@ -1,0 +1,202 @@
+// The client's subscriber (src/redis/subscriber.*) driven directly against a private redis-server:
+// the test thread plays the client's background thread, so who is woken by which message, and
+// what the loop is asked to do after the connection drops, are checked exactly.
+#include <gtest/gtest.h>
+
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/url.hpp"
+#include "redis/subscriber.hpp"
+#include "redis_server.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::redis::detail::connection_settings;
+using dlock::redis::detail::subscriber;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using dlock::test::unique_name;
+using steady = std::chrono::steady_clock;
+using wake_mode = subscriber::wake_mode;
+
+connection_settings settings_for(const dlock::test::redis_server& server) {
+    std::error_code ec;
+    auto endpoint = dlock::detail::parse_redis_url(server.url(), ec);
+    EXPECT_FALSE(ec) << ec.message();
+    return {endpoint, 1000ms, 1000ms, "dlock:sub"};
+}
+
+/// Runs the subscriber the way the client's background thread does (service, poll, on_readable),
+/// from a thread of its own; `step()` is one such pass, for tests that drive it by hand.
+class driver {
+public:
+    explicit driver(const dlock::test::redis_server& server)
+        : sub_({settings_for(server)}, [] {}) {}
+    ~driver() { stop(); }
+
+    subscriber& sub() { return sub_; }
+    void start() {
+        loop_ = std::jthread([this](std::stop_token stop) {
+            while (!stop.stop_requested()) step(5ms);
+        });
+    }
+    void stop() {
+        if (loop_.joinable()) {
+            loop_.request_stop();
+            loop_.join();
+        }
+    }
+    /// One pass: returns the descriptor service() asked to poll (-1: none).
+    int step(std::chrono::milliseconds poll_for) {
+        const int fd = sub_.service(steady::now(), steady::now() + 1s);
+        if (fd < 0) {
+            std::this_thread::sleep_for(poll_for);
+            return fd;
+        }
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(poll_for.count())) > 0) sub_.on_readable();
+        return fd;
+    }
+
+private:
+    subscriber sub_;
+    std::jthread loop_;
+};
+
+/// A waiter thread: registers, waits for the subscription, then sleeps in wait() until woken;
+/// afterwards `then` decides what the woken waiter does with its registration.
+struct waiter {
+    enum class then { give_up, granted, wait_again };
+    std::atomic<bool> ready{false};
+    std::atomic<int> wakeups{0};
+    std::atomic<bool> release{false};  // set by the test: do `then` now
+    std::atomic<bool> done{false};
+    std::jthread thread;
+
+    waiter(subscriber& sub, const std::string& channel, wake_mode mode, then what) {
+        thread = std::jthread([this, &sub, channel, mode, what] {
+            subscriber::registration reg(sub, channel, mode);
+            reg.wait_subscribed(steady::now() + scaled(5s), {});
+            auto seen = reg.generation();
+            ready = true;
+            const auto far = steady::now() + scaled(60s);  // no fallback wake-up in this test
+            reg.wait(seen, far, {});
+            ++wakeups;
+            while (!release.load()) std::this_thread::sleep_for(1ms);
+            if (what == then::granted) reg.granted();
+            if (what == then::wait_again) {
+                seen = reg.generation();
+                reg.wait(seen, far, {});
+                ++wakeups;
+            }
+            done = true;
+        });
+    }
+};
+
+TEST(RedisSubscriber, OneMessageWakesOneWaiterAndAGiveUpPassesItOn) {
+    dlock::test::redis_server server;
+    driver d(server);
+    d.start();
+    const auto channel = unique_name();
+    waiter a(d.sub(), channel, wake_mode::one, waiter::then::give_up);
+    waiter b(d.sub(), channel, wake_mode::one, waiter::then::give_up);
+    ASSERT_TRUE(eventually([&] { return a.ready && b.ready; }, 10s));
+    server.command({"PUBLISH", channel, "released"});
+    ASSERT_TRUE(eventually([&] { return a.wakeups + b.wakeups >= 1; }, 5s));
+    std::this_thread::sleep_for(scaled(300ms));  // a window in which a herd would show
+    EXPECT_EQ(a.wakeups + b.wakeups, 1) << "one release, one waiter woken";
+    auto& woken = a.wakeups == 1 ? a : b;
+    auto& other = a.wakeups == 1 ? b : a;
+    woken.release = true;  // gives up without the lock
+    EXPECT_TRUE(eventually([&] { return other.wakeups == 1; }, 5s))
+        << "the wake-up passes to the next waiter";
+    other.release = true;
+}
+
+TEST(RedisSubscriber, AWakeUpIsUsedUpByAGrantOrAFailedAttempt) {
+    dlock::test::redis_server server;
+    driver d(server);
+    d.start();
+    for (const auto what : {waiter::then::granted, waiter::then::wait_again}) {
+        SCOPED_TRACE(what == waiter::then::granted ? "granted" : "wait again");
+        const auto channel = unique_name();
+        waiter a(d.sub(), channel, wake_mode::one, what);
+        waiter b(d.sub(), channel, wake_mode::one, what);
+        ASSERT_TRUE(eventually([&] { return a.ready && b.ready; }, 10s));
+        server.command({"PUBLISH", channel, "released"});
+        ASSERT_TRUE(eventually([&] { return a.wakeups + b.wakeups >= 1; }, 5s));
+        auto& woken = a.wakeups == 1 ? a : b;
+        auto& other = a.wakeups == 1 ? b : a;
+        woken.release = true;  // got the lock, or its attempt found the lock taken
+        std::this_thread::sleep_for(scaled(300ms));
+        EXPECT_EQ(a.wakeups + b.wakeups, 1) << "whoever holds the lock now publishes again";
+        server.command({"PUBLISH", channel, "released"});
+        EXPECT_TRUE(eventually([&] { return a.wakeups + b.wakeups == 2; }, 5s))
+            << "the next release wakes one waiter again";
+        if (what == waiter::then::granted) {
+            EXPECT_EQ(other.wakeups, 1);
+        }
+        std::this_thread::sleep_for(scaled(100ms));
+        EXPECT_EQ(a.wakeups + b.wakeups, 2);
+        other.release = true;
+        // Let whoever still sleeps go (a reconnect-style wake-up of everyone).
+        while (!a.done || !b.done) {
+            d.sub().wake_all();
+            std::this_thread::sleep_for(1ms);
+        }
+    }
+}
+
+TEST(RedisSubscriber, WakeAllChannelsWakeEveryWaiter) {
+    dlock::test::redis_server server;
+    driver d(server);
+    d.start();
+    const auto channel = unique_name();
+    waiter a(d.sub(), channel, wake_mode::all, waiter::then::give_up);
+    waiter b(d.sub(), channel, wake_mode::one, waiter::then::give_up);
+    ASSERT_TRUE(eventually([&] { return a.ready && b.ready; }, 10s));
+    server.command({"PUBLISH", channel, "released"});
+    EXPECT_TRUE(eventually([&] { return a.wakeups == 1 && b.wakeups == 1; }, 5s))
+        << "with one wake-all waiter listed, a message wakes everyone";
+    a.release = true;
+    b.release = true;
+}
+
+TEST(RedisSubscriber, NothingToDoAfterTheConnectionDropsWithOnlyLingeringChannels) {
+    dlock::test::redis_server server;
+    driver d(server);  // driven by hand: step()
+    const auto channel = unique_name();
+    {
+        subscriber::registration reg(d.sub(), channel, wake_mode::one);
+        ASSERT_TRUE(eventually(
+            [&] {
+                d.step(1ms);
+                return server.command({"PUBSUB", "NUMSUB", channel}).ends_with("\n1");
+            },
+            10s));
+    }  // the waiter gives up: the channel lingers, still subscribed
+    d.step(1ms);
+    server.kill9();
+    // The drop is noticed on the next readable pass; then nothing is left to do.
+    ASSERT_TRUE(eventually([&] { return d.step(1ms) < 0; }, 5s));
+    EXPECT_EQ(d.step(1ms), -1);
+    EXPECT_EQ(d.sub().next_retry(), steady::time_point::max())
+        << "no deadline in the past: the background thread would spin on it";
+    server.start();
+    EXPECT_EQ(d.step(1ms), -1) << "no reconnect while nobody waits";
+    EXPECT_EQ(d.sub().next_retry(), steady::time_point::max());
+    // A new waiter brings the connection back.
+    subscriber::registration again(d.sub(), channel, wake_mode::one);
+    EXPECT_TRUE(eventually([&] { return d.step(1ms) >= 0; }, 5s));
+}
+
+}  // namespace
