@@ -67,15 +67,21 @@ service_url parse_service_url(std::string_view url) {
                                      redact_url(url), why));
     };
     auto rest = url.substr(scheme_end + 3);
+    // The userinfo ends at the last '@' of the text, so that a password's unencoded '/' or '?'
+    // is never taken for a path or a query (and quoted in a message).
+    std::string_view userinfo;
+    if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+        userinfo = rest.substr(0, at + 1);  // with its '@'
+        rest = rest.substr(at + 1);
+    }
+    if (userinfo.find_first_of("/?#") != std::string_view::npos) {
+        throw bad(
+            "unencoded '/', '?' or '#' in the user or password (write them as %2F, %3F, %23)");
+    }
     if (rest.find('?') != std::string_view::npos) throw bad("query options are not supported");
     const auto slash = rest.find('/');
     const auto path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
     auto hosts = rest.substr(0, slash);
-    std::string_view userinfo;
-    if (const auto at = hosts.rfind('@'); at != std::string_view::npos) {
-        userinfo = hosts.substr(0, at + 1);  // with its '@'
-        hosts = hosts.substr(at + 1);
-    }
     service_url out{.redlock = true};
     while (true) {
         const auto comma = hosts.find(',');
