@@ -106,6 +106,7 @@ stage_tsan() {
 total0=$SECONDS
 run_stage "format (clang-format, STYLE.md §7)" bash scripts/check-format.sh
 run_stage "plain build: all tests" stage_plain
+run_stage "spin: the hand-off model (models/check.sh)" bash models/check.sh
 if ((!quick)); then
   run_stage "ASan+UBSan build: all tests" stage_asan
   run_stage "TSan build: unit + integration tests" stage_tsan
