@@ -120,6 +120,7 @@ total0=$SECONDS
 run_stage "packages (scripts/setup.sh --deps-only)" bash scripts/setup.sh --deps-only
 run_stage "format (clang-format)" bash scripts/check-format.sh
 run_stage "plain build: all tests" stage_plain
+run_stage "spin: the hand-off model (models/check.sh)" bash models/check.sh
 if ((!quick)); then
   run_stage "torture: seeded faults, every backend and kind (plain build)" stage_torture
   run_stage "ASan+UBSan build: all tests" stage_asan

@@ -1,5 +1,6 @@
 #include "core/url.hpp"
 
+#include <cctype>
 #include <charconv>
 
 #include "core/status.hpp"
@@ -38,21 +39,55 @@ bool percent_decode(std::string_view in, std::string& out) {
     return true;
 }
 
+// A URL scheme: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ).
+bool is_scheme(std::string_view text) {
+    if (text.empty() || !std::isalpha(static_cast<unsigned char>(text.front()))) return false;
+    for (const char c : text) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.')
+            return false;
+    }
+    return true;
+}
+
+// A user name that may be shown: only characters RFC 3986 allows unencoded in userinfo. Anything
+// else ('/', '?', '#', '@', ...) means the split into user and password is not what the writer
+// meant, so nothing of it is shown.
+bool is_plain_user(std::string_view text) {
+    for (const char c : text) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) &&
+            std::string_view("-._~%!$&'()*+,;=").find(c) == std::string_view::npos)
+            return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 std::string redact_url(std::string_view url) {
-    std::string out(url);
-    const auto start = out.find("://");
-    if (start == std::string::npos) return out;
-    const auto authority_begin = start + 3;
-    const auto authority_end = out.find_first_of("/?", authority_begin);
-    const auto at = out.rfind('@', authority_end == std::string::npos ? out.size() : authority_end);
-    if (at == std::string::npos || at < authority_begin) return out;
-    const auto colon = out.find(':', authority_begin);
+    // The secret is everything between "://" and the LAST '@' of the whole text, not of the
+    // authority: a password may hold an unencoded '@', '/', '?' or '#', and then the authority
+    // cannot be told from the path, so more is hidden rather than less. Without a "://" after a
+    // valid scheme the text may be a bare "user:password@host", so the secret starts at 0.
+    const auto scheme_end = url.find("://");
+    const std::size_t begin =
+        scheme_end != std::string_view::npos && is_scheme(url.substr(0, scheme_end))
+            ? scheme_end + 3
+            : 0;
+    const auto at = url.rfind('@');
+    if (at == std::string_view::npos || at < begin) return std::string(url);
+    const auto secret = url.substr(begin, at - begin);
     // "user:password@" keeps the user; a lone "secret@" is a password.
-    const auto secret_begin =
-        (colon != std::string::npos && colon < at) ? colon + 1 : authority_begin;
-    out.replace(secret_begin, at - secret_begin, "***");
+    const auto colon = secret.find(':');
+    const auto user =
+        colon == std::string_view::npos ? std::string_view{} : secret.substr(0, colon);
+    const bool keep_user = colon != std::string_view::npos && is_plain_user(user);
+    std::string out(url.substr(0, begin));
+    if (keep_user) {
+        out += user;
+        out += ':';
+    }
+    out += "***";
+    out += url.substr(at);
     return out;
 }
 
@@ -97,19 +132,28 @@ redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
     } else if (scheme == "rediss") {
         ep.kind = redis_endpoint::transport::tls;
     } else {
-        return bad("unknown scheme \"" + std::string(scheme) +
-                   "\" (expected redis, rediss or unix)");
+        // Not quoted unless it is a scheme: "user:pass://..." would show the password.
+        return bad((is_scheme(scheme) ? "unknown scheme \"" + std::string(scheme) + "\""
+                                      : std::string("no scheme")) +
+                   " (expected redis, rediss or unix)");
     }
 
+    // The userinfo ends at the LAST '@' of the text (this URL has no query, and its path is a
+    // number): an unencoded '/', '?' or '#' in a password must not turn its tail into a host,
+    // port or database that an error message would quote.
+    const auto at = rest.rfind('@');
+    const auto userinfo = at == std::string_view::npos ? std::string_view{} : rest.substr(0, at);
+    if (at != std::string_view::npos) rest = rest.substr(at + 1);
+    if (userinfo.find_first_of("/?#") != std::string_view::npos) {
+        return bad(
+            "unencoded '/', '?' or '#' in the user or password (write them as %2F, %3F, %23)");
+    }
     const auto slash = rest.find('/');
     auto authority = rest.substr(0, slash);
     const auto db_part =
         slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
 
-    const auto at = authority.rfind('@');
     if (at != std::string_view::npos) {
-        const auto userinfo = authority.substr(0, at);
-        authority = authority.substr(at + 1);
         const auto colon = userinfo.find(':');
         std::string decoded;
         if (!percent_decode(userinfo.substr(0, colon), decoded))

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/status.hpp"
+#include "core/url.hpp"
 
 namespace dlock::zk::detail {
 
@@ -69,7 +70,9 @@ bool parse_host(std::string_view item, std::string& out, std::string& why) {
 zk_endpoint parse_zk_url(std::string_view url, std::error_code& ec) {
     ec.clear();
     const auto bad = [&](const std::string& why) {
-        fail(ec, errc::invalid_argument, "client_options.url \"" + std::string(url) + "\": " + why);
+        // Quoted with any credentials hidden: this parser rejects them, but the text is the user's.
+        fail(ec, errc::invalid_argument,
+             "client_options.url \"" + dlock::detail::redact_url(url) + "\": " + why);
         return zk_endpoint{};
     };
     if (!url.starts_with(scheme)) return bad("must start with zk://");

@@ -709,6 +709,29 @@ TEST(CliBadInput, WrongOrMissingPassword) {
     EXPECT_EQ(r.status, 0) << r.err;
 }
 
+TEST(CliBadInput, PasswordWithUrlDelimitersIsNeverPrinted) {
+    // Unencoded '/', '?', '#', '@' in a password: refused or used, never printed, whole or in part.
+    for (const std::string password : {"S3cr/etP4", "S3cr?etP4", "S3cr#etP4", "S3cr/etP4@kL8m"}) {
+        for (const std::string& u :
+             {"redis://:" + password + "@127.0.0.1:1",
+              "redis://alice:" + password + "@127.0.0.1:1/0",
+              "redlock://:" + password + "@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+              "redlock://:" + password + "@127.0.0.1:1,,127.0.0.1:2",
+              "zk://u:" + password + "@127.0.0.1:1",
+              "unix://:" + password + "@/tmp/dlock-none.sock"}) {
+            for (const auto& args : std::vector<std::vector<std::string>>{
+                     {"run", "--url", u, "n", "--", "true"}, {"status", "--url", u, "n"}}) {
+                const auto r = run_cli(args);
+                EXPECT_NE(r.status, 0) << u;
+                for (const char* piece : {"S3cr", "etP4", "kL8m"}) {
+                    EXPECT_EQ(r.err.find(piece), std::string::npos) << u << ": " << r.err;
+                    EXPECT_EQ(r.out.find(piece), std::string::npos) << u << ": " << r.out;
+                }
+            }
+        }
+    }
+}
+
 // --- help ---------------------------------------------------------------------------------------
 
 TEST(CliHelp, EveryCommandHasHelpWithExamples) {

@@ -6,9 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -26,16 +31,53 @@ using dlock::test::scaled;
 using dlock::test::shared_redis;
 using dlock::test::unique_name;
 
+// The child tells the parent it holds by creating a file (write, then rename), not by writing a
+// Redis key: the server runs a SET before the child has read its reply, so a parent that paused
+// the child as soon as the key showed could catch that command in flight, and on SIGCONT it would
+// fail with a timeout (the child then exits 98). Creating the file is the child's last step
+// before it only waits, so a pause from then on interrupts no request of its own.
+void announce(const std::string& path, std::uint64_t token) {
+    const auto tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp);
+        out << token << '\n';
+        if (!out.flush()) throw std::runtime_error("cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("rename " + tmp);
+}
+
+// A directory for the child's file, removed with what it holds.
+struct scratch_dir {
+    std::string path;
+    scratch_dir() {
+        char tmpl[] = "/tmp/dlock-recursive-fault.XXXXXX";
+        if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
+        path = tmpl;
+    }
+    ~scratch_dir() { std::filesystem::remove_all(path); }
+    std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+// The token in the file the child created, once it exists (0 if it never does).
+std::uint64_t announced(const std::string& path) {
+    if (!eventually([&] { return std::ifstream(path).good(); }, 10s)) return 0;
+    std::uint64_t token = 0;
+    std::ifstream(path) >> token;
+    return token;
+}
+
 const bool deep_holder =
     dlock::test::register_child("deep_holder", [](const std::vector<std::string>& args) {
-        // args: url, lock name, lease ms, marker key, resource key, depth
-        dlock::redis::client redis({.url = args.at(0), .command_timeout = 500ms});
+        // args: url, lock name, lease ms, marker file, resource key, depth
+        // A short command timeout (for the scale the tests run at), so that the renewal caught
+        // in flight by the pause gives up quickly after it.
+        dlock::redis::client redis({.url = args.at(0), .command_timeout = scaled(500ms)});
         dlock::recursive_mutex m(redis, args.at(1),
                                  {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
         const int depth = std::stoi(args.at(5));
         for (int d = 0; d < depth; ++d) m.lock();
         if (fenced_write(redis, args.at(4), m.fencing_token()) != 1) return 10;
-        redis.command({"SET", args.at(3), std::to_string(m.fencing_token())});
+        announce(args.at(3), m.fencing_token());
         // The parent either kills us here, or pauses us past the lease and then resumes us.
         const auto lost = m.lost_token();
         const auto deadline = std::chrono::steady_clock::now() + 60s;
@@ -59,14 +101,15 @@ TEST(RecursiveMutexFault, HolderKilledAtDepthThreeFreesTheLockWithinItsLease) {
     ASSERT_TRUE(deep_holder);
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
-    const auto marker = unique_name("marker");
+    const scratch_dir dir;
+    const auto marker = dir.file("holding");
     const auto resource = unique_name("resource");
     const auto lease = scaled(1500ms);
     dlock::test::child_process holder(
         "deep_holder",
         {shared_redis().url(), name, std::to_string(lease.count()), marker, resource, "3"});
-    ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
-    const auto holder_token = std::stoull(redis.command({"GET", marker}).text);
+    const auto holder_token = announced(marker);
+    ASSERT_GT(holder_token, 0u) << "the child holds";
     // The server counts the three levels under the holder's token.
     const auto hash = redis.command({"HGETALL", redis.lock_key(name)});
     ASSERT_EQ(hash.elements.size(), 4u);  // <token> 3, fence <token>
@@ -95,14 +138,15 @@ TEST(RecursiveMutexFault, HolderPausedPastItsLeaseSeesLostAndCannotReenter) {
     ASSERT_TRUE(deep_holder);
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
-    const auto marker = unique_name("marker");
+    const scratch_dir dir;
+    const auto marker = dir.file("holding");
     const auto resource = unique_name("resource");
     const auto lease = scaled(1200ms);
     dlock::test::child_process holder(
         "deep_holder",
         {shared_redis().url(), name, std::to_string(lease.count()), marker, resource, "2"});
-    ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
-    holder.stop_signal(SIGSTOP);
+    ASSERT_GT(announced(marker), 0u) << "the child holds";
+    holder.stop_signal(SIGSTOP);  // it only waits now: no request of its own is in flight
     dlock::recursive_mutex m(redis, name);
     ASSERT_TRUE(m.try_lock_for(lease + scaled(2s))) << "the paused holder's lease runs out";
     EXPECT_EQ(fenced_write(redis, resource, m.fencing_token()), 1);

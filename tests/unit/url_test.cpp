@@ -5,8 +5,10 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include <dlock/error.hpp>
+#include <dlock/redis/client.hpp>
 
 #include "core/status.hpp"
 #include "core/url.hpp"
@@ -259,6 +261,112 @@ TEST(RedisEndpointDescribe, NeverContainsThePassword) {
         EXPECT_EQ(d.find('@'), std::string::npos) << url << " -> " << d;
         EXPECT_FALSE(d.empty());
     }
+}
+
+// Passwords holding the characters that end a URL's parts ('/', '?', '#', '@', ':'), unencoded.
+// Whatever the parser makes of such a URL, no error message, redacted URL or description may
+// contain the password or any 4-character piece of it.
+namespace leak {
+
+const std::vector<std::string> passwords = {
+    "S3cr/etP4",   "S3cr?etP4",
+    "S3cr#etP4",   "S3cr@etP4",
+    "S3cr:etP4",   "/S3cr",
+    "S3cr/",       "S3cr@",
+    "@S3cr",       "?S3cr",
+    "#S3cr",       "S3cr//@@",
+    "S3cr://etP4", "S3cr/etP4?ssW0#rdX9@kL8m:Zq7w",
+};
+
+// The pieces of `password` between the delimiters, 4 characters or longer.
+std::vector<std::string> pieces(const std::string& password) {
+    std::vector<std::string> out{password};
+    std::string piece;
+    for (const char c : password + "/") {
+        if (std::string_view("/?#@:").find(c) == std::string_view::npos) {
+            piece += c;
+            continue;
+        }
+        if (piece.size() >= 4) out.push_back(piece);
+        piece.clear();
+    }
+    return out;
+}
+
+// Every URL spelling of `password`: with a user, with an empty user, and alone (if it has no
+// ':', which would make its head a user name); under several schemes and with valid and invalid
+// host, port and path parts after it.
+std::vector<std::string> urls(const std::string& password) {
+    std::vector<std::string> userinfos = {"alice:" + password, ":" + password};
+    if (password.find(':') == std::string::npos) userinfos.push_back(password);
+    std::vector<std::string> out;
+    for (const char* scheme : {"redis://", "rediss://", "unix://", "http://", "", "zk://"}) {
+        for (const auto& userinfo : userinfos) {
+            for (const char* tail : {"@h", "@h:6380/2", "@h:0", "@h:99999", "@/0", "@h/x", "@[::1",
+                                     "@h:6379?x=1", "@h#f", "@/tmp/s.sock", "@a:1,b:2/base"}) {
+                out.push_back(scheme + userinfo + tail);
+            }
+        }
+    }
+    return out;
+}
+
+void expect_hidden(const std::string& password, const std::string& url, const std::string& text,
+                   const char* what) {
+    for (const auto& piece : pieces(password)) {
+        EXPECT_EQ(text.find(piece), std::string::npos)
+            << what << " of " << url << " shows \"" << piece << "\": " << text;
+    }
+}
+
+}  // namespace leak
+
+TEST(RedactUrl, PasswordsWithUrlDelimitersNeverShow) {
+    for (const auto& password : leak::passwords) {
+        for (const auto& url : leak::urls(password)) {
+            leak::expect_hidden(password, url, dlock::detail::redact_url(url), "redact_url");
+            leak::expect_hidden(password, url, dlock::redis::redact_url(url),
+                                "dlock::redis::redact_url");
+            std::error_code ec;
+            const auto ep = parse_redis_url(url, ec);
+            if (ec) {
+                leak::expect_hidden(password, url, dlock::detail::message_for(ec),
+                                    "the error message");
+                leak::expect_hidden(password, url, ec.message(), "ec.message()");
+            } else if (ep.kind == transport::unix_socket) {
+                // "unix:///S3cr@h" is the socket path "/S3cr@h": unix URLs carry no password.
+                EXPECT_FALSE(ep.has_password) << url;
+            } else {
+                leak::expect_hidden(password, url, ep.describe(), "describe()");
+                EXPECT_EQ(ep.password.empty(), false) << url;
+            }
+        }
+    }
+}
+
+TEST(RedactUrl, KeepsWhatIsNotSecret) {
+    EXPECT_EQ(dlock::detail::redact_url("redis://alice:pw@h:1/2"), "redis://alice:***@h:1/2");
+    EXPECT_EQ(dlock::detail::redact_url("redis://pw@h"), "redis://***@h");
+    EXPECT_EQ(dlock::detail::redact_url("redis://:pw@h"), "redis://:***@h");
+    EXPECT_EQ(dlock::detail::redact_url("redis://h:1/2"), "redis://h:1/2");
+    EXPECT_EQ(dlock::detail::redact_url("unix:///tmp/s.sock?db=1"), "unix:///tmp/s.sock?db=1");
+    // The secret runs to the last '@', whatever comes between.
+    EXPECT_EQ(dlock::detail::redact_url("redis://alice:p/w?x@y@h/0"), "redis://alice:***@h/0");
+    // A user name with a character that cannot be in one is no user name: all of it is hidden.
+    EXPECT_EQ(dlock::detail::redact_url("redis://p/w:x@h"), "redis://***@h");
+    EXPECT_EQ(dlock::detail::redact_url("alice:pw@h:1"), "alice:***@h:1");
+    EXPECT_EQ(dlock::detail::redact_url("pw://x@h"), "pw://***@h");
+    EXPECT_EQ(dlock::detail::redact_url("p w://x@h"), "***@h");
+}
+
+TEST(ParseRedisUrl, UnencodedSlashQueryOrHashInPasswordIsRejected) {
+    for (const char* url :
+         {"redis://u:pa/ss@h", "redis://u:pa?ss@h:1/0", "rediss://:pa#ss@h", "redis://pa/ss@h"}) {
+        const auto message = parse_bad(url);
+        EXPECT_NE(message.find("unencoded"), std::string::npos) << message;
+    }
+    // Percent-encoded, they are fine.
+    EXPECT_EQ(parse_ok("redis://u:pa%2Fss%3F%23@h").password, "pa/ss?#");
 }
 
 }  // namespace

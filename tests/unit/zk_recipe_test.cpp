@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+
 #include <dlock/error.hpp>
+
+#include "core/status.hpp"
 
 namespace {
 
@@ -42,6 +47,27 @@ TEST(ZkUrl, RejectsMalformed) {
         std::error_code ec;
         parse_zk_url(url, ec);
         EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
+    }
+}
+
+TEST(ZkUrl, RejectedCredentialsAreNeverQuoted) {
+    // The parser refuses credentials in the URL (they go in client_options.digest), and its
+    // message quotes the URL: with any password hidden, even one holding '/', '?', '#', '@', ':'.
+    for (const std::string_view password : {"S3cr/etP4", "S3cr?etP4", "S3cr#etP4", "S3cr@etP4",
+                                            "S3cr:etP4", "S3cr/etP4?ssW0#rdX9@kL8m"}) {
+        for (const std::string_view tail : {"@a", "@a:2181/locks", "@a:1,b:2", "@a:0", "@/x"}) {
+            const std::string pw(password), t(tail);
+            for (const std::string& url :
+                 {"zk://u:" + pw + t, "zk://:" + pw + t, "zk:/u:" + pw + t}) {
+                std::error_code ec;
+                parse_zk_url(url, ec);
+                ASSERT_EQ(ec, dlock::errc::invalid_argument) << url;
+                const auto message = dlock::detail::message_for(ec);
+                EXPECT_EQ(message.find("S3cr"), std::string::npos) << url << ": " << message;
+                EXPECT_EQ(message.find("etP4"), std::string::npos) << url << ": " << message;
+                EXPECT_EQ(message.find("kL8m"), std::string::npos) << url << ": " << message;
+            }
+        }
     }
 }
 

@@ -43,12 +43,12 @@ std::string default_url() {
 }
 
 std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url) {
-    // The same reading as redact_url(): "user:password@" or a lone "password@".
+    // The same reading as redact_url(): "user:password@" or a lone "password@", ending at the
+    // last '@' of the text (a password may hold an unencoded '/', '?' or '@').
     const auto start = url.find("://");
     if (start == std::string_view::npos) return std::nullopt;
     const auto authority_begin = start + 3;
-    const auto authority_end = std::min(url.find_first_of("/?", authority_begin), url.size());
-    const auto at = url.substr(0, authority_end).rfind('@');
+    const auto at = url.rfind('@');
     if (at == std::string_view::npos || at < authority_begin) return std::nullopt;
     const auto colon = url.substr(0, at).find(':', authority_begin);
     const auto begin = colon != std::string_view::npos ? colon + 1 : authority_begin;
@@ -68,8 +68,7 @@ std::string with_password(std::string_view url, std::string_view password) {
                                     redact_url(url)));
     }
     const auto authority_begin = start + 3;
-    const auto authority_end = std::min(url.find_first_of("/?", authority_begin), url.size());
-    const auto at = url.substr(0, authority_end).rfind('@');
+    const auto at = url.rfind('@');  // the userinfo ends at the last '@', as in the library
     std::string user;
     std::size_t rest = authority_begin;
     if (at != std::string_view::npos && at >= authority_begin) {
@@ -123,15 +122,21 @@ service_url parse_service_url(std::string_view url) {
                                      redact_url(url), why));
     };
     auto rest = url.substr(scheme_end + 3);
+    // The userinfo ends at the last '@' of the text, so that a password's unencoded '/' or '?'
+    // is never taken for a path or a query (and quoted in a message).
+    std::string_view userinfo;
+    if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+        userinfo = rest.substr(0, at + 1);  // with its '@'
+        rest = rest.substr(at + 1);
+    }
+    if (userinfo.find_first_of("/?#") != std::string_view::npos) {
+        throw bad(
+            "unencoded '/', '?' or '#' in the user or password (write them as %2F, %3F, %23)");
+    }
     if (rest.find('?') != std::string_view::npos) throw bad("query options are not supported");
     const auto slash = rest.find('/');
     const auto path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
     auto hosts = rest.substr(0, slash);
-    std::string_view userinfo;
-    if (const auto at = hosts.rfind('@'); at != std::string_view::npos) {
-        userinfo = hosts.substr(0, at + 1);  // with its '@'
-        hosts = hosts.substr(at + 1);
-    }
     service_url out{.redlock = true};
     while (true) {
         const auto comma = hosts.find(',');
