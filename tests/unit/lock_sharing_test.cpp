@@ -136,6 +136,10 @@ public:
         std::lock_guard lock(mutex_);
         return attempts_;
     }
+    std::vector<std::error_code> reported() {
+        std::lock_guard lock(mutex_);
+        return reported_;
+    }
 
 private:
     struct holder {
@@ -205,8 +209,12 @@ TEST(LockSharing, MutexExpiredOwnerUnlockNeverReleasesTheNextThreadsGrant) {
     dlock::mutex other(*server, "m");
     expect_expired_owner_cannot_release_the_next(*server, {"m"}, shared,
                                                  [&] { return other.try_lock(); });
+    const auto reported_before = server->reported().size();
     shared.unlock();  // the main thread does not own it (B does): changes nothing
     EXPECT_EQ(server->tokens("m").size(), 1u) << "unlock() from a thread that does not own it";
+    const auto reported = server->reported();
+    ASSERT_EQ(reported.size(), reported_before + 1);
+    EXPECT_EQ(reported.back(), errc::not_owner);
 }
 
 TEST(LockSharing, SharedMutexWriterExpiredOwnerUnlockNeverReleasesTheNextThreadsGrant) {
