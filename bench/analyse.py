@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Analyser for dlock's benchmark runs (docs/benchmarks.md; BENCH-PROTOCOL §5).
+"""Analyser for dlock's benchmark runs (docs/benchmarks.md; the Figures section of docs/benchmarks.md).
 
 Reads a run directory written by bench/run:
 
@@ -7,7 +7,7 @@ Reads a run directory written by bench/run:
     RUN/floor.jsonl           W0: {"rtt_ns":N} per PING, then a "done" summary
     RUN/floor_zk.jsonl        W0, ZooKeeper: per-operation samples, "summary" records, "done" (read)
     RUN/<W>-<mode>/meta.json  start_at_ns, duration_s, key of every worker, cs_us, ...
-    RUN/<W>-<mode>/w<I>.jsonl the workers' files (BENCH-PROTOCOL §4)
+    RUN/<W>-<mode>/w<I>.jsonl the workers' files (docs/benchmarks.md, "The worker")
     RUN/W6-<mode>/hold_many.json, RUN/micro.json
 
 and writes RUN/summary.json, the markdown report and the gnuplot PNGs. Every latency figure is
@@ -29,7 +29,7 @@ import sys
 
 
 def nearest_rank(sorted_values, p):
-    """Nearest-rank percentile (BENCH-PROTOCOL §5) of an ascending list; None if empty."""
+    """Nearest-rank percentile (the Figures section of docs/benchmarks.md) of an ascending list; None if empty."""
     if not sorted_values:
         return None
     rank = max(1, min(len(sorted_values), math.ceil(p / 100.0 * len(sorted_values))))
@@ -677,7 +677,7 @@ def report(run_dir, plots_dir, report_path):
     else:
         L.append("W0 did not run: no ratios.")
     L.append("")
-    L.append("## Targets (issue 7)")
+    L.append("## Targets")
     L.append("")
     L.append("| lock type | target | measured | limit | |")
     L.append("|---|---|---|---|---|")

@@ -24,8 +24,8 @@
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
 // {"event":"summary","what":W,...} per reference, and the floor's own summary record
 // {"event":"done","what":"redis_ping","n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
-// "mean_ns":..} last. Percentiles are nearest-rank, as in BENCH-PROTOCOL §5.
-// A ZooKeeper round-trip floor is pending (no ZooKeeper backend yet).
+// "mean_ns":..} last. Percentiles are nearest-rank, as in the Figures section of
+// docs/benchmarks.md. A ZooKeeper round-trip floor is pending (no ZooKeeper backend yet).
 #include <hiredis/hiredis.h>
 #include <time.h>
 

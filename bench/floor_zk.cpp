@@ -35,7 +35,8 @@
 // {"event":"summary","what":W,"client":..,"n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
 // "mean_ns":..} for zk_create, zk_delete and zk_create_delete, and the read floor's summary
 // {"event":"done","what":"zk_exists",...} last (the same records dlock-bench-floor writes).
-// Percentiles are nearest-rank, as in BENCH-PROTOCOL §5. Integers are nanoseconds.
+// Percentiles are nearest-rank, as in the Figures section of docs/benchmarks.md. Integers are
+// nanoseconds.
 //
 // Exit status: 0 when FILE was written; 1 when the server cannot be reached within
 // --connect-timeout-ms (default 10000) or an operation fails; 64 for bad arguments.

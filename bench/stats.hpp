@@ -1,5 +1,5 @@
 // Shared by the floor programs (and the worker's clock): CLOCK_MONOTONIC nanoseconds as
-// BENCH-PROTOCOL §2 requires, nearest-rank percentiles as §5 defines them, and the summary
+// the worker protocol requires (docs/benchmarks.md), nearest-rank percentiles, and the summary
 // record the analyser reads.
 #pragma once
 

@@ -1,5 +1,5 @@
 // dlock-bench-worker: measures one dlock lock type by speaking the benchmark worker protocol,
-// version 1 (../shared/BENCH-PROTOCOL.md, kept word for word in docs/benchmarks.md's reference).
+// version 1 (docs/benchmarks.md, "The worker").
 // A runner starts N copies with the same command line except --worker-id, --key and --out; each
 // connects, warms up, waits for --start-at-ns (CLOCK_MONOTONIC), runs blocking acquire / busy-wait
 // critical section / release cycles on --key until the deadline, keeps its records in memory and
@@ -72,7 +72,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int exit_bad_args = 64;              // BENCH-PROTOCOL §1 (sysexits EX_USAGE)
+constexpr int exit_bad_args = 64;              // sysexits EX_USAGE, as the worker protocol says
 constexpr int exit_failed = 1;                 // no file written: warm-up or writing failed
 constexpr long max_errors = 1000;              // §3 rule 2
 constexpr std::size_t max_error_events = 100;  // error events kept for the file (all are counted)

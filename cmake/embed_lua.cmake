@@ -1,12 +1,26 @@
 # dlock_embed_lua(OUT_CPP file.lua...): turns each Lua script into an entry of
 # `dlock::redis::detail::lua::embedded` {stem, text, SHA1 for EVALSHA}, so scripts stay readable
 # .lua files in the tree and a new lock kind adds scripts without touching C++ declarations.
+# A line `--@include lib/<file>.lua` is replaced by that file (relative to the script's directory)
+# before the SHA1 is taken: code shared by several scripts lives in one place.
 function(dlock_embed_lua out_cpp)
   set(body "// Generated from src/redis/lua/*.lua by cmake/embed_lua.cmake. Do not edit.\n#include <cstddef>\n#include <string_view>\nnamespace dlock::redis::detail::lua {\nstruct embedded_script { std::string_view name, text, sha1; };\nextern const embedded_script embedded[];\nextern const std::size_t embedded_count;\nconst embedded_script embedded[] = {\n")
   set(count 0)
   foreach(lua_file IN LISTS ARGN)
     get_filename_component(stem "${lua_file}" NAME_WE)
     file(READ "${lua_file}" text)
+    get_filename_component(lua_dir "${lua_file}" DIRECTORY)
+    string(REGEX MATCHALL "--@include [A-Za-z0-9_/]+\\.lua" includes "${text}")
+    list(REMOVE_DUPLICATES includes)
+    foreach(directive IN LISTS includes)
+      string(REPLACE "--@include " "" included "${directive}")
+      if(NOT EXISTS "${lua_dir}/${included}")
+        message(FATAL_ERROR "${lua_file}: ${directive}: no such file")
+      endif()
+      file(READ "${lua_dir}/${included}" included_text)
+      string(REPLACE "${directive}" "${included_text}" text "${text}")
+      set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${lua_dir}/${included}")
+    endforeach()
     string(SHA1 sha "${text}")
     string(APPEND body "    {\"${stem}\", R\"dlock_lua(${text})dlock_lua\", \"${sha}\"},\n")
     set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${lua_file}")

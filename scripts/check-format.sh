@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Fails (exit 1) if any tracked C++ file differs from .clang-format's layout (STYLE.md §7).
+# Fails (exit 1) if any tracked C++ file differs from .clang-format's layout.
 # Fix with: clang-format -i $(git ls-files '*.cpp' '*.hpp')
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if ! command -v clang-format >/dev/null; then
-  echo "check-format: clang-format not installed (apt-get install clang-format); skipped"
-  exit 0
+  echo "check-format: clang-format is not installed (bash scripts/setup.sh --deps-only installs it)" >&2
+  exit 1
 fi
 bad=()
 while IFS= read -r file; do

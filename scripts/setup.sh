@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(build-essential cmake ninja-build pkg-config redis-server redis-tools libhiredis-dev
           googletest libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev nlohmann-json3-dev
-          libcli11-dev gnuplot-nox clang-format zookeeper libzookeeper-mt-dev)
+          libcli11-dev gnuplot-nox clang-format zookeeper libzookeeper-mt-dev iproute2 iptables)
 
 sanitize=""
 build=1
@@ -64,7 +64,7 @@ generator=()
 [[ -f "$ROOT/$dir/CMakeCache.txt" ]] || generator=(-G Ninja)   # keep an existing tree's generator
 say "configure $dir/ (RelWithDebInfo${sanitize:+, DLOCK_SANITIZE=$sanitize})"
 if ! cmake -S "$ROOT" -B "$ROOT/$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-       "-DDLOCK_SANITIZE=$sanitize" >"$log" 2>&1; then
+       "-DDLOCK_SANITIZE=$sanitize" -DDLOCK_WERROR=ON >"$log" 2>&1; then
   cat "$log" >&2
   say "configure $dir/ FAILED" >&2
   exit 1

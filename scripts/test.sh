@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # dlock's test command: builds and runs every test stage, then prints a summary.
 #
-#   scripts/test.sh           plain build (all labels), ASan+UBSan build (all labels),
-#                             TSan build (labels unit and integration)
+#   scripts/test.sh           plain build (all labels), the bounded torture run (plain build),
+#                             ASan+UBSan build (all labels), TSan build (labels unit and integration)
 #   scripts/test.sh --quick   plain build only
 #
 # Every stage runs even if an earlier one failed; the exit status is non-zero if any failed.
 # Build trees (build/, build-asan/, build-tsan/) are kept and rebuilt incrementally.
 # Environment: DLOCK_TEST_TIME_SCALE scales test durations (default 1; the sanitizer stages
-# default to 2 (ASan) and 3 (TSan) when it is unset); DLOCK_CTEST_JOBS (default 2).
+# default to 2 (ASan) and 3 (TSan) when it is unset); DLOCK_CTEST_JOBS (default 2);
+# DLOCK_TORTURE_SEED (default: the time, printed) and DLOCK_TORTURE_MINUTES (default 2.5) for
+# the torture run (docs/torture.md).
 # shellcheck disable=SC2317  # the stage functions are called through run_stage
 set -euo pipefail
 
@@ -19,7 +21,7 @@ quick=0
 while (($#)); do
   case "$1" in
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -103,10 +105,23 @@ stage_tsan() {
       -L 'unit|integration'
 }
 
+# The torture harness (docs/torture.md): every backend and lock kind under seeded faults, a few
+# minutes in all. The seed changes with every run and is printed, so a failure can be replayed.
+stage_torture() {
+  local seed=${DLOCK_TORTURE_SEED:-$(date +%s)}
+  local minutes=${DLOCK_TORTURE_MINUTES:-2.5}
+  echo "torture: seed $seed, $minutes minutes of faults"
+  ninja -C build dlock-torture-client >/dev/null || return
+  /usr/bin/python3 tests/torture/torture.py --seed "$seed" --minutes "$minutes" \
+    --client build/tests/torture/dlock-torture-client
+}
+
 total0=$SECONDS
-run_stage "format (clang-format, STYLE.md §7)" bash scripts/check-format.sh
+run_stage "packages (scripts/setup.sh --deps-only)" bash scripts/setup.sh --deps-only
+run_stage "format (clang-format)" bash scripts/check-format.sh
 run_stage "plain build: all tests" stage_plain
 if ((!quick)); then
+  run_stage "torture: seeded faults, every backend and kind (plain build)" stage_torture
   run_stage "ASan+UBSan build: all tests" stage_asan
   run_stage "TSan build: unit + integration tests" stage_tsan
 fi

@@ -47,7 +47,7 @@ struct lock_options {
     /// grant, however long the holder keeps it. `forever` = no cap.
     std::chrono::milliseconds max_hold = forever;
 
-    /// Attempts limit while contended (the seed articles' "retry count"); unset = no limit.
+    /// Attempts limit while contended (a Redlock client's "retry count"); unset = no limit.
     /// Reaching it is errc::attempts_exhausted. Must be >= 1.
     std::optional<unsigned> max_attempts{};
 

@@ -1,6 +1,6 @@
 // Delivery to the user's callbacks (client_options::error_handler and observer), shared by every
-// backend: never throws, and an exception escaping a callback is reported, not swallowed
-// (STYLE §3). Runs the callback on the calling thread, with no dlock lock held by this code.
+// backend: never throws, and an exception escaping a callback is reported, not swallowed.
+// Runs the callback on the calling thread, with no dlock lock held by this code.
 #pragma once
 
 #include <functional>

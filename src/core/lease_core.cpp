@@ -30,11 +30,10 @@ lock_state lease_core::state(steady::time_point now) const noexcept {
 
 void lease_core::renewed(steady::time_point new_valid_until) noexcept {
     if (state_.load() == lock_state::lost) return;
-    // Never move validity backwards: a late reply to an older renewal must not shorten it.
-    auto current = valid_until_.load();
-    const auto wanted = new_valid_until.time_since_epoch().count();
-    while (current < wanted && !valid_until_.compare_exchange_weak(current, wanted)) {
-    }
+    // Exactly what the renewal proves, also when it is shorter than before: the renewal set the
+    // server's expiry to its own lease (a hand-off's 2 s grant renewed with a 1 s lease expires
+    // after 1 s). Renewals of one lease are sequential, so no older reply arrives after it.
+    valid_until_.store(new_valid_until.time_since_epoch().count());
     auto expected = lock_state::uncertain;
     state_.compare_exchange_strong(expected, lock_state::held);
 }

@@ -66,7 +66,9 @@ public:
     bool forked() const noexcept { return born_in_.forked(); }
     std::stop_token lost_token() const noexcept { return lost_.get_token(); }
 
-    /// A renewal sent before `new_valid_until` was confirmed by the server.
+    /// A renewal was confirmed by the server: validity becomes exactly `new_valid_until` (the
+    /// renewal's send time + its lease - drift), lower than before if that lease was shorter.
+    /// Callers must not apply an older renewal's answer after a newer one's.
     void renewed(steady::time_point new_valid_until) noexcept;
     /// A renewal could not be confirmed (server unreachable); valid_until() is unchanged.
     void renewal_failed() noexcept;

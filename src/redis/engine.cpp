@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <exception>
 
 #include "core/callbacks.hpp"
@@ -24,15 +25,52 @@ namespace {
 
 std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
-/// The reply of the acquire script: {1, fencing token} or {0, holder's remaining ms}.
 /// One call, shared by every server's batch.
 std::shared_ptr<const std::vector<script_call>> one_call(script_call call) {
     return std::make_shared<const std::vector<script_call>>(1, std::move(call));
 }
 
+/// A fresh owner token for `kind`. Where the server cannot tell the kind from the key's type (the
+/// fair and write kinds store a plain string owner, like the exclusive kind) the token carries it,
+/// so every acquire script can refuse a name another kind holds (src/redis/lua/lib/kind_guard.lua).
+std::string new_token(lock_kind kind) {
+    auto token = dlock::detail::random_token();
+    if (kind == lock_kind::fair) return "fair:" + token;
+    if (kind == lock_kind::write) return "write:" + token;
+    return token;
+}
+
+/// The reply of an acquire script: {1, fencing token} or {0, holder's remaining ms}, and for a
+/// queued kind's waiter {0, ms, ticket}.
 bool is_acquire_reply(const reply& r) noexcept {
-    return r.type == reply::kind::array && r.elements.size() == 2 &&
-           r.elements[0].type == reply::kind::integer && r.elements[1].type == reply::kind::integer;
+    return r.type == reply::kind::array && (r.elements.size() == 2 || r.elements.size() == 3) &&
+           std::all_of(r.elements.begin(), r.elements.end(),
+                       [](const reply& e) { return e.type == reply::kind::integer; });
+}
+
+/// A hand-off message "granted <fencing token> <ticket>"; nullopt for anything else (including
+/// the ticket-less form of earlier versions, which a refresh then resolves).
+struct handoff_message {
+    std::uint64_t fence = 0;
+    std::uint64_t ticket = 0;
+};
+std::optional<handoff_message> parse_handoff(std::string_view m) {
+    constexpr std::string_view granted = "granted ";
+    if (!m.starts_with(granted)) return std::nullopt;
+    m.remove_prefix(granted.size());
+    const auto space = m.find(' ');
+    if (space == std::string_view::npos) return std::nullopt;
+    const auto number = [](std::string_view text) -> std::optional<std::uint64_t> {
+        std::uint64_t v = 0;
+        const auto* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || p != end || text.empty()) return std::nullopt;
+        return v;
+    };
+    const auto fence = number(m.substr(0, space));
+    const auto ticket = number(m.substr(space + 1));
+    if (!fence || !ticket) return std::nullopt;
+    return handoff_message{*fence, *ticket};
 }
 
 }  // namespace
@@ -43,6 +81,8 @@ struct engine::server {
     std::mutex pool_mutex;  // guards idle
     std::vector<std::unique_ptr<connection>> idle;
     std::unique_ptr<connection> renew_conn;  // background thread only
+    std::string run_id;                      // guarded by identity_mutex_
+    std::atomic<bool> verified{false};       // its votes count (see engine::counts)
 };
 
 engine::pooled::pooled(server& s) : server_(&s) {
@@ -70,6 +110,7 @@ struct engine::attempt_outcome {
     std::size_t granting = 0;     // servers whose SET NX succeeded
     std::size_t holding = 0;      // servers where someone else holds the lock
     std::int64_t holder_ms = -1;  // smallest remaining lease among holding servers; -1 unknown
+    std::uint64_t ticket = 0;     // queued kinds: our queue entry's ticket (0: none reported)
     std::error_code error;        // the first failure (all of it when there is one server)
     std::string failures;         // every failed server and why
 };
@@ -101,8 +142,7 @@ engine::engine(engine_config config) : config_(std::move(config)) {
     for (std::size_t i = 0; i < config_.servers.size(); ++i) {
         for (std::size_t j = 0; j < i; ++j) {
             // The same server twice would vote twice: a "majority" that is not one.
-            if (config_.servers[i].describe() == config_.servers[j].describe() &&
-                config_.servers[i].db == config_.servers[j].db) {
+            if (config_.servers[i].describe() == config_.servers[j].describe()) {
                 throw error(errc::invalid_argument, "client_options: server " +
                                                         config_.servers[i].describe() +
                                                         " is listed more than once");
@@ -121,12 +161,93 @@ engine::engine(engine_config config) : config_(std::move(config)) {
             {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:sub"});
         servers_.push_back(std::move(s));
     }
+    if (servers_.size() == 1) {
+        servers_.front()->verified = true;  // one server, one vote
+    } else {
+        // Different URLs can reach one server (localhost and 127.0.0.1, a unix socket): compare
+        // what the servers say they are. Servers down now are checked when they first answer.
+        std::vector<connection*> conns;
+        auto deadline = steady::time_point::min();
+        for (auto& s : servers_) {
+            conns.push_back(s->renew_conn.get());
+            deadline = std::max(deadline, s->renew_conn->default_deadline());
+        }
+        check_identities(conns, deadline);
+        {
+            std::lock_guard lock(identity_mutex_);
+            if (!identity_error_.empty()) throw error(errc::invalid_argument, identity_error_);
+        }
+        // Best effort: load the scripts where they are missing (a new server). A script call that
+        // finds none costs a second round (EVAL after NOSCRIPT), and that round starts only when
+        // the slowest server of the first has answered or timed out: with one server paused, the
+        // healthy ones would miss their deadline on every attempt.
+        std::vector<exchange> loads;
+        for (auto& s : servers_) {
+            if (!s->verified || !s->renew_conn->is_open()) continue;
+            exchange x{s->renew_conn.get(), {}, s->renew_conn->default_deadline()};
+            for (const auto& script : all_scripts())
+                x.commands.push_back({"SCRIPT", "LOAD", script.source});
+            loads.push_back(std::move(x));
+        }
+        exchange_all(loads);  // failures (an ACL without SCRIPT) leave the NOSCRIPT path
+    }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     subscriber_ = std::make_unique<subscriber>(std::move(subscriber_settings), [this] { wake(); });
 }
 
 engine::~engine() { stop(); }
+
+namespace {
+/// The run_id line of an INFO reply; empty when there is none.
+std::string run_id_of(const reply& info) {
+    constexpr std::string_view field = "run_id:";
+    const auto at = info.text.find(field);
+    if (info.is_error() || at == std::string::npos) return {};
+    const auto begin = at + field.size();
+    return info.text.substr(begin, info.text.find_first_of("\r\n", begin) - begin);
+}
+}  // namespace
+
+void engine::check_identities(const std::vector<connection*>& conns, steady::time_point deadline) {
+    std::vector<exchange> asks;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < servers_.size(); ++i) {
+        if (servers_[i]->verified || !conns[i]) continue;
+        asks.push_back({conns[i], {{"INFO", "server"}}, deadline});
+        which.push_back(i);
+    }
+    if (asks.empty()) return;
+    exchange_all(asks);
+    std::lock_guard lock(identity_mutex_);
+    for (std::size_t k = 0; k < asks.size(); ++k) {
+        auto& s = *servers_[which[k]];
+        if (s.verified) continue;  // another thread checked it meanwhile
+        if (asks[k].ec && asks[k].ec != errc::auth_failed) continue;  // no answer: still pending
+        // Refused credentials: its scripts fail the same way, so it never votes anyway. An ACL
+        // that denies INFO (NOPERM) leaves the server unchecked but counted.
+        const auto id = asks[k].ec ? std::string() : run_id_of(asks[k].replies.front());
+        bool duplicate = false;
+        for (std::size_t j = 0; j < servers_.size() && !id.empty(); ++j) {
+            if (j == which[k] || !servers_[j]->verified || servers_[j]->run_id != id) continue;
+            duplicate = true;
+            if (identity_error_.empty()) {
+                identity_error_ = "client_options: " + config_.servers[j].describe() + " and " +
+                                  config_.servers[which[k]].describe() +
+                                  " are the same redis-server (run_id " + id +
+                                  "); it would vote twice";
+            }
+        }
+        if (duplicate) continue;  // stays unverified: its votes never count
+        s.run_id = id;
+        s.verified = true;
+    }
+    bool pending = false;
+    for (const auto& s : servers_) pending = pending || !s->verified;
+    identities_pending_ = pending;
+}
+
+bool engine::counts(std::size_t i) const noexcept { return servers_[i]->verified; }
 
 void engine::start() {
     worker_ = std::jthread([this](std::stop_token st) { run(st); });
@@ -242,18 +363,20 @@ std::vector<std::string> engine::keys(const lock_protocol& protocol, std::string
 engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::string_view name,
                                         const std::string& token, std::chrono::milliseconds lease,
                                         const lock_request& request,
-                                        std::chrono::milliseconds node_timeout) {
+                                        std::chrono::milliseconds node_timeout,
+                                        std::uint64_t ticket_floor) {
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
     std::vector<pooled> conns;
     std::vector<script_batch> batches;
     conns.reserve(servers_.size());
     batches.reserve(servers_.size());
-    const auto call = one_call(
-        {protocol.acquire,
-         keys(protocol, name),
-         {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
-          ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0"}});
+    const auto call =
+        one_call({protocol.acquire,
+                  keys(protocol, name),
+                  {token, ms_text(lease), std::to_string(request.count),
+                   std::to_string(request.limit), ms_text(waiter_liveness), channel(name),
+                   request.reenter ? "1" : "0", std::to_string(ticket_floor)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         auto* conn = conns.back().get();
@@ -264,11 +387,29 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         batches.push_back({conn, call, deadline});
     }
     run_everywhere(batches);
+    if (identities_pending_) {
+        // A server that was down when the client was made and answers now: learn what it is
+        // before its vote counts. Only servers that just answered are asked, so one that is still
+        // paused or unreachable costs nothing more.
+        std::vector<connection*> answered(servers_.size(), nullptr);
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
+        }
+        check_identities(answered, deadline_after(steady::now(), node_timeout));
+    }
 
     attempt_outcome out;
     std::vector<std::int64_t> counters(servers_.size(), -1);
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
+        if (!b.ec && !counts(i)) {
+            std::lock_guard lock(identity_mutex_);
+            fail(b.ec, errc::invalid_argument,
+                 "redis " + b.conn->settings().endpoint.describe() + ": not counted: " +
+                     (identity_error_.empty() ? "its identity (INFO run_id) is not known yet"
+                                              : identity_error_));
+            b.error = dlock::detail::message_for(b.ec);
+        }
         if (!b.ec && !is_acquire_reply(b.replies.front()))
             script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
         if (b.ec) {
@@ -285,6 +426,8 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             ++out.holding;
             const auto ttl = r.elements[1].integer;
             if (ttl >= 0 && (out.holder_ms < 0 || ttl < out.holder_ms)) out.holder_ms = ttl;
+            if (r.elements.size() == 3 && r.elements[2].integer > 0)
+                out.ticket = static_cast<std::uint64_t>(r.elements[2].integer);
         }
     }
     if (out.granting >= quorum()) {
@@ -388,10 +531,20 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
     const auto result =
         attempt(protocol, name, core->token(), lease_ms, request, node_timeout_for(lease_ms));
     if (result.granted) {
-        return grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant, sent,
-                     dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+        auto level = grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant,
+                           sent, dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+        std::lock_guard lock(reentrant_mutex_);
+        ++reentrant_[core->token()].extra_levels;
+        return level;
     }
     if (result.error) {
+        // No answer: the request may still reach the server and add a level we never hand out.
+        // Undoing it now could take the outer level instead (it may not have landed), so the
+        // owner's last release removes the lock whatever the depth.
+        {
+            std::lock_guard lock(reentrant_mutex_);
+            reentrant_[core->token()].depth_unknown = true;
+        }
         fail(ec, result.error, result.failures);
     } else {
         fail(ec, errc::lock_lost,
@@ -437,30 +590,52 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         std::optional<subscriber::registration> waiting;
         unsigned attempts = 0;
         // A queued waiter keeps one token: it is its place in the queue and its hand-off channel.
-        std::string token = dlock::detail::random_token();
+        std::string token = new_token(request.kind);
         const auto handoff_channel = channel(name) + ":" + token;
-        bool enqueued = false;
-        auto refreshed_at = steady::time_point::min();  // send time of the last "not yet" reply
+        // The hand-off rule (docs/lock-family.md): a "granted <fence> <ticket>" message is ours
+        // only if its ticket is the one our latest refresh answered "not yet" with; the grant
+        // came after the server processed that refresh, so its validity counts from the refresh's
+        // send time, bounded by the hand-off lease and by our own lease (max_hold included).
+        std::uint64_t ticket = 0;          // of the latest "not yet" reply; 0: none yet
+        std::uint64_t highest_ticket = 0;  // sent with each refresh: a new entry gets a higher one
+        auto refreshed_at = steady::time_point::min();           // that refresh's send time
+        auto refresh_lease = std::chrono::milliseconds::zero();  // the lease it asked for
+        // Queued kinds: once a request may have reached the server, every exit but a grant runs
+        // leave, which also releases (with hand-off) a grant whose reply we never saw.
+        struct leave_guard {
+            engine* self = nullptr;
+            const lock_protocol* protocol = nullptr;
+            std::string_view name;
+            const std::string* token = nullptr;
+            bool armed = false;
+            ~leave_guard() {
+                if (armed) self->leave_queue(*protocol, name, *token);
+            }
+        } leave{this, protocol, name, &token};
         const auto give_up = [&](std::error_code code, const std::string& why) {
-            if (enqueued) leave_queue(*protocol, name, token);
             fail(ec, code, why);
             return dlock::lease{};
         };
         for (;;) {
             // Read the generation BEFORE the attempt: a release after a failed attempt bumps it.
             const auto seen = waiting ? waiting->generation() : 0;
-            if (!protocol->queued && attempts > 0) token = dlock::detail::random_token();
+            if (!protocol->queued && attempts > 0) token = new_token(request.kind);
             const auto sent = steady::now();
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
             if (options.cancel.stop_requested()) {
                 return give_up(make_error_code(errc::canceled),
                                "waiting for lock \"" + std::string(name) + "\" was canceled");
             }
-            const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout);
+            if (protocol->queued) leave.armed = true;
+            const auto result =
+                attempt(*protocol, name, token, lease_ms, request, node_timeout, highest_ticket);
             ++attempts;
             if (result.granted) {
-                return grant(name, token, result.fencing_token, options, request.kind, sent,
-                             dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+                auto lease =
+                    grant(name, token, result.fencing_token, options, request.kind, sent,
+                          dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+                leave.armed = false;
+                return lease;
             }
             if (result.granting + result.holding < quorum()) {
                 // Not contention: too few servers answered for any quorum.
@@ -476,9 +651,13 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 notify({event_kind::error, name, 0, ec, steady::now()});
                 return {};
             }
-            if (protocol->queued) {
-                enqueued = true;
+            if (protocol->queued && result.holding > 0) {
+                // A "not yet" without a ticket (0) matches no grant message: such a wait ends
+                // through a refresh answering {1, fence}.
+                ticket = result.ticket;
+                highest_ticket = std::max(highest_ticket, ticket);
                 refreshed_at = sent;
+                refresh_lease = lease_ms;
             }
             auto now = steady::now();
             if (options.max_attempts && attempts >= *options.max_attempts) {
@@ -521,16 +700,24 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             waiting->wait(seen, std::min(deadline, retry_at), options.cancel);
             if (protocol->queued) {
                 // Direct hand-off: the releaser made us the owner and told us the fencing token,
-                // so no round trip is needed. The grant happened after the server answered our
-                // last refresh "not yet", so its lease counts from that refresh's send time.
-                const auto message = waiting->last_message();
-                constexpr std::string_view granted = "granted ";
-                if (message.starts_with(granted)) {
-                    const auto fence = std::stoull(message.substr(granted.size()));
-                    return grant(
-                        name, token, fence, options, request.kind, refreshed_at,
-                        dlock::detail::valid_until(refreshed_at, handoff_lease, config_.drift),
-                        true);
+                // so no round trip is needed. Only the latest message is kept, and messages
+                // arrive in the order they were published, so a stale one never hides the grant
+                // of our current entry; one for an older entry (we were paused past its hand-off
+                // lease and re-queued since) carries an older ticket and is ignored.
+                const auto message = parse_handoff(waiting->last_message());
+                if (message && ticket != 0 && message->ticket == ticket) {
+                    const auto bound = std::min(refresh_lease, handoff_lease);
+                    const auto valid =
+                        dlock::detail::valid_until(refreshed_at, bound, config_.drift);
+                    if (steady::now() < valid) {
+                        auto lease = grant(name, token, message->fence, options, request.kind,
+                                           refreshed_at, valid, true);
+                        leave.armed = false;
+                        return lease;
+                    }
+                    // Ours, but its validity passed while we were paused: discard it. The
+                    // refresh that follows answers {1, fence} if the key still names us, else
+                    // queues us anew with a new ticket, so this message never matches again.
                 }
             }
         }
@@ -539,7 +726,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
     } catch (const std::system_error& e) {
         fail(ec, e.code(), e.what());
     } catch (const std::exception& e) {
-        fail(ec, errc::protocol_error, e.what());  // a malformed hand-off message
+        fail(ec, errc::protocol_error, e.what());
     }
     return {};
 }
@@ -558,10 +745,22 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         const auto redlock_deadline =
             deadline_after(steady::now(), node_timeout_for(lease.plan().lease));
         const auto* protocol = protocol_for(lease.kind());
-        const auto call =
-            one_call({protocol->release,
-                      keys(*protocol, lease.name()),
-                      {lease.token(), channel(lease.name()), ms_text(handoff_lease)}});
+        bool whole = false;  // the owner's last level after a re-entry of unknown outcome
+        if (lease.kind() == lock_kind::reentrant) {
+            std::lock_guard lock(reentrant_mutex_);
+            if (const auto it = reentrant_.find(lease.token()); it != reentrant_.end()) {
+                if (it->second.extra_levels > 0) {
+                    --it->second.extra_levels;
+                } else {
+                    whole = it->second.depth_unknown;
+                    reentrant_.erase(it);
+                }
+            }
+        }
+        const auto call = one_call(
+            {protocol->release,
+             keys(*protocol, lease.name()),
+             {lease.token(), channel(lease.name()), ms_text(handoff_lease), whole ? "1" : "0"}});
         for (auto& s : servers_) {
             conns.emplace_back(*s);
             auto* conn = conns.back().get();
@@ -570,9 +769,11 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         }
         run_everywhere(batches);
         lease.mark_released();
-        std::size_t deleted = 0;
+        std::size_t deleted = 0, not_ours = 0;
         std::string failures;
-        for (auto& b : batches) {
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            auto& b = batches[i];
+            if (!b.ec && !counts(i)) continue;  // another URL of a counted server, or unknown
             if (!b.ec && b.replies.front().type != reply::kind::integer) {
                 script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
                 b.error = dlock::detail::message_for(b.ec);
@@ -582,24 +783,34 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 failures += (failures.empty() ? "" : "; ") + b.error;
             } else if (b.replies.front().integer == 1) {
                 ++deleted;
+            } else {
+                ++not_ours;
             }
         }
-        if (deleted > 0) {
+        // The renewal rule: with more than N - quorum servers answering "not ours" (gone, or
+        // another owner's token), the servers that still held our key could not have formed a
+        // quorum, so the grant had been lost before this release, whatever one server deleted.
+        if (deleted > 0 && not_ours <= servers_.size() - quorum()) {
             // Servers that could not be reached keep our key until it expires; nobody else is hurt.
             ec.clear();
             notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
             return;
         }
-        if (ec) {
-            if (servers_.size() == 1)
-                fail(ec, ec, failures);
-            else
-                fail(ec, errc::quorum_unreachable,
-                     "release of \"" + lease.name() + "\" reached no server: " + failures);
-        } else {
+        if (not_ours > servers_.size() - quorum()) {
             fail(ec, errc::lock_lost,
                  "lock \"" + lease.name() +
-                     "\" was no longer held by this owner (expired or taken over)");
+                     "\" was no longer held by this owner (expired or taken " + "over" +
+                     (servers_.size() > 1 ? " on " + std::to_string(not_ours) + " of " +
+                                                std::to_string(servers_.size()) + " servers"
+                                          : std::string()) +
+                     ")");
+        } else if (servers_.size() == 1) {
+            fail(ec, ec, failures);  // not_ours == 0 here: the server failed
+        } else {
+            fail(ec, errc::quorum_unreachable,
+                 "release of \"" + lease.name() + "\": too few servers answered (" +
+                     std::to_string(deleted) + " deleted it, " + std::to_string(not_ours) +
+                     " did not hold it): " + failures);
         }
         notify({event_kind::error, lease.name(), lease.fencing_token(), ec, steady::now()});
     } catch (...) {
@@ -693,8 +904,9 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 if (it == registry_.end()) continue;  // released meanwhile
                 std::size_t extended = 0, not_ours = 0;
                 std::string why = failures;
-                for (const auto& b : batches) {
-                    if (b.ec) continue;
+                for (std::size_t k = 0; k < batches.size(); ++k) {
+                    const auto& b = batches[k];
+                    if (b.ec || !counts(k)) continue;  // see check_identities
                     const auto& r = b.replies[i];
                     if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
                         why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +

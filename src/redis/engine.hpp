@@ -96,13 +96,18 @@ private:
     };
 
     struct attempt_outcome;
+    /// One acquire script run on every server. `ticket_floor` (queued kinds): the highest queue
+    /// ticket this waiter was told so far; a new queue entry gets a higher one.
     attempt_outcome attempt(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds lease,
-                            const lock_request& request, std::chrono::milliseconds node_timeout);
+                            const lock_request& request, std::chrono::milliseconds node_timeout,
+                            std::uint64_t ticket_floor = 0);
     void release_everywhere(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds node_timeout);
-    /// A queued waiter gives up: leaves the queue (releasing with hand-off if it was granted
-    /// meanwhile). Best effort: its liveness deadline cleans up after a failure.
+    /// A queued waiter gives up, or its wait failed after a request may have reached the server:
+    /// leaves the queue, releasing with hand-off if the server made it the owner meanwhile (also
+    /// by an acquire whose reply was lost). Best effort: after a failure the queue entry goes
+    /// with its liveness deadline and a grant with its lease.
     void leave_queue(const lock_protocol& protocol, std::string_view name,
                      const std::string& token) noexcept;
     /// KEYS of every script of `protocol` for lock `name`.
@@ -114,6 +119,13 @@ private:
                        const lock_options& options, lock_kind kind, steady::time_point sent,
                        steady::time_point valid_until, bool handed_off);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
+    /// Several servers: learns the run_id (INFO server) of every server whose identity is not
+    /// known yet, over conns[i] (one per server), by `deadline`. Two URLs that reach one
+    /// redis-server would give it two votes: the later one stays unverified and identity_error_
+    /// says why. A server that does not answer stays unverified until it does.
+    void check_identities(const std::vector<connection*>& conns, steady::time_point deadline);
+    /// Whether server `i`'s answers count toward a quorum: its identity was checked.
+    bool counts(std::size_t i) const noexcept;
 
     /// Registers `lease` with the watchdog; `handed_off`: a hand-off grant, which carries only the
     /// short hand-off lease, is extended to its own lease within handoff_lease / 4 (also a fixed
@@ -134,6 +146,21 @@ private:
     std::mutex registry_mutex_;  // guards registry_
     std::unordered_map<const dlock::detail::lease_core*, tracked> registry_;
     std::atomic<steady::rep> worker_wakes_at_{steady::time_point::max().time_since_epoch().count()};
+
+    /// Owners of the reentrant kind with re-entries, by owner token: how many levels beyond the
+    /// first are live, and whether a re-entry's outcome is unknown (its request may reach the
+    /// server after we gave up on it, raising the server depth behind our back). The owner's last
+    /// release then removes the lock whatever depth the server counts.
+    struct reentrant_owner {
+        std::size_t extra_levels = 0;
+        bool depth_unknown = false;
+    };
+    std::mutex reentrant_mutex_;  // guards reentrant_
+    std::unordered_map<std::string, reentrant_owner> reentrant_;
+
+    std::mutex identity_mutex_;  // guards the servers' run_id and identity_error_
+    std::string identity_error_;
+    std::atomic<bool> identities_pending_{false};
 
     int wake_fd_ = -1;
     std::unique_ptr<subscriber> subscriber_;

@@ -4,17 +4,27 @@
 //
 // Calling convention (every script of a kind gets the same KEYS):
 //   KEYS     <prefix>:{name} followed by the kind's key suffixes (all in one hash slot).
-//   acquire  ARGV token, lease_ms, count, limit, liveness_ms, release_channel, reenter ("1"/"0")
+//   acquire  ARGV token, lease_ms, count, limit, liveness_ms, release_channel, reenter ("1"/"0"),
+//            ticket_floor
 //            -> {1, fencing token} granted, or {0, ms}: not granted, re-check within ms at the
 //            latest (-1: unknown). Queued kinds (re)register the waiter with a liveness deadline
-//            of now + liveness_ms and are idempotent, so the same call refreshes it.
-//   release  ARGV token, release_channel, grant_lease_ms -> 1 ours and released, 0 not ours.
+//            of now + liveness_ms and are idempotent, so the same call refreshes it; they answer
+//            {0, ms, ticket}, the ticket of the waiter's queue entry. A new entry's ticket is
+//            above ticket_floor (the highest ticket the waiter was told), so it never repeats.
+//   release  ARGV token, release_channel, grant_lease_ms, whole ("1": the reentrant owner's last
+//            level after a re-entry of unknown outcome: every level goes; other kinds ignore it)
+//            -> 1 ours and released, 0 not ours.
 //            A hand-off (queued kinds) makes the next live waiter the owner with a lease of
-//            grant_lease_ms and PUBLISHes "granted <fencing token>" on
-//            <release_channel>:<waiter token>; other releases PUBLISH on release_channel.
+//            grant_lease_ms, removes its entry and PUBLISHes "granted <fencing token> <ticket>"
+//            on <release_channel>:<waiter token>; other releases PUBLISH on release_channel.
+//            A waiter accepts a grant only for the ticket of its latest "not yet" reply, with
+//            validity from that refresh's send time (docs/lock-family.md).
 //   renew    ARGV token, lease_ms -> 1 extended, 0 not ours.
-//   leave    (queued kinds) ARGV as release: the waiter gives up; removes it from the queue and,
-//            if it was granted meanwhile, releases with hand-off. Returns 1 when it was granted.
+//   leave    (queued kinds) ARGV as release: the waiter gives up, or its wait failed after a
+//            request may have reached the server; removes it from the queue and, if it was
+//            granted meanwhile, releases with hand-off. Returns 1 when it was granted.
+//   Queued kinds' queue keys expire 2 x liveness_ms after the last refresh; the fence counter
+//   of every kind never expires (tokens never restart).
 #pragma once
 
 #include <chrono>

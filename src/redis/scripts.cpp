@@ -13,7 +13,7 @@ extern const embedded_script embedded[];
 extern const std::size_t embedded_count;
 }  // namespace lua
 
-const script* find_script(std::string_view name) noexcept {
+const std::vector<script>& all_scripts() noexcept {
     // Built once from the generated table (cmake/embed_lua.cmake); a handful of entries.
     static const std::vector<script> all = [] {
         std::vector<script> v;
@@ -23,7 +23,11 @@ const script* find_script(std::string_view name) noexcept {
         }
         return v;
     }();
-    for (const auto& s : all) {
+    return all;
+}
+
+const script* find_script(std::string_view name) noexcept {
+    for (const auto& s : all_scripts()) {
         if (s.name == name) return &s;
     }
     return nullptr;

@@ -27,6 +27,9 @@ const script* find_script(std::string_view name) noexcept;
 
 const script& raise_fence_script() noexcept;
 
+/// Every embedded script.
+const std::vector<script>& all_scripts() noexcept;
+
 struct script_call {
     const script* which;
     std::vector<std::string> keys;

@@ -17,12 +17,6 @@ namespace {
 
 std::string ms_text(milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
-/// The server answered (so it saw our session when the request was sent).
-bool answered(int rc) {
-    return rc == ZOK || rc == ZNONODE || rc == ZNODEEXISTS || rc == ZNOAUTH || rc == ZNOTEMPTY ||
-           rc == ZBADVERSION || rc == ZNOCHILDRENFOREPHEMERALS || rc == ZINVALIDACL;
-}
-
 /// The request's outcome is unknown: the connection dropped; the session may come back.
 bool retriable(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
 
@@ -41,7 +35,8 @@ std::string zk_text(int rc) { return std::string(zerror(rc)) + " (" + std::to_st
 
 int get_children(session& s, const std::string& path, std::vector<std::string>& out) {
     out.clear();
-    const auto sent = steady::now();
+    // An answer proves nothing about the session's expiry at the leader (a follower answers
+    // reads alone): no confirm() here or after any other request but the heartbeat.
     const int rc = s.with_handle([&](zhandle_t* zh) {
         String_vector children{0, nullptr};
         const int r = zoo_get_children(zh, path.c_str(), 0, &children);
@@ -51,7 +46,6 @@ int get_children(session& s, const std::string& path, std::vector<std::string>& 
         }
         return r;
     });
-    if (answered(rc)) s.confirm(sent);
     return rc;
 }
 
@@ -186,12 +180,10 @@ int engine::ensure_path(session& s, const std::string& path, int mode) {
         const auto next = std::min(path.find('/', at), path.size());
         const auto prefix = path.substr(0, next);
         const bool last = next == path.size();
-        const auto sent = steady::now();
         const int rc = s.with_handle([&](zhandle_t* zh) {
             return zoo_create(zh, prefix.c_str(), nullptr, -1, last ? acl() : &ZOO_OPEN_ACL_UNSAFE,
                               last ? mode : 0, nullptr, 0);
         });
-        if (answered(rc)) s.confirm(sent);
         if (rc != ZOK && rc != ZNODEEXISTS) return rc;
         at = next + 1;
     }
@@ -203,7 +195,7 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
     std::shared_ptr<session> old;
     {
         std::lock_guard lock(mutex_);
-        if (session_ && !session_->dead()) return session_;
+        if (session_ && !session_->dead() && !session_->stale(steady::now())) return session_;
         old = std::move(session_);
     }
     if (old) old->close();
@@ -235,8 +227,14 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
             return nullptr;
         }
     }
-    std::lock_guard lock(mutex_);
-    session_ = s;
+    {
+        std::lock_guard lock(mutex_);
+        session_ = s;
+        wake_ = true;
+    }
+    // Heartbeats start now, not at the background thread's next round: until the first ones
+    // settle, validity counts from the session's creation only.
+    worker_cv_.notify_all();
     return s;
 }
 
@@ -336,6 +334,8 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         for (;;) {
             if (options.cancel.stop_requested())
                 return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+            if (s && s->stale(steady::now())) s->mark_dead();
+            if (s && s->stale(steady::now())) s->mark_dead();
             if (!s || s->dead()) {
                 // A dead session took our node with it: start over on a new one (not yet granted).
                 node.clear();
@@ -391,13 +391,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 const auto want = parent + "/" + prefix;
                 std::vector<char> buffer(want.size() + 32);
                 Stat stat{};
-                const auto sent = steady::now();
                 const int rc = s->with_handle([&](zhandle_t* zh) {
                     return zoo_create2(zh, want.c_str(), nullptr, -1, acl(),
                                        ZOO_EPHEMERAL_SEQUENTIAL, buffer.data(),
                                        static_cast<int>(buffer.size()), &stat);
                 });
-                if (answered(rc)) s->confirm(sent);
                 if (rc == ZNONODE) {
                     const int prc = ensure_path(*s, parent, ZOO_CONTAINER);
                     if (prc == ZOK || recoverable(prc)) continue;
@@ -484,10 +482,8 @@ int engine::read_limit(session& s, const std::string& parent, std::uint32_t limi
         char data[32];
         int size = sizeof data - 1;
         Stat stat{};
-        const auto sent = steady::now();
         int rc = s.with_handle(
             [&](zhandle_t* zh) { return zoo_get(zh, parent.c_str(), 0, data, &size, &stat); });
-        if (answered(rc)) s.confirm(sent);
         if (rc == ZNONODE) {
             // The semaphore's node is persistent (a container would take its number of permits
             // with it once empty): the base first, then the node with its permits as data.
@@ -579,6 +575,7 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
     for (;;) {
         if (options.cancel.stop_requested())
             return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+        if (s && s->stale(steady::now())) s->mark_dead();
         if (!s || s->dead()) {
             node.clear();
             unknown = false;
@@ -638,12 +635,10 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
             const auto want = parent + "/" + prefix;
             std::vector<char> buffer(want.size() + 32);
             Stat stat{};
-            const auto sent = steady::now();
             const int rc = s->with_handle([&](zhandle_t* zh) {
                 return zoo_create2(zh, want.c_str(), nullptr, -1, acl(), ZOO_EPHEMERAL_SEQUENTIAL,
                                    buffer.data(), static_cast<int>(buffer.size()), &stat);
             });
-            if (answered(rc)) s->confirm(sent);
             if (rc == ZNONODE) continue;  // the parent is re-created by read_limit
             if (retriable(rc)) {
                 unknown = true;
@@ -686,9 +681,9 @@ dlock::lease engine::acquire_permits(std::string_view name, const lock_request& 
             if (where.has_successor) {
                 // The node after ours may be watching us: a data change tells it we hold, so it
                 // becomes first in line and watches the children (docs/zookeeper.md, Semaphore).
-                const auto path = parent + "/" + node;
-                s->with_handle(
-                    [&](zhandle_t* zh) { return zoo_set(zh, path.c_str(), "1", 1, -1); });
+                // Retried until answered: a lost set would leave it asleep while permits are
+                // free (our session's end deletes the node, which wakes it too).
+                s->wake_successor(parent + "/" + node);
             }
             return grant(name, options, s, parent + "/" + node, czxid, sent);
         }
@@ -841,7 +836,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
                                   "no answer from ZooKeeper within the session timeout");
                 continue;
             }
-            if (s.connected()) {
+            if (s.connected() && !s.overdue(now)) {
                 lease->renewed(bound);
             } else {
                 lease->renewal_failed();

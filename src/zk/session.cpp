@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -19,6 +20,13 @@ namespace dlock::zk::detail {
 struct cleanup_op {
     session* owner;
     cleanup_item item;
+};
+
+// A watch (re-)arm or a successor wake in flight; owned by its session like cleanup_op.
+struct node_op {
+    session* owner;
+    int kind;  // session::node_request
+    std::string path;
 };
 
 namespace {
@@ -59,6 +67,7 @@ void session::close() noexcept {
     dead_ = true;
     ++state_gen_;
     cleanup_.clear();
+    node_requests_.clear();
     changed_.notify_all();
 }
 
@@ -82,6 +91,8 @@ bool session::open(const std::string& hosts, milliseconds timeout, steady::time_
         return false;
     }
     timeout_ = milliseconds(with_handle([](zhandle_t* zh) { return zoo_recv_timeout(zh); }));
+    // The leader itself registered the new session, with an expiry >= its registration time
+    // + timeout, and registration came after `sent`.
     confirm(sent);
     return true;
 }
@@ -115,8 +126,8 @@ bool session::dead() const {
     return dead_;
 }
 
-void session::confirm(steady::time_point sent) noexcept {
-    const auto wanted = sent.time_since_epoch().count();
+void session::confirm(steady::time_point touched) noexcept {
+    const auto wanted = touched.time_since_epoch().count();
     auto current = answered_sent_.load();
     while (current < wanted && !answered_sent_.compare_exchange_weak(current, wanted)) {
     }
@@ -125,6 +136,36 @@ void session::confirm(steady::time_point sent) noexcept {
 steady::time_point session::valid_until() const noexcept {
     const steady::time_point sent{steady::duration(answered_sent_.load())};
     return dlock::detail::valid_until(sent, timeout_);
+}
+
+bool session::overdue(steady::time_point now) const noexcept {
+    if (!heartbeat_in_flight_.load()) return false;
+    const steady::time_point sent{steady::duration(heartbeat_sent_.load())};
+    return now - sent > 2 * heartbeat_period();
+}
+
+milliseconds session::heartbeat_period() const noexcept {
+    return std::max(timeout_ / 20, milliseconds(10));
+}
+
+void session::settle(steady::time_point sent, steady::time_point answered) {
+    // Heartbeat i (sent s_i, answered a_i) made our server record a touch of the session at
+    // some time >= s_i. The server reports its touches to the leader with each reply to the
+    // leader's ping (every tickTime / 2), over the same FIFO connection on which it forwards our
+    // syncs. If heartbeat j was sent at s_j >= a_i + settle_period, a ping came in between, so
+    // the report carrying touch i left before sync j was forwarded; sync j's answer means the
+    // leader received that forward, hence the report: the leader has touched the session at a
+    // time >= s_i and cannot expire it before s_i + timeout.
+    std::optional<steady::time_point> proven;
+    {
+        std::lock_guard lock(settle_mutex_);
+        while (!answered_.empty() && answered_.front().answered + settle_period() <= sent) {
+            proven = answered_.front().sent;
+            answered_.pop_front();
+        }
+        answered_.push_back({sent, answered});
+    }
+    if (proven) confirm(*proven);
 }
 
 void session::mark_dead() noexcept {
@@ -199,13 +240,18 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
             // Deleted, changed, or the watch was dropped: the waiter looks again either way.
             const auto it = self->watches_.find(path);
             if (it != self->watches_.end()) ++it->second.fired;
-            if (type == ZOO_DELETED_EVENT) {
-                const auto held = self->owned_.find(path);
-                if (held != self->owned_.end()) {
+            const auto held = self->owned_.find(path);
+            if (held != self->owned_.end()) {
+                if (type == ZOO_DELETED_EVENT) {
                     self->vanished_.emplace_back(path);
                     self->owned_.erase(held);
-                    state_change = true;  // wake the background thread: that lease is lost
+                } else {
+                    // A data change (an administrator's set) or a dropped watch used up the
+                    // one-shot watch: the background thread sets it again (never from here:
+                    // close() joins this thread while holding the handle).
+                    self->node_requests_.emplace_back(node_request::watch, path);
                 }
+                state_change = true;  // wake the background thread
             }
         }
         self->changed_.notify_all();
@@ -216,18 +262,20 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
 void session::on_heartbeat(int rc, const char*, const void* data) {
     auto* self = static_cast<session*>(const_cast<void*>(data));
     if (rc == ZOK)
-        self->confirm(steady::time_point(steady::duration(self->heartbeat_sent_.load())));
+        self->settle(steady::time_point(steady::duration(self->heartbeat_sent_.load())),
+                     steady::now());
     self->heartbeat_in_flight_.store(false);
     if (rc != ZCLOSING && self->wake_) self->wake_();
 }
 
 steady::time_point session::heartbeat(steady::time_point now) {
-    const auto period = std::max(timeout_ / 4, milliseconds(10));
+    const auto period = heartbeat_period();
     if (heartbeat_in_flight_.load() || !connected()) return now + period;
     if (now < next_heartbeat_) return next_heartbeat_;
     heartbeat_in_flight_.store(true);
     heartbeat_sent_.store(steady::now().time_since_epoch().count());
-    // sync is answered only after the leader answered our server (docs/zookeeper.md).
+    // sync is forwarded to the leader and answered through it (docs/zookeeper.md); it proves a
+    // touch only once settled (settle()).
     const int rc = with_handle(
         [&](zhandle_t* zh) { return zoo_async(zh, "/", &session::on_heartbeat, this); });
     if (rc != ZOK) heartbeat_in_flight_.store(false);
@@ -240,14 +288,71 @@ void session::own(const std::string& path) {
         std::lock_guard lock(mutex_);
         if (++owned_[path] > 1) return;  // a re-entry level: watched already
     }
-    // Asynchronous: a grant does not wait for it. If the node is already gone, the server's
-    // exists answer (ZNONODE) leaves a watch for its creation, which never comes; the lease is
-    // then lost by the session rules or found out at release.
-    with_handle([&](zhandle_t* zh) {
-        return zoo_awexists(
-            zh, path.c_str(), &session::on_event, this, [](int, const Stat*, const void*) {},
-            nullptr);
+    send(node_request::watch, path);  // asynchronous: a grant does not wait for it
+}
+
+void session::wake_successor(const std::string& path) { send(node_request::wake, path); }
+
+void session::send(node_request kind, const std::string& path) {
+    auto op = std::make_unique<node_op>(node_op{this, static_cast<int>(kind), path});
+    const int rc = with_handle([&](zhandle_t* zh) {
+        if (kind == node_request::watch) {
+            return zoo_awexists(zh, op->path.c_str(), &session::on_event, this,
+                                &session::on_watch_set, op.get());
+        }
+        return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op.get());
     });
+    if (rc == ZOK) {
+        std::lock_guard lock(mutex_);
+        node_in_flight_.push_back(std::move(op));  // until its completion runs (or we go)
+    } else if (retriable(rc) || rc == ZINVALIDSTATE) {
+        resend(kind, path);
+    }
+}
+
+void session::resend(node_request kind, std::string path) {
+    std::lock_guard lock(mutex_);
+    if (dead_) return;
+    if (kind == node_request::watch && owned_.find(path) == owned_.end()) return;
+    node_requests_.emplace_back(kind, std::move(path));
+}
+
+std::unique_ptr<node_op> session::finish(node_op* op) {
+    std::lock_guard lock(mutex_);
+    const auto it = std::find_if(node_in_flight_.begin(), node_in_flight_.end(),
+                                 [op](const auto& p) { return p.get() == op; });
+    if (it == node_in_flight_.end()) return nullptr;
+    auto done = std::move(*it);
+    node_in_flight_.erase(it);
+    return done;
+}
+
+void session::on_watch_set(int rc, const Stat*, const void* data) {
+    auto* op = static_cast<node_op*>(const_cast<void*>(data));
+    const auto done = op->owner->finish(op);
+    if (!done) return;
+    auto* self = done->owner;
+    if (retriable(rc)) {
+        self->resend(node_request::watch, std::move(done->path));
+        return;  // the reconnection wakes the background thread
+    }
+    if (rc != ZNONODE) return;
+    // Gone before the watch was set (deleted between our grant and the watch, or between the
+    // change that used up the previous watch and this one): lost, as if the watch had fired.
+    {
+        std::lock_guard lock(self->mutex_);
+        const auto held = self->owned_.find(done->path);
+        if (held == self->owned_.end()) return;  // released by us meanwhile
+        self->vanished_.push_back(done->path);
+        self->owned_.erase(held);
+    }
+    if (self->wake_) self->wake_();
+}
+
+void session::on_wake_set(int rc, const Stat*, const void* data) {
+    auto* op = static_cast<node_op*>(const_cast<void*>(data));
+    const auto done = op->owner->finish(op);
+    if (done && retriable(rc)) done->owner->resend(node_request::wake, std::move(done->path));
 }
 
 void session::disown(const std::string& path) {
@@ -287,11 +392,14 @@ std::unique_ptr<cleanup_op> session::finish(cleanup_op* op) {
 
 void session::run_cleanup() {
     std::vector<cleanup_item> items;
+    std::vector<std::pair<node_request, std::string>> requests;
     {
         std::lock_guard lock(mutex_);
         if (dead_ || state_ != ZOO_CONNECTED_STATE) return;
         items.swap(cleanup_);
+        requests.swap(node_requests_);
     }
+    for (const auto& [kind, path] : requests) send(kind, path);
     for (auto& item : items) {
         auto op = std::make_unique<cleanup_op>(cleanup_op{this, std::move(item)});
         int rc = ZOK;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <shared_mutex>
@@ -35,6 +36,7 @@ struct cleanup_item {
 };
 
 struct cleanup_op;
+struct node_op;
 
 class session {
 public:
@@ -68,10 +70,27 @@ public:
     /// The session timeout the server granted.
     milliseconds timeout() const noexcept { return timeout_; }
 
-    /// A request sent at `sent` was answered: the server cannot expire us before sent + timeout.
-    void confirm(steady::time_point sent) noexcept;
-    /// sent_last + timeout - drift(timeout).
+    /// The leader cannot expire the session before `touched` + timeout (docs/zookeeper.md,
+    /// "Sessions, validity and loss": only the session's creation and settled heartbeats prove
+    /// this; a plain answer from our server does not).
+    void confirm(steady::time_point touched) noexcept;
+    /// touched_last + timeout - drift(timeout).
     steady::time_point valid_until() const noexcept;
+    /// Past valid_until(): the leader may have expired the session, even if it answers again
+    /// (it may also have reconnected in time). Its leases are lost; it serves no new grant (a
+    /// grant on it would start lost): the client replaces it.
+    bool stale(steady::time_point now) const noexcept { return now >= valid_until(); }
+    /// A heartbeat has been waiting for its answer for longer than two heartbeat periods: the
+    /// leader may be out of reach even though our server still answers (leases: uncertain).
+    bool overdue(steady::time_point now) const noexcept;
+    /// How much older than an answered heartbeat's send time the answer of an earlier one must
+    /// be for that earlier one to prove a touch at the leader: timeout / 2, which is at least one
+    /// tickTime (the server clamps the timeout to >= 2 ticks), i.e. two of the follower's touch
+    /// reports (one every tickTime / 2).
+    milliseconds settle_period() const noexcept { return timeout_ / 2; }
+    /// The heartbeat period: timeout / 20 (min 10 ms). Validity runs between about
+    /// timeout / 2 - 2 periods (0.4 timeout) and timeout ahead of now while heartbeats flow.
+    milliseconds heartbeat_period() const noexcept;
 
     /// The session is known to be gone (a request answered ZSESSIONEXPIRED).
     void mark_dead() noexcept;
@@ -98,13 +117,21 @@ public:
 
     /// Nodes we hold: a deletion we did not ask for (an administrator, another client) is
     /// reported through take_vanished() and wakes the background thread. own() also sets the
-    /// watch (asynchronously). disown() before our own delete.
+    /// watch (asynchronously); the watch is set again after anything else consumes it (a data
+    /// change, a dropped watch) and after a failed attempt, and a node already gone when the
+    /// watch is set counts as deleted. disown() before our own delete.
     void own(const std::string& path);
     void disown(const std::string& path);
     std::vector<std::string> take_vanished();
 
+    /// Sets our node `path`'s data to "1" (wakes the semaphore waiter that watches it),
+    /// asynchronously; retried after a connection loss until answered or the session ends (then
+    /// the node is gone, which wakes the waiter as well).
+    void wake_successor(const std::string& path);
+
     /// Queue nodes to delete once connected (background thread sends them: run_cleanup).
     void queue_cleanup(cleanup_item item);
+    /// Background thread: sends queued deletions, watch re-arms and wakes (once connected).
     void run_cleanup();
 
 private:
@@ -113,7 +140,17 @@ private:
     std::unique_ptr<cleanup_op> finish(cleanup_op* op);
 
     static void on_heartbeat(int rc, const char* value, const void* data);
+    /// Heartbeat sent at `sent` answered at `answered`: confirms the latest earlier heartbeat
+    /// whose answer came at least settle_period() before `sent`.
+    void settle(steady::time_point sent, steady::time_point answered);
     void requeue(cleanup_item item);
+    /// A request on one of our nodes: an exists watch (re-)arm, or a successor wake.
+    enum class node_request { watch, wake };
+    void send(node_request kind, const std::string& path);
+    void resend(node_request kind, std::string path);
+    std::unique_ptr<node_op> finish(node_op* op);
+    static void on_watch_set(int rc, const Stat* stat, const void* data);
+    static void on_wake_set(int rc, const Stat* stat, const void* data);
 
     std::function<void()> wake_;
     std::shared_mutex handle_mutex_;  // guards zh_ against close() while a call uses it
@@ -123,6 +160,11 @@ private:
     std::atomic<bool> heartbeat_in_flight_{false};
     std::atomic<steady::rep> heartbeat_sent_{0};
     steady::time_point next_heartbeat_{};  // background thread only
+    struct answered_heartbeat {
+        steady::time_point sent, answered;
+    };
+    std::mutex settle_mutex_;                  // guards answered_
+    std::deque<answered_heartbeat> answered_;  // not yet settled, oldest first
 
     struct watch {
         std::uint64_t fired = 0;
@@ -136,7 +178,9 @@ private:
     std::unordered_map<std::string, watch> watches_;
     std::vector<cleanup_item> cleanup_;
     std::vector<std::unique_ptr<cleanup_op>> in_flight_;  // cleanup requests sent, not answered
-    std::unordered_map<std::string, int> owned_;          // held node path -> own() count
+    std::vector<std::pair<node_request, std::string>> node_requests_;  // to (re)send
+    std::vector<std::unique_ptr<node_op>> node_in_flight_;             // sent, not answered
+    std::unordered_map<std::string, int> owned_;  // held node path -> own() count
     std::vector<std::string> vanished_;
     int auth_rc_ = 1;  // 1 = no answer yet
 };

@@ -1,6 +1,7 @@
-// The benchmark worker speaks BENCH-PROTOCOL v1 (§1 command line, §3 life, §4 file format): run
-// the real dlock-bench-worker binary as separate processes against the shared redis-server and
-// check what an outside analyser relies on. Speed is not asserted here (bench/ measures it).
+// The benchmark worker speaks the worker protocol of docs/benchmarks.md (command line, life, file
+// format): run the real dlock-bench-worker binary as separate processes against the shared
+// redis-server and check what an outside analyser relies on. Speed is not asserted here (bench/
+// measures it).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>

@@ -37,6 +37,11 @@ std::string name_of(const std::string& entry) { return entry.substr(0, entry.fin
 
 }  // namespace
 
+std::string cli_binary() {
+    const char* other = std::getenv("DLOCK_TEST_CLI_BINARY");  // NOLINT(concurrency-mt-unsafe)
+    return other != nullptr && *other != '\0' ? std::string(other) : std::string(DLOCK_CLI_PATH);
+}
+
 std::string read_text(const std::string& path) {
     std::ifstream in(path);
     std::stringstream text;
@@ -63,7 +68,7 @@ cli_process::cli_process(std::vector<std::string> args, const cli_options& optio
     for (const auto& extra : options.env) env.push_back(extra);
     if (options.tty_stderr) env.emplace_back("TERM=xterm");
 
-    std::vector<std::string> argv = {DLOCK_CLI_PATH};
+    std::vector<std::string> argv = {cli_binary()};
     argv.insert(argv.end(), args_.begin(), args_.end());
     std::vector<char*> c_argv, c_env;
     for (auto& a : argv) c_argv.push_back(a.data());
@@ -99,12 +104,16 @@ cli_process::cli_process(std::vector<std::string> args, const cli_options& optio
             ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
             if (::getppid() != parent) ::_exit(127);
         }
+        // A session of its own: no controlling terminal, whatever the test was started from, so
+        // dlock's terminal handling is only exercised where a test asks for it (pty_shell).
+        ::setsid();
         sigset_t none;
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);  // NOLINT(concurrency-mt-unsafe): one thread
         ::dup2(in_fd, STDIN_FILENO);
         ::dup2(out_fd, STDOUT_FILENO);
         ::dup2(err_fd, STDERR_FILENO);
+        ::close_range(3, ~0U, 0);  // nothing of the test's (or of whoever started it) leaks in
         ::execve(c_argv[0], c_argv.data(), c_env.data());
         ::_exit(127);
     }

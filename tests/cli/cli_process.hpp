@@ -1,6 +1,7 @@
-// Runs the real `dlock` binary (DLOCK_CLI_PATH) as a process for the CLI tests: its stdout and
-// stderr go to temp files (read at any time, and no pipe can fill up and stall it), stdin is
-// /dev/null, and the environment is the test's own minus DLOCK_URL, plus what a test adds.
+// Runs the real `dlock` binary (cli_binary()) as a process for the CLI tests, in a session of its
+// own (no controlling terminal): its stdout and stderr go to temp files (read at any time, and
+// no pipe can fill up and stall it), stdin is /dev/null, and the environment is the test's own
+// minus DLOCK_URL, plus what a test adds.
 // Optionally its stderr is a pseudo-terminal, to see what a person at a terminal sees.
 // Use one object from one thread.
 #pragma once
@@ -57,6 +58,10 @@ private:
     int tty_master_ = -1;
     std::string tty_text_;
 };
+
+/// The dlock binary the tests run: $DLOCK_TEST_CLI_BINARY if set (to run the tests against
+/// another build, e.g. an older one), else the one built with them (DLOCK_CLI_PATH).
+std::string cli_binary();
 
 /// Runs `dlock args...` to completion (at most scaled(timeout)).
 cli_result run_cli(std::vector<std::string> args, const cli_options& options = {},

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "child_process.hpp"
+#include "queued_lock_checks.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 
@@ -110,6 +111,25 @@ TEST(FairMutexFault, HandOffToAWaiterThatDiedExpiresSoon) {
     ASSERT_TRUE(next.try_lock_for(scaled(10s)));
     // The hand-off lease is 2 s, not the dead waiter's 30 s lease.
     EXPECT_LE(std::chrono::steady_clock::now() - killed_at, 2s + scaled(1s));
+}
+
+}  // namespace
+
+namespace {
+
+const bool queued_waiter = dlock::test::register_queued_waiter_role();
+
+TEST(FairMutexFault, PausedHeadNeverAcceptsAStaleGrant) {
+    ASSERT_TRUE(queued_waiter);
+    dlock::test::paused_head_never_accepts_a_stale_grant("fair");
+}
+
+TEST(FairMutexFault, LostReplyToTheFirstAcquireLeavesTheLockFree) {
+    dlock::test::lost_first_reply_leaves_nothing("fair", false);
+}
+
+TEST(FairMutexFault, LostReplyToTheFirstAcquireLeavesNoQueueEntry) {
+    dlock::test::lost_first_reply_leaves_nothing("fair", true);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "child_process.hpp"
+#include "queued_lock_checks.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 
@@ -132,6 +133,25 @@ TEST(SharedMutexFault, KilledWriterHolderIsFollowedByTheNextWriterThenReaders) {
     EXPECT_TRUE(reader.try_lock_shared()) << "no writer left: readers come in";
     reader.unlock_shared();
     EXPECT_EQ(holder.wait(5s), 128 + 9);
+}
+
+}  // namespace
+
+namespace {
+
+const bool queued_waiter = dlock::test::register_queued_waiter_role();
+
+TEST(SharedMutexFault, PausedHeadWriterNeverAcceptsAStaleGrant) {
+    ASSERT_TRUE(queued_waiter);
+    dlock::test::paused_head_never_accepts_a_stale_grant("write");
+}
+
+TEST(SharedMutexFault, LostReplyToTheFirstWriteAcquireLeavesTheLockFree) {
+    dlock::test::lost_first_reply_leaves_nothing("write", false);
+}
+
+TEST(SharedMutexFault, LostReplyToTheFirstWriteAcquireLeavesNoQueueEntry) {
+    dlock::test::lost_first_reply_leaves_nothing("write", true);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // session expires and the next waiter gets the lock with a larger token), the leader stopped
 // (locking goes on), and the client cut off from the whole ensemble by SIGSTOP (lost fires before
 // another client can acquire; after the expiry a new session serves later locks). No node is left
-// behind.
+// behind. And, on a second ensemble in network namespaces, a holder whose follower is cut off
+// from the leader loses before the majority side grants the lock.
 #include <dlock/dlock.hpp>
 #include <dlock/zk/client.hpp>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "netns.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
 
@@ -247,11 +249,146 @@ TEST(ZkFault, WaitingWithTheEnsembleDownFailsOnceTheSessionCannotBeTrusted) {
     EXPECT_EQ(ec, dlock::errc::connection_failed) << ec.message();
     EXPECT_FALSE(l);
     EXPECT_LT(took, session + scaled(500ms) + scaled(2s));
-    // Once the ensemble is back, the client serves locks again on a new session.
-    l = c.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+    // Once the ensemble is back, the client serves locks again on a new session. The resumed
+    // servers may need longer than this client's short connect_timeout to serve: a
+    // connection_failed meanwhile is retried.
+    ASSERT_TRUE(eventually(
+        [&] {
+            l = c.acquire_until(name, {}, {}, steady::now() + scaled(30s), ec);
+            return ec != dlock::errc::connection_failed;
+        },
+        30s));
     EXPECT_FALSE(ec) << ec.message();
     l.release();
     EXPECT_TRUE(ensemble().children(c.lock_path(name)).empty());
+}
+
+// A holder connected only to a follower that is cut off from the leader. The follower keeps
+// answering the holder (pings, reads) until it notices, about syncLimit ticks later, while the
+// leader only hears about the holder's session from that follower and expires it one session
+// timeout after the last report that got through. The holder must give up (lost) before the
+// majority side grants the lock to someone else (docs/zookeeper.md, "Sessions, validity and
+// loss"). The follower's JVM runs in its own network namespace, joined by a veth pair to a
+// private namespace that holds everything else of this test; iptables inside the follower's
+// namespace black-holes every TCP packet except its client port. How far a holder that trusts
+// too long overlaps depends on where the cut falls against the follower's reports and the
+// leader's expiry ticks, so the scenario runs a few rounds at different phases.
+TEST(ZkPartition, HolderOnACutOffFollowerLosesBeforeTheMajorityGrants) {
+    if (const auto why = dlock::test::netns_unavailable(); !why.empty()) GTEST_SKIP() << why;
+    dlock::test::private_netns net;  // this thread, its servers and clients; gone at the end
+    dlock::test::veth_netns cut_off("10.77.0.1/24", "10.77.0.2/24");
+    // Server 1 (the lowest id) in its own namespace: a fresh ensemble elects the highest id of
+    // the first quorum, so server 1 follows.
+    dlock::test::zk_ensemble zk(3, {.tick = 250ms,
+                                    .addresses = {"10.77.0.2", "10.77.0.1", "10.77.0.1"},
+                                    .wrappers = {cut_off.exec_prefix(), {}, {}}});
+    // Within the server's [2, 20] ticks. A holder stalled for about 0.4 of it (a loaded machine)
+    // loses its lease before the cut: such a round proves nothing and is run again.
+    const auto session = std::min(scaled(1000ms), std::chrono::milliseconds(5000));
+    const auto since = [](steady::time_point from, steady::rep t) {
+        return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          steady::time_point(steady::duration(t)) - from)
+                                          .count());
+    };
+    const int rounds = 4;
+    int round = 0, attempts = 0;
+    for (; round < rounds && attempts < 3 * rounds; ++attempts) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        ASSERT_TRUE(eventually([&] { return zk.mode(0) == "follower"; }, 30s)) << zk.mode(0);
+        dlock::zk::client holder({.url = "zk://" + zk.host(0) + "/dlock-partition",
+                                  .session_timeout = session,
+                                  .connect_timeout = scaled(10s)});
+        dlock::zk::client majority(
+            {.url = "zk://" + zk.host(1) + "," + zk.host(2) + "/dlock-partition",
+             .session_timeout = 10s,
+             .connect_timeout = scaled(10s)});
+        const auto name = dlock::test::unique_name("partition");
+        std::error_code ec;
+        auto held = holder.acquire_until(name, {}, {}, steady::now() + scaled(10s), ec);
+        ASSERT_FALSE(ec) << ec.message();
+
+        // Everything below is measured on this process's steady clock.
+        std::atomic<steady::rep> lost_at{0}, trusted_at{0}, granted_at{0};
+        std::stop_callback on_lost(held.lost_token(),
+                                   [&] { lost_at = steady::now().time_since_epoch().count(); });
+        // The last instant the holder still claimed the lock (held or uncertain, time left).
+        std::jthread sampler([&](std::stop_token stop) {
+            while (!stop.stop_requested()) {
+                const auto now = steady::now();
+                if (held.state() != dlock::lock_state::lost && held.expires_in() > 0ms)
+                    trusted_at = now.time_since_epoch().count();
+                std::this_thread::sleep_for(1ms);
+            }
+        });
+        dlock::lease taken;
+        std::jthread waiter([&] {
+            std::error_code wec;
+            taken = majority.acquire_until(name, {}, {}, steady::now() + scaled(60s), wec);
+            if (!wec) granted_at = steady::now().time_since_epoch().count();
+        });
+        ASSERT_TRUE(
+            eventually([&] { return zk.children(majority.lock_path(name)).size() == 2; }, 10s));
+        // Heartbeats in their steady state. Then cut at the worst moment for the holder: right
+        // after its claimed validity moved forward (a heartbeat was just answered, and the
+        // follower has not yet reported that touch to the leader), at a phase of the leader's
+        // expiry ticks where the leader's rounding (expiry times are rounded up to a multiple of
+        // tickTime of CLOCK_MONOTONIC, the clock of steady_clock here) helps least: a holder that
+        // claims s + T - drift for a heartbeat sent at s, whose previous touch reached the leader
+        // 125-250 ms before s, overlaps most when s mod 250 is just under 125, i.e. when its
+        // claimed end (s + 988) mod 250 is about 75-112.
+        std::this_thread::sleep_for(session);
+        const auto claimed_end = [&] {
+            return std::chrono::duration_cast<std::chrono::milliseconds>(
+                       (steady::now() + held.expires_in()).time_since_epoch())
+                .count();
+        };
+        cut_off.arm_cut({zk.client_port(0)});
+        auto previous = claimed_end();
+        const auto aim_until = steady::now() + 2500ms, give_up = steady::now() + scaled(10s);
+        while (steady::now() < give_up) {
+            const auto end = claimed_end();
+            const bool phase = end % 250 >= 75 && end % 250 <= 112;
+            if (end > previous + 20 && (phase || steady::now() > aim_until)) break;
+            previous = std::max(previous, end);
+            std::this_thread::sleep_for(200us);
+        }
+        if (held.state() == dlock::lock_state::lost) {
+            std::printf("round %d: the holder lost its lease before the cut (a stall); again\n",
+                        round);
+            continue;
+        }
+        const auto cutting = steady::now();
+        cut_off.cut_tcp_except({zk.client_port(0)});
+        const auto cut = steady::now();  // the rules took effect during the call
+        std::printf(
+            "round %d: cut in %lld ms\n", round,
+            static_cast<long long>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(cut - cutting).count()));
+        const bool granted = eventually([&] { return granted_at.load() != 0; }, 30s);
+        EXPECT_TRUE(eventually([&] { return lost_at.load() != 0; }, 10s));
+        sampler.request_stop();
+        sampler.join();
+        waiter.join();
+        cut_off.heal();
+        ASSERT_TRUE(granted) << "the majority side never granted the lock";
+
+        const auto lost_ms = since(cut, lost_at), trusted_ms = since(cut, trusted_at),
+                   granted_ms = since(cut, granted_at);
+        std::printf(
+            "round %d: after the cut, the holder lost at %lld ms (last claimed at %lld ms), the "
+            "majority granted at %lld ms: overlap %lld ms\n",
+            round, lost_ms, trusted_ms, granted_ms, std::max(0LL, trusted_ms - granted_ms));
+        EXPECT_LT(lost_at.load(), granted_at.load()) << "lost must fire before the majority grants";
+        EXPECT_LT(trusted_at.load(), granted_at.load())
+            << "the holder claimed the lock while the majority side had granted it";
+        EXPECT_GT(taken.fencing_token(), held.fencing_token());
+        held.release(ec);
+        EXPECT_EQ(ec, dlock::errc::lock_lost);
+        taken.release(ec);
+        EXPECT_FALSE(ec) << ec.message();
+        ++round;
+    }
+    EXPECT_EQ(round, rounds) << "the holder kept losing its lease before the cut";
 }
 
 }  // namespace

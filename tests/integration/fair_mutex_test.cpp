@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "queued_lock_checks.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 
@@ -243,6 +244,30 @@ TEST(FairMutex, RedlockRefusesTheFairKind) {
     } catch (const dlock::error& e) {
         EXPECT_EQ(e.code(), dlock::errc::unsupported) << e.what();
     }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(FairMutex, HandOffValidityIsCappedByTheOwnLease) {
+    dlock::test::handoff_validity_is_capped("fair", {.lease = 1s}, 1s);
+}
+
+TEST(FairMutex, HandOffValidityIsCappedByMaxHold) {
+    dlock::test::handoff_validity_is_capped("fair", {.lease = 30s, .max_hold = 1s}, 1s);
+}
+
+TEST(FairMutex, HandOffValidityOfAFixedLeaseIsCappedByIt) {
+    dlock::test::handoff_validity_is_capped("fair", {.lease = 1s, .renew = false}, 1s);
+}
+
+TEST(FairMutex, KeysOfAnUnusedNameExpireButTheFencingCounter) {
+    dlock::test::keys_of_an_unused_name_expire("fair");
+}
+
+TEST(FairMutex, RefreshCostDoesNotGrowWithTheQueue) {
+    dlock::test::refresh_cost_does_not_grow_with_the_queue("fair");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 
@@ -326,7 +327,7 @@ TEST(RecursiveMutex, ANameHeldByAPlainMutexIsAClearErrorAndNothingIsDeleted) {
         FAIL() << "the name belongs to another lock kind";
     } catch (const dlock::error& e) {
         EXPECT_EQ(e.code(), dlock::errc::unexpected_reply) << e.what();
-        EXPECT_NE(std::string(e.what()).find("not a recursive lock"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("a dlock::mutex holds"), std::string::npos)
             << e.what();
     }
     EXPECT_THROW((void)m.try_lock(), dlock::error) << "cannot tell: not false";
@@ -341,6 +342,50 @@ TEST(RecursiveMutex, ANameHeldByAPlainMutexIsAClearErrorAndNothingIsDeleted) {
     EXPECT_THROW((void)plain.try_lock(), dlock::error);
     EXPECT_EQ(server_depths(redis, name), std::vector<long long>{1});
     m.unlock();
+}
+
+}  // namespace
+
+namespace {
+
+/// A re-entry whose request reaches the server after the client gave up on it (a paused server:
+/// the request waits in the socket buffer) raised the server depth without the client knowing.
+/// The owner's last unlock must still remove the key, not leave it blocking everyone for a lease.
+TEST(RecursiveMutex, TimedOutReentryThatLandsLateIsUndoneByTheLastUnlock) {
+    dlock::test::redis_server server;
+    dlock::redis::client redis({.url = server.url(), .command_timeout = scaled(300ms)});
+    const auto name = unique_name();
+    dlock::recursive_mutex m(redis, name, {.lease = 30s});
+    m.lock();
+    ASSERT_EQ(server_depths(redis, name), std::vector<long long>{1});
+    server.pause();
+    EXPECT_THROW(m.lock(), dlock::error) << "the re-entry times out";
+    server.resume();
+    // The late request is executed once the server runs again.
+    ASSERT_TRUE(eventually([&] { return server_depths(redis, name) == std::vector<long long>{2}; },
+                           scaled(5s)))
+        << "the late re-entry landed";
+    EXPECT_EQ(m.depth(), 1u);
+    m.unlock();
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 0)
+        << "the last unlock removed the key whatever the server depth";
+    dlock::recursive_mutex other(redis, name, {.lease = 30s});
+    EXPECT_TRUE(other.try_lock());
+    other.unlock();
+
+    // At depth 2: the inner unlock leaves one level (the owner still holds it), the last goes.
+    m.lock();
+    m.lock();
+    server.pause();
+    EXPECT_THROW(m.lock(), dlock::error);
+    server.resume();
+    ASSERT_TRUE(eventually([&] { return server_depths(redis, name) == std::vector<long long>{3}; },
+                           scaled(5s)));
+    m.unlock();
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 1) << "still held";
+    EXPECT_EQ(m.state(), dlock::lock_state::held);
+    m.unlock();
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 0);
 }
 
 }  // namespace

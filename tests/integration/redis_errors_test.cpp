@@ -223,4 +223,127 @@ TEST(RedisErrors, PausedServerTimesOutInsteadOfHanging) {
     EXPECT_NO_THROW(redis.ping());
 }
 
+/// One name, one lock kind: while a grant of one kind holds a name, an acquire of every other
+/// kind is refused with errc::unexpected_reply naming the holder's kind, and never granted.
+/// (Readers and the writer are the two sides of one shared_mutex: they exclude each other.)
+TEST(RedisErrors, EveryKindIsRefusedOnANameHeldByAnotherKind) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    using dlock::lock_kind;
+    const lock_kind kinds[] = {lock_kind::exclusive, lock_kind::reentrant, lock_kind::fair,
+                               lock_kind::read,      lock_kind::write,     lock_kind::permits};
+    const auto family = [](lock_kind k) {
+        return k == lock_kind::write ? lock_kind::read : k;  // one shared_mutex
+    };
+    const auto class_name = [](lock_kind k) -> std::string {
+        switch (k) {
+            case lock_kind::exclusive: return "dlock::mutex";
+            case lock_kind::reentrant: return "dlock::recursive_mutex";
+            case lock_kind::fair: return "dlock::fair_mutex";
+            case lock_kind::read:
+            case lock_kind::write: return "dlock::shared_mutex";
+            case lock_kind::permits: return "dlock::counting_semaphore";
+        }
+        return "?";
+    };
+    const auto request = [](lock_kind k) {
+        dlock::lock_request r;
+        r.kind = k;
+        r.limit = 2;  // a semaphore with a free permit left: only the kind check can refuse
+        return r;
+    };
+    for (const auto holder_kind : kinds) {
+        for (const auto contender_kind : kinds) {
+            const auto name = unique_name();
+            SCOPED_TRACE(std::string("held by ") + dlock::to_string(holder_kind) + ", then " +
+                         dlock::to_string(contender_kind));
+            auto held = redis.acquire(name, request(holder_kind), {.lease = 10s, .wait = 0s});
+            ASSERT_EQ(held.state(), dlock::lock_state::held);
+            dlock::lease second;
+            std::error_code ec;
+            std::string what;
+            try {
+                second = redis.acquire(name, request(contender_kind), {.lease = 10s, .wait = 0s});
+            } catch (const dlock::error& e) {
+                ec = e.code();
+                what = e.what();
+            }
+            const bool same_family = family(holder_kind) == family(contender_kind);
+            const bool shares =
+                (holder_kind == lock_kind::read && contender_kind == holder_kind) ||
+                (holder_kind == lock_kind::permits && contender_kind == holder_kind);
+            if (shares) {
+                EXPECT_FALSE(ec) << ec.message();
+                EXPECT_EQ(second.state(), dlock::lock_state::held);
+            } else {
+                EXPECT_NE(second.state(), dlock::lock_state::held) << "a second holder was granted";
+                if (same_family) {
+                    EXPECT_EQ(ec, dlock::errc::timeout) << what;
+                } else {
+                    EXPECT_EQ(ec, dlock::errc::unexpected_reply) << what;
+                    EXPECT_NE(what.find("WRONGTYPE"), std::string::npos) << what;
+                    EXPECT_NE(what.find(class_name(holder_kind)), std::string::npos)
+                        << "the message names the holder's kind: " << what;
+                }
+            }
+            if (second.state() == dlock::lock_state::held) second.release();
+            EXPECT_NO_THROW(held.release());
+            // Once the name is free, any kind may use it.
+            ec.clear();
+            auto after =
+                redis.acquire(name, request(contender_kind), {.lease = 10s, .wait = 0s}, ec);
+            EXPECT_FALSE(ec) << dlock::to_string(contender_kind)
+                             << " after release: " << ec.message();
+            if (after.state() == dlock::lock_state::held) after.release();
+        }
+    }
+}
+
+/// A name whose holder is gone but where a live waiter of a queued kind (fair_mutex, the writer
+/// side of shared_mutex) waits still belongs to that kind: another kind is refused, not granted.
+TEST(RedisErrors, ANameWithALiveQueuedWaiterOfAnotherKindIsRefused) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    struct queued_case {
+        dlock::lock_kind holder, waiter;
+        std::string holder_key_suffix, needle;
+    };
+    const queued_case cases[] = {
+        {dlock::lock_kind::fair, dlock::lock_kind::fair, "", "dlock::fair_mutex"},
+        {dlock::lock_kind::read, dlock::lock_kind::write, ":readers", "dlock::shared_mutex"},
+    };
+    for (const auto& c : cases) {
+        const auto name = unique_name();
+        SCOPED_TRACE(dlock::to_string(c.waiter));
+        auto held = redis.acquire(name, {.kind = c.holder}, {.lease = 10s, .wait = 0s});
+        std::atomic<bool> granted{false};
+        std::jthread waiter([&] {
+            std::error_code ec;
+            auto l =
+                redis.acquire(name, {.kind = c.waiter}, {.lease = 10s, .wait = scaled(20s)}, ec);
+            granted = l.state() == dlock::lock_state::held;
+        });
+        const auto queue = redis.lock_key(name) + ":queue";
+        ASSERT_TRUE(dlock::test::eventually(
+            [&] {
+                return redis.command({"ZCARD", queue}).integer == 1;
+            },
+            scaled(5s)));
+        // The holder vanishes (as if its lease ran out); the waiter is still queued and alive.
+        redis.command({"DEL", redis.lock_key(name) + c.holder_key_suffix});
+        for (const auto other : {dlock::lock_kind::exclusive, dlock::lock_kind::reentrant,
+                                 dlock::lock_kind::permits}) {
+            try {
+                auto l = redis.acquire(name, {.kind = other}, {.lease = 10s, .wait = 0s});
+                ADD_FAILURE() << dlock::to_string(other) << " granted beside a queued waiter";
+            } catch (const dlock::error& e) {
+                EXPECT_EQ(e.code(), dlock::errc::unexpected_reply) << e.what();
+                EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+            }
+        }
+        waiter.join();  // takes the lock at its next refresh, then releases it
+        EXPECT_TRUE(granted.load());
+        std::error_code ignored;
+        held.release(ignored);
+    }
+}
+
 }  // namespace

@@ -5,7 +5,10 @@
 #include <dlock/redlock/client.hpp>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <thread>
@@ -225,6 +228,165 @@ TEST(Redlock, BuiltFromSingleServerClients) {
     dlock::redlock::client redlock({std::cref(a), std::cref(b), std::cref(c)});
     EXPECT_EQ(redlock.size(), 3u);
     auto grant = redlock.acquire(unique_name(), {.wait = 0s});
+    EXPECT_EQ(grant.state(), dlock::lock_state::held);
+}
+
+}  // namespace
+
+namespace {
+
+/// A release that finds more than N - quorum servers holding another owner's token (or nothing)
+/// reports lock_lost, as renewal does: the grant no longer had a quorum, whatever one server
+/// deleted. Nothing of the other owner's is touched.
+TEST(Redlock, ReleaseWhereAMajorityHoldsAnotherTokenIsLockLost) {
+    dlock::redlock::client redlock(
+        {.urls = {fleet()[0].url(), fleet()[1].url(), fleet()[2].url()}});
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    const auto key = probe.lock_key(name);
+    auto grant = redlock.acquire(name, {.lease = 10s, .renew = false});
+    ASSERT_EQ(grant.state(), dlock::lock_state::held);
+    for (std::size_t i = 1; i < 3; ++i)
+        ASSERT_EQ(fleet()[i].command({"SET", key, "another-owner", "PX", "10000"}), "OK");
+    std::error_code ec;
+    grant.release(ec);
+    EXPECT_EQ(ec, dlock::errc::lock_lost) << ec.message();
+    EXPECT_EQ(fleet()[0].command({"EXISTS", key}), "0") << "our own key is deleted";
+    for (std::size_t i = 1; i < 3; ++i)
+        EXPECT_EQ(fleet()[i].command({"GET", key}), "another-owner") << "server " << i;
+
+    // One server lost to another owner is within N - quorum: the release succeeds.
+    auto second = redlock.acquire(unique_name(), {.lease = 10s, .renew = false});
+    const auto second_key = probe.lock_key(second.name());
+    ASSERT_EQ(fleet()[2].command({"SET", second_key, "another-owner", "PX", "10000"}), "OK");
+    second.release(ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(fleet()[2].command({"GET", second_key}), "another-owner");
+}
+
+}  // namespace
+
+namespace {
+
+/// Runs `make`, expecting dlock::error invalid_argument whose message contains every needle and
+/// none of `secret`.
+template <class F>
+void expect_same_server(F&& make, const std::vector<std::string>& needles,
+                        const std::string& secret = "") {
+    try {
+        make();
+        ADD_FAILURE() << "two URLs of one redis-server were accepted as two voters";
+    } catch (const dlock::error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << what;
+        for (const auto& n : needles) {
+            EXPECT_NE(what.find(n), std::string::npos) << "\"" << n << "\" in: " << what;
+        }
+        if (!secret.empty()) {
+            EXPECT_EQ(what.find(secret), std::string::npos) << what;
+        }
+    }
+}
+
+/// One redis-server reached through two URLs would vote twice: the servers' run_ids are compared,
+/// not the URLs' text.
+TEST(Redlock, OneServerUnderTwoNamesIsRefused) {
+    const auto port = std::to_string(fleet()[0].port());
+    expect_same_server(
+        [&] {
+            dlock::redlock::client c(
+                {.urls = {"redis://localhost:" + port, fleet()[1].url(), fleet()[0].url()}});
+        },
+        {"localhost:" + port, "127.0.0.1:" + port, "same redis-server"});
+
+    // A unix socket and TCP to one server; and a password never shows in the message.
+    char dir_template[] = "/tmp/dlock-sock.XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_template), nullptr);
+    const std::string socket = std::string(dir_template) + "/redis.sock";
+    {
+        dlock::test::redis_server server(
+            {.extra_args = {"--unixsocket", socket, "--requirepass", "s3cr3t-pw"}});
+        const auto tcp = "redis://:s3cr3t-pw@127.0.0.1:" + std::to_string(server.port());
+        expect_same_server(
+            [&] {
+                dlock::redlock::client c(
+                    {.urls = {tcp, fleet()[1].url(),
+                              "redis://:s3cr3t-pw@localhost:" + std::to_string(server.port())}});
+            },
+            {"127.0.0.1:" + std::to_string(server.port()), "localhost"}, "s3cr3t-pw");
+    }
+    {
+        dlock::test::redis_server server({.extra_args = {"--unixsocket", socket}});
+        expect_same_server(
+            [&] {
+                dlock::redlock::client c(
+                    {.urls = {server.url(), fleet()[1].url(), "unix://" + socket}});
+            },
+            {socket, "127.0.0.1:" + std::to_string(server.port())});
+    }
+    ::rmdir(dir_template);
+
+    // Two databases of one server are one server: they fail together.
+    try {
+        dlock::redlock::client c(
+            {.urls = {fleet()[0].url() + "/1", fleet()[1].url(), fleet()[0].url() + "/2"}});
+        ADD_FAILURE() << "two databases of one server accepted as two voters";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << e.what();
+    }
+
+    // Distinct servers are accepted, whatever their URLs look like.
+    dlock::redlock::client ok({.urls = {"redis://localhost:" + port, fleet()[1].url()}});
+    EXPECT_EQ(ok.size(), 2u);
+}
+
+/// A server down when the client is made is checked when it first answers; until then, and for
+/// good when it turns out to be another URL of a counted server, its answers do not count: here a
+/// renewal that only one real server confirms (twice, under two names) is not a quorum.
+TEST(Redlock, OneServerUnderTwoNamesThatWasDownAtStartNeverVotesTwice) {
+    dlock::test::redis_server shared, other;
+    const auto port = std::to_string(shared.port());
+    shared.stop();
+    dlock::redlock::client redlock(
+        {.urls = {shared.url(), "redis://localhost:" + port, other.url()},
+         .node_timeout = scaled(100ms)});
+    shared.start();
+    auto grant = redlock.acquire(unique_name(), {.lease = scaled(1500ms), .wait = scaled(5s)});
+    ASSERT_EQ(grant.state(), dlock::lock_state::held);
+    other.stop();  // now only `shared` holds it, under both names
+    EXPECT_TRUE(eventually([&] { return grant.state() == dlock::lock_state::lost; }, scaled(5s)))
+        << "renewals confirmed by one server under two names kept the lease";
+    std::error_code ec;
+    grant.release(ec);
+    try {
+        (void)redlock.acquire(unique_name(), {.wait = 0s});
+        ADD_FAILURE() << "granted by one server under two names";
+    } catch (const dlock::error& e) {
+        EXPECT_NE(std::string(e.what()).find("same redis-server"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+
+namespace {
+
+/// The identity check never costs availability: a server paused when the client is made (its
+/// INFO never answers) delays only the constructor, and the others grant as before. The servers
+/// are new (no script cached), so this also checks that a healthy server's NOSCRIPT round is not
+/// starved by the paused one's timeout.
+TEST(Redlock, AServerPausedAtConstructionDoesNotBlockGrants) {
+    dlock::test::redis_server a, b, paused;
+    paused.pause();
+    dlock::redlock::client redlock({.urls = {a.url(), b.url(), paused.url()},
+                                    .connect_timeout = scaled(300ms),
+                                    .command_timeout = scaled(300ms),
+                                    .node_timeout = scaled(50ms)});
+    for (int i = 0; i < 3; ++i) {
+        auto grant = redlock.acquire(unique_name(), {.lease = 10s, .wait = 0s});
+        EXPECT_EQ(grant.state(), dlock::lock_state::held);
+    }
+    paused.resume();
+    auto grant = redlock.acquire(unique_name(), {.lease = 10s, .wait = 0s});
     EXPECT_EQ(grant.state(), dlock::lock_state::held);
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "queued_lock_checks.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 
@@ -389,6 +390,26 @@ TEST(SharedMutex, StdAdaptersWork) {
     EXPECT_TRUE(other.try_lock());
     other.unlock();
     EXPECT_THROW(dlock::shared_mutex(redis, ""), dlock::error);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(SharedMutex, WriterHandOffValidityIsCappedByTheOwnLease) {
+    dlock::test::handoff_validity_is_capped("write", {.lease = 1s}, 1s);
+}
+
+TEST(SharedMutex, WriterHandOffValidityIsCappedByMaxHold) {
+    dlock::test::handoff_validity_is_capped("write", {.lease = 30s, .max_hold = 1s}, 1s);
+}
+
+TEST(SharedMutex, KeysOfAnUnusedNameExpireButTheFencingCounter) {
+    dlock::test::keys_of_an_unused_name_expire("write");
+}
+
+TEST(SharedMutex, WriterRefreshCostDoesNotGrowWithTheQueue) {
+    dlock::test::refresh_cost_does_not_grow_with_the_queue("write");
 }
 
 }  // namespace

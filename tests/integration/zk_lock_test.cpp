@@ -11,7 +11,10 @@
 
 #include <unistd.h>
 
+#include <zookeeper/proto.h>
+
 #include <atomic>
+#include <functional>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -322,6 +325,44 @@ TEST(ZkLock, NodeDeletedBySomeoneElseIsLost) {
     EXPECT_FALSE(ec) << "the lock is free again";
 }
 
+// The watch on a held node is one-shot: a data change (an administrator's set) uses it up. It
+// must be set again, so that a later delete still makes the lease lost; and a node found gone
+// when the watch is set again counts as deleted.
+void expect_lost_after(const std::function<void(const std::string& node)>& tamper) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("tampered");
+    std::error_code ec;
+    auto l = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec);
+    const auto kids = shared_zk().children(zk.lock_path(name));
+    ASSERT_EQ(kids.size(), 1u);
+    tamper(zk.lock_path(name) + "/" + kids.front());
+    auto next = take(other, name, dlock::lock_kind::exclusive, scaled(5s), ec);
+    ASSERT_FALSE(ec) << "the node is gone: another client gets the lock";
+    const auto granted = steady::now();
+    EXPECT_TRUE(eventually([&] { return l.lost_token().stop_requested(); }, 5s))
+        << "the holder still believes it holds while another client was granted";
+    EXPECT_LT(steady::now() - granted, scaled(2s));
+    EXPECT_EQ(l.state(), dlock::lock_state::lost);
+    l.release(ec);
+    EXPECT_EQ(ec, dlock::errc::lock_lost);
+}
+
+TEST(ZkLock, NodeChangedThenDeletedBySomeoneElseIsLost) {
+    expect_lost_after([](const std::string& node) {
+        ASSERT_TRUE(shared_zk().set_data(node, "admin"));
+        ASSERT_TRUE(shared_zk().remove(node));
+    });
+}
+
+TEST(ZkLock, NodeChangedAndDeletedAtOnceIsLost) {
+    // One transaction: the holder hears only the change and finds the node gone when it sets
+    // its watch again.
+    expect_lost_after(
+        [](const std::string& node) { ASSERT_TRUE(shared_zk().set_and_remove(node)); });
+}
+
 TEST(ZkLock, NamesAreOneEncodedComponent) {
     auto zk = make_client();
     EXPECT_EQ(zk.lock_path("a/b"), "/dlock-it/a%2Fb");
@@ -548,6 +589,48 @@ TEST(ZkSemaphore, SetPermitsWakesTheFirstWaiter) {
     ASSERT_FALSE(ec);
     auto p = permits(zk, lock_name, 1, 2, 0ms, ec);
     EXPECT_EQ(ec, dlock::errc::unexpected_reply);
+}
+
+// A holder whose wake-up of the waiter behind it is lost to a dropped connection must still
+// wake it: the waiter may hold too (permits are free), and must not sleep until the holder
+// releases.
+TEST(ZkSemaphore, LostWakeUpIsRetried) {
+    dlock::test::zk_proxy proxy("127.0.0.1", shared_zk().client_port(0));
+    auto all = make_client();
+    dlock::zk::client via_proxy({.url = "zk://" + proxy.host() + "/dlock-it",
+                                 .session_timeout = 4s,
+                                 .connect_timeout = scaled(5s)});
+    auto behind = make_client();
+    const auto name = dlock::test::unique_name("sem");
+    std::error_code ec;
+    auto both = permits(all, name, 2, 2, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::atomic<bool> first_in{false}, second_in{false}, done{false};
+    std::jthread first([&] {  // first in line: granted when `both` goes
+        std::error_code wec;
+        auto l = permits(via_proxy, name, 1, 2, scaled(20s), wec);
+        first_in = !wec;
+        eventually([&] { return done.load(); }, 30s);
+    });
+    ASSERT_TRUE(
+        eventually([&] { return shared_zk().children(all.lock_path(name)).size() == 2; }, 10s));
+    std::jthread second([&] {  // behind `first`: watches its node
+        std::error_code wec;
+        auto l = permits(behind, name, 1, 2, scaled(20s), wec);
+        second_in = !wec;
+    });
+    ASSERT_TRUE(
+        eventually([&] { return shared_zk().children(all.lock_path(name)).size() == 3; }, 10s));
+    proxy.drop_next(ZOO_SETDATA_OP);  // the set that would wake `second`
+    both.release();
+    ASSERT_TRUE(eventually([&] { return first_in.load(); }, 10s));
+    EXPECT_TRUE(eventually([&] { return second_in.load(); }, 10s))
+        << "2 permits, 1 held: the waiter behind the new holder slept";
+    EXPECT_EQ(proxy.dropped(), 1) << "the wake-up was not cut as intended";
+    done = true;
+    first.join();
+    second.join();
+    EXPECT_TRUE(eventually([&] { return shared_zk().children(all.lock_path(name)).empty(); }, 10s));
 }
 
 TEST(ZkSemaphore, CountingSemaphoreCapsConcurrency) {

@@ -1,7 +1,7 @@
 # dlock_add_test(NAME <name> LABELS <label>... SOURCES <file>... [TIMEOUT <seconds>])
 #
 # One test executable linked with dlock_test_support and dlock_test_main, registered as ONE ctest
-# test (not gtest_discover_tests: servers start once per binary, STYLE 9) with its labels
+# test (not gtest_discover_tests: servers start once per binary) with its labels
 # (unit, integration, fault) and a timeout (default 600 s). ctest hands its own environment to the
 # test, so DLOCK_TEST_TIME_SCALE (and the sanitizer *_OPTIONS) set when running ctest reach the
 # binary unchanged. Every binary is listed, with its labels, in <build>/dlock_tests.txt

@@ -1,4 +1,4 @@
-// One redis-server per test binary (STYLE 9: servers start once per binary; each test uses its own
+// One redis-server per test binary (servers start once per binary; each test uses its own
 // key prefix from unique_name()).
 #pragma once
 

@@ -1,7 +1,7 @@
 // main() of every dlock test binary (target dlock_test_main). With "--dlock-child=<role>" as the
 // first argument it runs a child role registered with register_child() and exits with its result,
 // without initialising gtest. Otherwise it runs the gtest suite and, after the last test, checks
-// for leaks (STYLE 9, etcd's leak check): the process has no more threads than it started with,
+// for leaks (etcd's leak check): the process has no more threads than it started with,
 // and the shared redis server (if used) has no client connected but the check's own. Set
 // DLOCK_TEST_LEAK_CHECK=0 to skip that check.
 #include <dirent.h>

@@ -32,12 +32,16 @@ constexpr auto start_deadline = std::chrono::seconds(30);
 constexpr const char* class_path = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
 
 // One four-letter word over a fresh socket; "" if the server does not answer within `timeout`.
-std::string four_letter(std::uint16_t port, const char* word, std::chrono::milliseconds timeout) {
+std::string four_letter(const std::string& address, std::uint16_t port, const char* word,
+                        std::chrono::milliseconds timeout) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return {};
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
+        ::close(fd);
+        return {};
+    }
     addr.sin_port = htons(port);
     const auto deadline = clock::now() + timeout;
     const auto wait = [&](short events) {
@@ -80,7 +84,10 @@ std::string tail_of(const std::string& path) {
 
 }  // namespace
 
-zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick) : tick_(tick) {
+zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick)
+    : zk_ensemble(servers, zk_ensemble_options{.tick = tick, .addresses = {}, .wrappers = {}}) {}
+
+zk_ensemble::zk_ensemble(std::size_t servers, zk_ensemble_options options) : tick_(options.tick) {
     char tmpl[] = "/tmp/dlock-zk.XXXXXX";
     if (::mkdtemp(tmpl) == nullptr)
         throw std::runtime_error(std::string("zk_ensemble: mkdtemp: ") + std::strerror(errno));
@@ -99,6 +106,8 @@ zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick) : 
             s.client_port = fresh();
             s.quorum_port = fresh();
             s.election_port = fresh();
+            if (i < options.addresses.size()) s.address = options.addresses[i];
+            if (i < options.wrappers.size()) s.wrapper = options.wrappers[i];
             s.dir = dir_ + "/" + std::to_string(i + 1);
             std::filesystem::create_directories(s.dir + "/data");
         }
@@ -137,20 +146,21 @@ void zk_ensemble::write_config(std::size_t i) {
     std::ofstream cfg(s.dir + "/zoo.cfg");
     cfg << "tickTime=" << tick_.count() << "\ninitLimit=10\nsyncLimit=5\n"
         << "dataDir=" << s.dir << "/data\nclientPort=" << s.client_port
-        << "\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+        << "\nclientPortAddress=" << s.address << "\nadmin.enableServer=false\n"
         << "4lw.commands.whitelist=*\nforceSync=no\n";
     if (servers_.size() > 1) {
         std::ofstream(s.dir + "/data/myid") << (i + 1) << "\n";
         for (std::size_t j = 0; j < servers_.size(); ++j) {
-            cfg << "server." << (j + 1) << "=127.0.0.1:" << servers_[j].quorum_port << ":"
-                << servers_[j].election_port << "\n";
+            cfg << "server." << (j + 1) << "=" << servers_[j].address << ":"
+                << servers_[j].quorum_port << ":" << servers_[j].election_port << "\n";
         }
     }
 }
 
 void zk_ensemble::spawn(std::size_t i) {
     auto& s = servers_[i];
-    const std::vector<std::string> argv = {"java",
+    std::vector<std::string> argv = s.wrapper;
+    const std::vector<std::string> java = {"/usr/bin/java",
                                            "-Xmx256m",
                                            "-XX:+UseSerialGC",
                                            "-XX:TieredStopAtLevel=1",
@@ -162,10 +172,11 @@ void zk_ensemble::spawn(std::size_t i) {
                                                ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
                                                : "org.apache.zookeeper.server.ZooKeeperServerMain",
                                            s.dir + "/zoo.cfg"};
+    argv.insert(argv.end(), java.begin(), java.end());
     const std::string log = s.dir + "/zk.log";
     const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     try {
-        s.pid = detail::spawn("/usr/bin/java", argv, out);
+        s.pid = detail::spawn(argv.front(), argv, out);
     } catch (...) {
         if (out >= 0) ::close(out);
         throw;
@@ -188,7 +199,8 @@ void zk_ensemble::wait_serving(std::size_t i) {
             // The answer must come from OUR server: while it was down (stop/start), another
             // process on this machine may have taken the port, and a foreign ZooKeeper would then
             // serve our clients. `conf` names the data dir.
-            const auto conf = four_letter(s.client_port, "conf", std::chrono::milliseconds(500));
+            const auto conf =
+                four_letter(s.address, s.client_port, "conf", std::chrono::milliseconds(500));
             if (conf.find(s.dir + "/data") != std::string::npos) return;
             if (!conf.empty()) {
                 throw std::runtime_error("zk_ensemble: port " + std::to_string(s.client_port) +
@@ -215,9 +227,13 @@ std::string zk_ensemble::hosts() const {
     std::string out;
     for (const auto& s : servers_) {
         if (!out.empty()) out += ',';
-        out += "127.0.0.1:" + std::to_string(s.client_port);
+        out += s.address + ":" + std::to_string(s.client_port);
     }
     return out;
+}
+
+std::string zk_ensemble::host(std::size_t i) const {
+    return servers_.at(i).address + ":" + std::to_string(servers_.at(i).client_port);
 }
 
 std::string zk_ensemble::url(std::string_view base) const {
@@ -268,8 +284,8 @@ void zk_ensemble::resume_all() {
 }
 
 std::string zk_ensemble::mode(std::size_t i) const {
-    const auto text =
-        four_letter(servers_.at(i).client_port, "srvr", std::chrono::milliseconds(500));
+    const auto text = four_letter(servers_.at(i).address, servers_.at(i).client_port, "srvr",
+                                  std::chrono::milliseconds(500));
     const auto at = text.find("Mode: ");
     if (at == std::string::npos) return {};
     const auto end = text.find('\n', at);
@@ -301,7 +317,8 @@ std::vector<std::string> zk_ensemble::children(const std::string& path) const {
     throw std::runtime_error("zk_ensemble::children(" + path + "): no server answered");
 }
 
-bool zk_ensemble::remove(const std::string& path) const {
+template <class Op>
+bool zk_ensemble::with_admin_session(const char* what, const std::string& path, Op op) const {
     struct closer {
         void operator()(zhandle_t* zh) const { zookeeper_close(zh); }
     };
@@ -309,14 +326,155 @@ bool zk_ensemble::remove(const std::string& path) const {
     while (clock::now() < deadline) {
         std::unique_ptr<zhandle_t, closer> zh(zookeeper_init2(
             hosts().c_str(), nullptr, 4000, nullptr, nullptr, 0, [](const char*) {}));
-        if (!zh) throw std::runtime_error("zk_ensemble::remove: zookeeper_init failed");
+        if (!zh) throw std::runtime_error(std::string("zk_ensemble::") + what + ": init failed");
         while (clock::now() < deadline && zoo_state(zh.get()) != ZOO_CONNECTED_STATE)
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        const int rc = zoo_delete(zh.get(), path.c_str(), -1);
+        const int rc = op(zh.get());
         if (rc == ZOK) return true;
         if (rc == ZNONODE) return false;
     }
-    throw std::runtime_error("zk_ensemble::remove(" + path + "): no server answered");
+    throw std::runtime_error(std::string("zk_ensemble::") + what + "(" + path +
+                             "): no server answered");
+}
+
+bool zk_ensemble::remove(const std::string& path) const {
+    return with_admin_session("remove", path,
+                              [&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+}
+
+bool zk_ensemble::set_data(const std::string& path, const std::string& data) const {
+    return with_admin_session("set_data", path, [&](zhandle_t* zh) {
+        return zoo_set(zh, path.c_str(), data.data(), static_cast<int>(data.size()), -1);
+    });
+}
+
+bool zk_ensemble::set_and_remove(const std::string& path) const {
+    return with_admin_session("set_and_remove", path, [&](zhandle_t* zh) {
+        zoo_op_t ops[2];
+        zoo_op_result_t results[2];
+        zoo_set_op_init(&ops[0], path.c_str(), "changed", 7, -1, nullptr);
+        zoo_delete_op_init(&ops[1], path.c_str(), -1);
+        return zoo_multi(zh, 2, ops, results);
+    });
+}
+
+zk_proxy::zk_proxy(std::string upstream_address, std::uint16_t upstream_port)
+    : upstream_address_(std::move(upstream_address)), upstream_port_(upstream_port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        const int err = errno;
+        if (listener_ >= 0) ::close(listener_);
+        throw std::runtime_error(std::string("zk_proxy: listen: ") + std::strerror(err));
+    }
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::jthread([this](std::stop_token stop) { accept_loop(stop); });
+}
+
+zk_proxy::~zk_proxy() {
+    acceptor_.request_stop();
+    acceptor_.join();
+    std::vector<std::jthread> workers;
+    {
+        std::lock_guard lock(mutex_);
+        workers.swap(workers_);
+    }
+    workers.clear();  // request_stop + join: each polls with a short timeout
+    ::close(listener_);
+}
+
+std::string zk_proxy::host() const { return "127.0.0.1:" + std::to_string(port_); }
+
+void zk_proxy::drop_next(int op) {
+    std::lock_guard lock(mutex_);
+    drop_op_ = op;
+}
+
+int zk_proxy::dropped() const {
+    std::lock_guard lock(mutex_);
+    return dropped_;
+}
+
+void zk_proxy::accept_loop(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+        pollfd p{listener_, POLLIN, 0};
+        if (::poll(&p, 1, 20) != 1) continue;
+        const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (client < 0) continue;
+        const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(upstream_port_);
+        ::inet_pton(AF_INET, upstream_address_.c_str(), &addr.sin_addr);
+        if (server < 0 || ::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+            if (server >= 0) ::close(server);
+            ::close(client);
+            continue;
+        }
+        std::lock_guard lock(mutex_);
+        workers_.emplace_back(
+            [this, client, server](std::stop_token st) { serve(client, server, st); });
+    }
+}
+
+void zk_proxy::serve(int client, int server, std::stop_token stop) {
+    // Client to server: whole frames (4-byte big-endian length, then the body), so a request
+    // can be dropped; the first frame is the connect request (no request header). Server to
+    // client: bytes as they come.
+    std::string pending;
+    bool first = true;
+    const auto send_all = [](int fd, const char* data, std::size_t size) {
+        while (size > 0) {
+            const auto n = ::send(fd, data, size, MSG_NOSIGNAL);
+            if (n <= 0) return false;
+            data += n;
+            size -= static_cast<std::size_t>(n);
+        }
+        return true;
+    };
+    char buf[16384];
+    bool open = true;
+    while (open && !stop.stop_requested()) {
+        pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+        if (::poll(p, 2, 20) <= 0) continue;
+        if (p[1].revents != 0) {
+            const auto n = ::recv(server, buf, sizeof buf, 0);
+            open = n > 0 && send_all(client, buf, static_cast<std::size_t>(n));
+        }
+        if (open && p[0].revents != 0) {
+            const auto n = ::recv(client, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            pending.append(buf, static_cast<std::size_t>(n));
+            while (open && pending.size() >= 4) {
+                const auto* b = reinterpret_cast<const unsigned char*>(pending.data());
+                const std::size_t len = (std::size_t{b[0]} << 24) | (std::size_t{b[1]} << 16) |
+                                        (std::size_t{b[2]} << 8) | std::size_t{b[3]};
+                if (pending.size() < 4 + len) break;
+                if (!first && len >= 8) {
+                    const int type =
+                        static_cast<int>((std::uint32_t{b[8]} << 24) | (std::uint32_t{b[9]} << 16) |
+                                         (std::uint32_t{b[10]} << 8) | b[11]);
+                    std::lock_guard lock(mutex_);
+                    if (type == drop_op_) {
+                        drop_op_ = -1;
+                        ++dropped_;
+                        open = false;
+                        break;
+                    }
+                }
+                first = false;
+                open = send_all(server, pending.data(), 4 + len);
+                pending.erase(0, 4 + len);
+            }
+        }
+    }
+    ::close(client);
+    ::close(server);
 }
 
 namespace {

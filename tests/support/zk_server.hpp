@@ -11,11 +11,25 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace dlock::test {
+
+struct zk_ensemble_options {
+    /// Sessions are clamped to [2, 20] ticks.
+    std::chrono::milliseconds tick{250};
+    /// Per server (empty: every one on "127.0.0.1"): the IPv4 address its client, quorum and
+    /// election ports bind to. Ports are picked free on 127.0.0.1 of the calling thread's
+    /// namespace.
+    std::vector<std::string> addresses;
+    /// Per server (empty: none): an argv prefix its JVM runs under, e.g.
+    /// veth_netns::exec_prefix() to run it in another network namespace (netns.hpp).
+    std::vector<std::vector<std::string>> wrappers;
+};
 
 class zk_ensemble {
 public:
@@ -24,14 +38,17 @@ public:
     /// std::runtime_error with the log tails if they do not.
     explicit zk_ensemble(std::size_t servers = 1,
                          std::chrono::milliseconds tick = std::chrono::milliseconds(250));
+    zk_ensemble(std::size_t servers, zk_ensemble_options options);
     /// SIGKILL + waitpid every server, remove the temp dir. Never throws.
     ~zk_ensemble();
     zk_ensemble(const zk_ensemble&) = delete;
     zk_ensemble& operator=(const zk_ensemble&) = delete;
 
     std::size_t size() const { return servers_.size(); }
-    /// "127.0.0.1:p1,127.0.0.1:p2,..."
+    /// "127.0.0.1:p1,127.0.0.1:p2,..." (each server's address:client port)
     std::string hosts() const;
+    /// "address:client port" of server i.
+    std::string host(std::size_t i) const;
     /// "zk://<hosts><base>"
     std::string url(std::string_view base = "/dlock") const;
     std::uint16_t client_port(std::size_t i) const;
@@ -55,10 +72,20 @@ public:
     /// Deletes node `path` (any version) with a fresh session, as an administrator would; false
     /// if it does not exist. Throws std::runtime_error if no server answers within scaled(10s).
     bool remove(const std::string& path) const;
+    /// Sets node `path`'s data (any version) with a fresh session, as an administrator would;
+    /// false if it does not exist. Throws std::runtime_error if no server answers within
+    /// scaled(10s).
+    bool set_data(const std::string& path, const std::string& data) const;
+    /// In ONE transaction (a multi), sets node `path`'s data and deletes it: a watcher of the
+    /// node hears only the change, and finds the node gone when it sets its watch again. false
+    /// if it does not exist. Throws std::runtime_error if no server answers within scaled(10s).
+    bool set_and_remove(const std::string& path) const;
 
 private:
     struct server {
         std::uint16_t client_port = 0, quorum_port = 0, election_port = 0;
+        std::string address = "127.0.0.1";
+        std::vector<std::string> wrapper;
         std::string dir;
         pid_t pid = -1;
     };
@@ -66,10 +93,47 @@ private:
     void spawn(std::size_t i);
     void wait_serving(std::size_t i);
     std::string log_tails() const;
+    /// Runs `op(zh)` on a fresh session until it returns true or scaled(10s) passes.
+    template <class Op>
+    bool with_admin_session(const char* what, const std::string& path, Op op) const;
 
     std::chrono::milliseconds tick_;
     std::string dir_;
     std::vector<server> servers_;
+};
+
+/// A TCP proxy on a free 127.0.0.1 port in front of one ZooKeeper server, for clients that
+/// should lose their connection at a chosen request: drop_next(op) makes the proxy close the
+/// connection of the next client that sends a request of type `op` (ZOO_SETDATA_OP, ... from
+/// <zookeeper/proto.h>) instead of forwarding it, so the server never sees it and the client
+/// gets ZCONNECTIONLOSS; the client's reconnection then goes through as usual. Everything else
+/// is forwarded as is. Throws std::runtime_error if it cannot listen.
+class zk_proxy {
+public:
+    zk_proxy(std::string upstream_address, std::uint16_t upstream_port);
+    ~zk_proxy();  ///< closes every connection and joins its threads
+    zk_proxy(const zk_proxy&) = delete;
+    zk_proxy& operator=(const zk_proxy&) = delete;
+
+    /// "127.0.0.1:<port>"
+    std::string host() const;
+    void drop_next(int op);
+    /// How many requests were dropped so far.
+    int dropped() const;
+
+private:
+    void accept_loop(std::stop_token stop);
+    void serve(int client, int server, std::stop_token stop);
+
+    std::string upstream_address_;
+    std::uint16_t upstream_port_;
+    std::uint16_t port_ = 0;
+    int listener_ = -1;
+    mutable std::mutex mutex_;  // guards drop_op_, dropped_, workers_
+    int drop_op_ = -1;
+    int dropped_ = 0;
+    std::vector<std::jthread> workers_;
+    std::jthread acceptor_;
 };
 
 /// The binary's shared standalone server: started on first use (thread-safe), killed and its dir

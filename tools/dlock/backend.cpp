@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <utility>
 
@@ -39,6 +40,61 @@ std::string as_flags(std::string text) {
 std::string default_url() {
     std::string url = env_value("DLOCK_URL");
     return url.empty() ? "redis://127.0.0.1:6379" : url;
+}
+
+std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url) {
+    // The same reading as redact_url(): "user:password@" or a lone "password@".
+    const auto start = url.find("://");
+    if (start == std::string_view::npos) return std::nullopt;
+    const auto authority_begin = start + 3;
+    const auto authority_end = std::min(url.find_first_of("/?", authority_begin), url.size());
+    const auto at = url.substr(0, authority_end).rfind('@');
+    if (at == std::string_view::npos || at < authority_begin) return std::nullopt;
+    const auto colon = url.substr(0, at).find(':', authority_begin);
+    const auto begin = colon != std::string_view::npos ? colon + 1 : authority_begin;
+    if (begin >= at) return std::nullopt;  // "user:@" or "@": no password
+    return std::pair{begin, at - begin};
+}
+
+bool has_password(std::string_view url) { return password_span(url).has_value(); }
+
+std::string with_password(std::string_view url, std::string_view password) {
+    const auto start = url.find("://");
+    const auto scheme = start == std::string_view::npos ? url : url.substr(0, start);
+    if (scheme != "redis" && scheme != "redlock") {
+        throw cli_error(exit_status::usage,
+                        fmt::format("--password-file and $DLOCK_PASSWORD apply to redis:// and "
+                                    "redlock:// URLs only, not to {}",
+                                    redact_url(url)));
+    }
+    const auto authority_begin = start + 3;
+    const auto authority_end = std::min(url.find_first_of("/?", authority_begin), url.size());
+    const auto at = url.substr(0, authority_end).rfind('@');
+    std::string user;
+    std::size_t rest = authority_begin;
+    if (at != std::string_view::npos && at >= authority_begin) {
+        const auto userinfo = url.substr(authority_begin, at - authority_begin);
+        const auto colon = userinfo.find(':');
+        if (colon != std::string_view::npos && colon + 1 < userinfo.size()) {
+            throw cli_error(exit_status::usage,
+                            fmt::format("--url {} has a password already: give it once (in the "
+                                        "URL, --password-file or $DLOCK_PASSWORD)",
+                                        redact_url(url)));
+        }
+        user = std::string(userinfo.substr(0, colon));
+        rest = at + 1;
+    }
+    std::string encoded;
+    for (const char c : password) {
+        const auto u = static_cast<unsigned char>(c);
+        if (std::isalnum(u) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+            encoded += c;
+        } else {
+            encoded += fmt::format("%{:02X}", u);
+        }
+    }
+    return fmt::format("{}{}:{}@{}", url.substr(0, authority_begin), user, encoded,
+                       url.substr(rest));
 }
 
 service_url parse_service_url(std::string_view url) {
@@ -174,9 +230,13 @@ cli_error to_cli_error(const dlock::error& e, std::string_view url) {
         case exit_status::unreachable:
             return {status, fmt::format("cannot reach the lock server at {}: {}", where, detail)};
         case exit_status::auth_failed:
-            return {status, fmt::format("the lock server at {} refused the credentials: {} "
-                                        "(put them in the URL: redis://user:password@host:port)",
-                                        where, detail)};
+            return {
+                status,
+                fmt::format(
+                    "the lock server at {} refused the credentials: {} "
+                    "(give the password with --password-file FILE, $DLOCK_PASSWORD or in the URL: "
+                    "redis://user:password@host:port)",
+                    where, detail)};
         case exit_status::server_error:
             return {status,
                     fmt::format("the lock server at {} answered unexpectedly: {}", where, detail)};

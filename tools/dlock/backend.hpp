@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <system_error>
 #include <vector>
 
@@ -31,6 +32,17 @@ std::string default_url();
 
 /// `url` with any password replaced by "***", for messages and `dlock status` output.
 using dlock::redis::redact_url;
+
+/// Whether `url` carries a password (in its user-info part).
+bool has_password(std::string_view url);
+
+/// Where the password of `url` is (offset, length), or nullopt: to overwrite it in place.
+std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url);
+
+/// `url` with `password` (percent-encoded) put into its user-info part. Only redis:// and
+/// redlock:// URLs take one; a user name in the URL (`redis://alice@host`) is kept as the user.
+/// Throws cli_error(usage) for other schemes, or if the URL already has a password.
+std::string with_password(std::string_view url, std::string_view password);
 
 /// What a --url names, before anything is connected.
 struct service_url {

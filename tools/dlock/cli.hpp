@@ -13,8 +13,8 @@
 namespace dlock::cli {
 
 /// dlock's own exit statuses, sysexits(3)-style. `dlock run` otherwise exits with the command's
-/// status (128 + N when a signal N killed it). The table is repeated in `dlock --help` and
-/// docs/cli.md; keep the three in step.
+/// status, or ends by the signal N that killed the command (a shell shows 128 + N). The table is
+/// repeated in `dlock --help` and docs/cli.md; keep the three in step.
 namespace exit_status {
 inline constexpr int ok = 0;
 inline constexpr int demo_failed = 1;       ///< demo: the locked run did not sell exactly the stock

@@ -5,12 +5,16 @@
 #include <dlock/dlock.hpp>
 #include <dlock/options.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +22,7 @@
 #include "backend.hpp"
 #include "cli.hpp"
 #include "duration.hpp"
+#include "process.hpp"
 
 namespace {
 
@@ -36,8 +41,8 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble (no `dlock status` yet)
 
-Exit statuses (besides these, `dlock run` exits with the command's own status, 128+N if signal N
-killed it):
+Exit statuses (besides these, `dlock run` exits with the command's own status, or ends by the
+signal that killed the command):
    64  bad command line or option value (unknown option, bad duration, bad URL)
    69  not available in this build or on this backend (rediss://, etcd://; --fair,
        --shared, --write, --permits on redlock://),
@@ -61,10 +66,12 @@ const char* const run_footer = R"(Examples:
   dlock run job -- sh -c 'echo "token $DLOCK_FENCING_TOKEN"'
 
 The command gets DLOCK_NAME and DLOCK_FENCING_TOKEN (a number larger than every earlier holder's:
-pass it to the resource you protect so it can reject stale writers). It runs in its own process
-group (unless --foreground); SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock
-are passed to it. If the lock is lost while it runs, dlock sends it SIGTERM, then SIGKILL after
---grace, and exits with 79. The lock is released however the command ends.
+pass it to the resource you protect so it can reject stale writers), and no credentials. It runs
+in a process group of its own, which gets the terminal while dlock has it; SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGTSTP sent to dlock are passed to that group (signals
+dlock was started with ignored stay ignored). If the lock is lost, or dlock is killed, the group
+is stopped: SIGTERM, then SIGKILL after --grace (SIGKILL at once if dlock was killed). The lock is
+released once the whole group has ended; killed by a signal, the command makes dlock end by it.
 Durations: 500ms, 10s, 1.5s, 2m, 1h30m; a plain number is seconds.
 Exit status: the command's; 75 if the lock was not had in time; others: dlock --help.)";
 
@@ -106,6 +113,7 @@ void set_usage(CLI::App* cmd, std::string usage) {
 /// The options `dlock run` etc. bind to, as text until validated.
 struct raw_options {
     std::string url;
+    std::string password_file;
     std::string key_prefix = "dlock";
     std::string name;
     std::string lease = "30s";
@@ -136,6 +144,10 @@ void add_server_options(CLI::App* cmd, raw_options& raw) {
                     "or redlock://host:port,host:port,host:port\n"
                     "(default: $DLOCK_URL, else redis://127.0.0.1:6379)")
         ->type_name("URL");
+    cmd->add_option("--password-file", raw.password_file,
+                    "Read the server's password from FILE (first line), so it\n"
+                    "is not in the process list (also: $DLOCK_PASSWORD)")
+        ->type_name("FILE");
     cmd->add_option("--key-prefix", raw.key_prefix, "Prefix of the lock's Redis keys")
         ->type_name("TEXT")
         ->default_str("dlock");
@@ -197,10 +209,70 @@ void check_range(std::string_view option, int value, int low, int high) {
 }
 
 /// --url as given, else the default; an explicitly empty --url is an error, not the default.
-std::string server_url(const CLI::App* cmd, const std::string& given) {
-    if (cmd->get_option("--url")->count() == 0) return default_url();
-    if (given.empty()) throw cli_error(exit_status::usage, "--url \"\": empty URL");
-    return given;
+/// The first line of a password file. Its content never appears in a message.
+std::string read_password_file(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        throw cli_error(exit_status::usage, fmt::format("--password-file {}: cannot read it: {}",
+                                                        path, errno_text(errno)));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0) {
+        std::fprintf(stderr,
+                     "dlock: warning: --password-file %s can be read by other users (chmod 600 "
+                     "it)\n",
+                     path.c_str());
+    }
+    std::string text;
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < 65536) {
+        text.append(buf, static_cast<std::size_t>(n));
+    }
+    const int read_errno = errno;
+    ::close(fd);
+    if (n < 0) {
+        throw cli_error(exit_status::usage, fmt::format("--password-file {}: cannot read it: {}",
+                                                        path, errno_text(read_errno)));
+    }
+    text = text.substr(0, text.find('\n'));
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.empty()) {
+        throw cli_error(exit_status::usage,
+                        fmt::format("--password-file {}: the first line is empty", path));
+    }
+    return text;
+}
+
+/// --url as given, else the default; an explicitly empty --url is an error, not the default.
+/// With --password-file (else $DLOCK_PASSWORD, if set and not empty) the password goes into it.
+std::string server_url(const CLI::App* cmd, const raw_options& raw) {
+    std::string url;
+    if (cmd->get_option("--url")->count() == 0) {
+        url = default_url();
+    } else {
+        if (raw.url.empty()) throw cli_error(exit_status::usage, "--url \"\": empty URL");
+        url = raw.url;
+    }
+    if (cmd->get_option("--password-file")->count() > 0) {
+        return with_password(url, read_password_file(raw.password_file));
+    }
+    if (const std::string password = env_value("DLOCK_PASSWORD"); !password.empty()) {
+        return with_password(url, password);
+    }
+    return url;
+}
+
+/// Overwrites passwords in dlock's own arguments (argv[1..count]) with '*', so that
+/// /proc/<pid>/cmdline (the process list, readable by every user) stops showing them. Until this
+/// runs, right after the command line is parsed, they are visible.
+void hide_passwords(char** argv, std::size_t count) {
+    for (std::size_t i = 1; i <= count && argv[i] != nullptr; ++i) {
+        const std::string_view arg(argv[i]);
+        if (const auto span = password_span(arg)) {
+            std::memset(argv[i] + span->first, '*', span->second);
+        }
+    }
 }
 
 run_options make_run_options(const CLI::App* run, const raw_options& raw,
@@ -219,7 +291,7 @@ run_options make_run_options(const CLI::App* run, const raw_options& raw,
     }
     check_range("--conflict-exit-code", raw.conflict_exit_code, 0, 255);
     run_options o;
-    o.server = {server_url(run, raw.url), raw.key_prefix};
+    o.server = {server_url(run, raw), raw.key_prefix};
     o.name = raw.name;
     if (raw.fair) o.request.kind = dlock::lock_kind::fair;
     if (raw.shared) o.request.kind = dlock::lock_kind::read;
@@ -298,8 +370,8 @@ int dispatch(int argc, char** argv) {
         ->type_name("DURATION")
         ->default_str("5s");
     run->add_flag("--foreground", raw.foreground,
-                  "Keep the command in dlock's process group, so it can read\n"
-                  "the terminal; then only the command itself is signalled");
+                  "Accepted for compatibility: the command always gets the\n"
+                  "terminal while dlock has it");
     run->add_flag("-q,--quiet", raw.quiet, "No progress line or notes");
     run->add_flag("-v,--verbose", raw.verbose, "Print lock events (acquired, renewed, lost...)");
     run->add_flag("--fair", raw.fair,
@@ -380,6 +452,7 @@ int dispatch(int argc, char** argv) {
     try {
         std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's order
         app.parse(reversed);
+        hide_passwords(argv, args.size());  // dlock's own arguments: the command's come after
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
@@ -403,7 +476,7 @@ int dispatch(int argc, char** argv) {
     if (status->parsed()) {
         reject_extras(status);
         require_name(status, raw.name);
-        return status_command({.server = {server_url(status, raw.url), raw.key_prefix},
+        return status_command({.server = {server_url(status, raw), raw.key_prefix},
                                .name = raw.name,
                                .json = raw.json});
     }
@@ -451,6 +524,7 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    record_inherited();  // before anything is opened or any disposition is changed
     // A closed stderr or stdout pipe must not kill dlock while it holds a lock; commands it
     // starts get SIGPIPE back (process.cpp).
     ::signal(SIGPIPE, SIG_IGN);

@@ -6,14 +6,21 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <dirent.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +43,75 @@ sigset_t handled_set() {
     sigemptyset(&set);
     for (const int sig : handled_signals) sigaddset(&set, sig);
     return set;
+}
+
+// --- what dlock inherited (written once by record_inherited(), before any thread) ------------
+
+sigset_t inherited_ignored_set;  // signals whose disposition was SIG_IGN at start
+// Descriptors above 2 open at start, ascending: passed on to the command. Fixed storage, so the
+// child reads it between fork and exec without allocating.
+std::array<int, 1024> inherited_fds{};
+std::size_t inherited_fd_count = 0;
+int max_fd = 1024;  // for closing descriptors one by one where close_range(2) is missing
+
+void close_fds(int low, int high) noexcept {
+    if (low > high) return;
+    if (::close_range(static_cast<unsigned>(low), static_cast<unsigned>(high), 0) == 0) return;
+    for (int fd = low; fd <= std::min(high, max_fd); ++fd) ::close(fd);
+}
+
+/// Closes every descriptor above 2 except `keep` (ascending). Async-signal-safe.
+void close_fds_except(const int* keep, std::size_t count) noexcept {
+    int low = 3;
+    for (std::size_t i = 0; i < count; ++i) {
+        if (keep[i] < low) continue;
+        close_fds(low, keep[i] - 1);
+        low = keep[i] + 1;
+    }
+    close_fds(low, INT_MAX);
+}
+
+/// Fields of /proc/<pid>/stat: the state letter and the process group; false if gone.
+bool read_stat(const char* pid, char& state, long& pgrp) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[512];
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char* paren = std::strrchr(buf, ')');  // the command name may contain ')'
+    if (paren == nullptr) return false;
+    long ppid = 0;
+    return std::sscanf(paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3;
+}
+
+/// An executable file `name` on $PATH (or `name` itself if it has a '/'); "" and `error` set to
+/// ENOENT (nothing found) or EACCES (found, but not executable) otherwise.
+std::string resolve_command(const std::string& name, int& error) {
+    const auto executable = [](const std::string& path) {
+        struct stat st {};
+        return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+               ::access(path.c_str(), X_OK) == 0;
+    };
+    error = ENOENT;
+    if (name.empty()) return "";
+    if (name.find('/') != std::string::npos) {
+        if (executable(name)) return name;
+        error = ::access(name.c_str(), F_OK) == 0 ? EACCES : ENOENT;
+        return "";
+    }
+    const std::string path = env_value("PATH");
+    std::stringstream dirs(!path.empty() ? path : "/usr/local/bin:/usr/bin:/bin");
+    std::string dir;
+    while (std::getline(dirs, dir, ':')) {
+        const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+        if (executable(candidate)) return candidate;
+        if (::access(candidate.c_str(), F_OK) == 0) error = EACCES;
+    }
+    return "";
 }
 
 std::vector<char*> c_strings(std::vector<std::string>& strings) {
@@ -116,11 +192,61 @@ std::string env_value(const char* name) {
 
 std::string errno_text(int error) { return std::generic_category().message(error); }
 
+void record_inherited() {
+    sigemptyset(&inherited_ignored_set);
+    for (int sig = 1; sig < NSIG; ++sig) {
+        struct sigaction old {};
+        if (sig != SIGKILL && sig != SIGSTOP && ::sigaction(sig, nullptr, &old) == 0 &&
+            old.sa_handler == SIG_IGN) {
+            sigaddset(&inherited_ignored_set, sig);
+        }
+    }
+    if (sigismember(&inherited_ignored_set, SIGCHLD)) ::signal(SIGCHLD, SIG_DFL);  // to wait
+
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+        max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20));
+    inherited_fd_count = 0;
+    if (DIR* dir = ::opendir("/proc/self/fd")) {
+        while (const dirent* entry = ::readdir(dir)) {
+            const int fd = std::atoi(entry->d_name);
+            if (fd > 2 && fd != ::dirfd(dir) && inherited_fd_count < inherited_fds.size())
+                inherited_fds[inherited_fd_count++] = fd;
+        }
+        ::closedir(dir);
+    } else {
+        for (int fd = 3; fd < std::min(max_fd, 1024); ++fd) {
+            if (::fcntl(fd, F_GETFD) >= 0 && inherited_fd_count < inherited_fds.size())
+                inherited_fds[inherited_fd_count++] = fd;
+        }
+    }
+    std::sort(inherited_fds.begin(),
+              inherited_fds.begin() + static_cast<std::ptrdiff_t>(inherited_fd_count));
+}
+
+bool inherited_ignored(int sig) { return sigismember(&inherited_ignored_set, sig) == 1; }
+
 // --- signals ---------------------------------------------------------------------------------
 
 signal_watch::signal_watch() {
     const sigset_t set = handled_set();
     if (::pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) {
+        throw cli_error(exit_status::os_error, "cannot block signals");
+    }
+    fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd_ < 0) {
+        throw cli_error(exit_status::os_error,
+                        fmt::format("signalfd failed: {}", errno_text(errno)));
+    }
+}
+
+signal_watch::signal_watch(const std::vector<int>& signals, const std::vector<int>& also_block) {
+    sigset_t set, block;
+    sigemptyset(&set);
+    for (const int sig : signals) sigaddset(&set, sig);
+    block = set;
+    for (const int sig : also_block) sigaddset(&block, sig);
+    if (::pthread_sigmask(SIG_BLOCK, &block, nullptr) != 0) {
         throw cli_error(exit_status::os_error, "cannot block signals");
     }
     fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -145,6 +271,8 @@ std::optional<signalfd_siginfo> signal_watch::next() {
 }
 
 void die_by_signal(int sig) {
+    const rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
@@ -156,6 +284,8 @@ void die_by_signal(int sig) {
     ::raise(sig);
     std::_Exit(128 + sig);  // a signal whose default action is to be ignored
 }
+
+void stop_self() noexcept { ::kill(::getpid(), SIGSTOP); }
 
 std::string signal_name(int sig) {
     if (const char* abbrev = ::sigabbrev_np(sig)) return std::string("SIG") + abbrev;
@@ -201,6 +331,206 @@ pid_t spawn_process(const std::vector<std::string>& argv, const spawn_options& o
         return -1;
     }
     return pid;
+}
+
+// --- the command of dlock run -----------------------------------------------------------------
+
+command_child::command_child(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env) {
+    const std::string path = resolve_command(argv.front(), error_);
+    if (path.empty()) return;
+    error_ = 0;
+    std::vector<std::string> args = argv, env_copy = env;
+    auto c_args = c_strings(args);
+    auto c_env = c_strings(env_copy);
+    int go[2], err[2];
+    if (::pipe2(go, O_CLOEXEC) != 0) {
+        throw cli_error(exit_status::os_error, fmt::format("pipe failed: {}", errno_text(errno)));
+    }
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+        const int e = errno;
+        ::close(go[0]);
+        ::close(go[1]);
+        throw cli_error(exit_status::os_error, fmt::format("pipe failed: {}", errno_text(e)));
+    }
+    // What the child keeps: the descriptors dlock inherited, and the exec-error pipe (closed by
+    // the exec itself).
+    std::vector<int> keep(inherited_fds.begin(),
+                          inherited_fds.begin() + static_cast<std::ptrdiff_t>(inherited_fd_count));
+    keep.insert(std::upper_bound(keep.begin(), keep.end(), err[1]), err[1]);
+    const pid_t parent = ::getpid();
+    // Prepared above: between fork and exec only async-signal-safe calls.
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::setpgid(0, 0);
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != parent) ::_exit(127);  // dlock died before prctl took effect
+        ::close(go[1]);
+        ::close(err[0]);
+        char byte = 0;
+        ssize_t n = 0;
+        do {
+            n = ::read(go[0], &byte, 1);
+        } while (n < 0 && errno == EINTR);
+        if (n != 1) ::_exit(127);  // dlock is gone, or gave up before go()
+        ::close(go[0]);
+        // Only ignored dispositions survive exec: give back those dlock changed.
+        for (const int sig : {SIGPIPE, SIGCHLD}) {
+            struct sigaction action {};
+            action.sa_handler = sigismember(&inherited_ignored_set, sig) ? SIG_IGN : SIG_DFL;
+            sigemptyset(&action.sa_mask);
+            ::sigaction(sig, &action, nullptr);
+        }
+        close_fds_except(keep.data(), keep.size());
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);  // NOLINT(concurrency-mt-unsafe): one thread
+        ::execve(path.c_str(), c_args.data(), c_env.data());
+        const int e = errno;
+        [[maybe_unused]] const auto w = ::write(err[1], &e, sizeof e);
+        ::_exit(127);
+    }
+    const int fork_errno = errno;
+    ::close(go[0]);
+    ::close(err[1]);
+    if (pid < 0) {
+        ::close(go[1]);
+        ::close(err[0]);
+        throw cli_error(exit_status::os_error,
+                        fmt::format("fork failed: {}", errno_text(fork_errno)));
+    }
+    ::setpgid(pid, pid);  // also here, so the group exists before go() whoever runs first
+    pid_ = pid;
+    go_fd_ = go[1];
+    err_fd_ = err[0];
+}
+
+command_child::~command_child() {
+    if (go_fd_ >= 0) ::close(go_fd_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+}
+
+int command_child::go() {
+    const char byte = 'g';
+    [[maybe_unused]] const auto w = ::write(go_fd_, &byte, 1);
+    ::close(go_fd_);
+    go_fd_ = -1;
+    int e = 0;
+    ssize_t n = 0;
+    do {
+        n = ::read(err_fd_, &e, sizeof e);
+    } while (n < 0 && errno == EINTR);
+    ::close(err_fd_);
+    err_fd_ = -1;
+    return n == static_cast<ssize_t>(sizeof e) ? e : 0;
+}
+
+// --- the watchdog --------------------------------------------------------------------------------
+
+group_watchdog::group_watchdog() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+        throw cli_error(exit_status::os_error, fmt::format("pipe failed: {}", errno_text(errno)));
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        // A session of its own: no terminal signal reaches it. It keeps nothing open but the pipe
+        // (not even the terminal or dlock's output pipes, which it must not hold open).
+        ::setsid();
+        const int in = fds[0];
+        close_fds(0, in - 1);
+        close_fds(in + 1, INT_MAX);
+        pid_t pgid = 0;
+        for (;;) {
+            char message[1 + sizeof(pid_t)];
+            const ssize_t n = ::read(in, message, sizeof message);
+            if (n < 0 && errno == EINTR) continue;
+            if (n == static_cast<ssize_t>(sizeof message) && message[0] == 'G') {
+                std::memcpy(&pgid, message + 1, sizeof pgid);
+                continue;
+            }
+            if (n > 0 && message[0] == 'Q') ::_exit(0);
+            if (n <= 0) break;  // EOF: dlock is gone
+        }
+        if (pgid > 0) ::kill(-pgid, SIGKILL);
+        ::_exit(0);
+    }
+    const int fork_errno = errno;
+    ::close(fds[0]);
+    if (pid < 0) {
+        ::close(fds[1]);
+        throw cli_error(exit_status::os_error,
+                        fmt::format("fork failed: {}", errno_text(fork_errno)));
+    }
+    pid_ = pid;
+    fd_ = fds[1];
+}
+
+group_watchdog::~group_watchdog() { finish(); }
+
+void group_watchdog::watch(pid_t pgid) noexcept {
+    char message[1 + sizeof(pid_t)];
+    message[0] = 'G';
+    std::memcpy(message + 1, &pgid, sizeof pgid);
+    [[maybe_unused]] const auto w = ::write(fd_, message, sizeof message);  // atomic: < PIPE_BUF
+}
+
+void group_watchdog::stand_down() noexcept {
+    if (fd_ < 0) return;
+    char message[1 + sizeof(pid_t)] = {'Q'};
+    [[maybe_unused]] const auto w = ::write(fd_, message, sizeof message);
+    finish();
+}
+
+void group_watchdog::finish() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (pid_ > 0) {
+        int raw = 0;
+        while (::waitpid(pid_, &raw, 0) < 0 && errno == EINTR) {
+        }
+        pid_ = -1;
+    }
+}
+
+// --- the terminal -----------------------------------------------------------------------------
+
+terminal_control::terminal_control() : fd_(::open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)) {}
+
+terminal_control::~terminal_control() {
+    take_back();
+    if (fd_ >= 0) ::close(fd_);
+}
+
+// SIGTTOU is blocked in dlock (run.cpp), so tcsetpgrp() from a background group is allowed.
+void terminal_control::give(pid_t pgid) noexcept {
+    if (fd_ < 0 || ::tcgetpgrp(fd_) != ::getpgrp()) return;
+    if (::tcsetpgrp(fd_, pgid) == 0) given_to_ = pgid;
+}
+
+void terminal_control::take_back() noexcept {
+    if (fd_ < 0 || given_to_ == 0) return;
+    if (::tcgetpgrp(fd_) == given_to_) ::tcsetpgrp(fd_, ::getpgrp());
+    given_to_ = 0;
+}
+
+bool group_alive(pid_t pgid) {
+    if (::kill(-pgid, 0) != 0) return errno == EPERM;  // ESRCH: no member at all
+    // kill() also counts zombies (members whose new parent has not reaped them yet).
+    DIR* proc = ::opendir("/proc");
+    if (proc == nullptr) return true;
+    bool alive = false;
+    while (const dirent* entry = ::readdir(proc)) {
+        if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+        char state = 0;
+        long pgrp = 0;
+        if (read_stat(entry->d_name, state, pgrp) && pgrp == pgid && state != 'Z' && state != 'X') {
+            alive = true;
+            break;
+        }
+    }
+    ::closedir(proc);
+    return alive;
 }
 
 int decode_wait_status(int raw_status) {

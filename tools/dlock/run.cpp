@@ -23,6 +23,7 @@
 #include <cstring>
 #include <mutex>
 #include <stop_token>
+#include <utility>
 #include <thread>
 
 #include "backend.hpp"
@@ -88,17 +89,31 @@ int ms_until(steady::time_point t) {
     return static_cast<int>(std::clamp<long long>(left, 0, 60'000));
 }
 
-bool is_forwarded(int sig) {
-    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT || sig == SIGUSR1 ||
-           sig == SIGUSR2;
+/// The signals dlock reads while it runs: those it passes on to the command (unless dlock was
+/// started with them ignored: then they stay ignored, for dlock and the command), SIGTSTP (passed
+/// on; dlock stops when the command does), SIGCONT (dlock was continued) and SIGCHLD.
+std::vector<int> watched_signals() {
+    std::vector<int> out = {SIGCHLD, SIGCONT};
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP}) {
+        if (!inherited_ignored(sig)) out.push_back(sig);
+    }
+    return out;
 }
+/// Blocked and never read: tcsetpgrp() from a background group, and writes to the terminal with
+/// `stty tostop` while the command has it, must not stop dlock.
+const std::vector<int> quiet_signals = {SIGTTOU, SIGTTIN};
 
-/// dlock's environment plus DLOCK_NAME and DLOCK_FENCING_TOKEN (replacing inherited ones).
+/// dlock's environment plus DLOCK_NAME and DLOCK_FENCING_TOKEN (replacing inherited ones),
+/// without credentials: DLOCK_PASSWORD, and DLOCK_URL when it carries a password.
 std::vector<std::string> command_environment(const std::string& name, std::uint64_t token) {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
         const std::string_view entry(*e);
-        if (entry.starts_with("DLOCK_NAME=") || entry.starts_with("DLOCK_FENCING_TOKEN=")) continue;
+        if (entry.starts_with("DLOCK_NAME=") || entry.starts_with("DLOCK_FENCING_TOKEN=") ||
+            entry.starts_with("DLOCK_PASSWORD=")) {
+            continue;
+        }
+        if (entry.starts_with("DLOCK_URL=") && has_password(entry.substr(10))) continue;
         env.emplace_back(entry);
     }
     env.push_back("DLOCK_NAME=" + name);
@@ -120,6 +135,7 @@ public:
     explicit runner(const run_options& options)
         : o_(options),
           console_(options.quiet, options.verbose),
+          signals_(watched_signals(), quiet_signals),
           started_(steady::now()),
           service_(o_.server.url, o_.server.key_prefix,
                    {.observer = [this](const dlock::lock_event& e) { on_event(e); },
@@ -211,8 +227,15 @@ private:
             if (r.a) {
                 while (const auto info = signals_.next()) {
                     const int sig = static_cast<int>(info->ssi_signo);
-                    if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCHLD)
+                    if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCHLD || sig == SIGCONT)
                         continue;  // no command yet
+                    if (sig == SIGTSTP) {
+                        // Ctrl-Z while waiting: nothing runs under the lock yet, so just stop. A
+                        // grant that expires meanwhile is found lost before the command starts.
+                        console_.clear_status();
+                        stop_self();
+                        continue;
+                    }
                     give_up(sig, result, helper, cancel);
                 }
             }
@@ -299,25 +322,26 @@ private:
         die_by_signal(sig);
     }
 
+    /// Runs the command in a process group of its own and supervises that group until it is
+    /// empty: forwards signals, follows it when it stops (Ctrl-Z), stops it when the lock is lost,
+    /// and returns dlock's exit status (or ends by the signal that killed the command).
     int supervise(dlock::lease& lease) {
         const auto acquired_at = steady::now();
-        int spawn_error = 0;
-        const pid_t child =
-            spawn_process(o_.command,
-                          {.new_process_group = !o_.foreground,
-                           .environment = command_environment(o_.name, lease.fencing_token())},
-                          spawn_error);
-        if (child < 0) {
-            if (spawn_error == ENOENT) {
-                throw cli_error(exit_status::command_not_found,
-                                fmt::format("{}: command not found", o_.command.front()));
+        command_child child(o_.command, command_environment(o_.name, lease.fencing_token()));
+        if (child.pid() < 0) throw spawn_failure(child.error());
+        const pid_t group = child.pid();  // the group's id
+        watchdog_.watch(group);
+        terminal_.give(group);
+        if (const int exec_error = child.go(); exec_error != 0) {
+            int raw = 0;
+            while (::waitpid(group, &raw, 0) < 0 && errno == EINTR) {
             }
-            throw cli_error(exit_status::cannot_execute,
-                            fmt::format("{}: {}", o_.command.front(), errno_text(spawn_error)));
+            terminal_.take_back();
+            watchdog_.stand_down();
+            std::error_code ec;
+            lease.release(ec);
+            throw spawn_failure(exec_error);
         }
-        // The command's whole process group, so that what it started stops with it (timeout(1));
-        // with --foreground it shares dlock's group, so only the command itself.
-        const pid_t target = o_.foreground ? child : -child;
 
         wake_flag lost_flag;
         std::optional<std::stop_callback<std::function<void()>>> on_lost;
@@ -325,58 +349,107 @@ private:
                         std::function<void()>([&lost_flag] { lost_flag.raise(); }));
 
         bool lost = false;
+        bool stopping = false;  // SIGTERM sent to the group (lost lock, or leftovers)
         std::optional<steady::time_point> kill_at;
-        int command_status = -1;
-        while (command_status < 0) {
-            const auto r =
-                wait_readable(signals_.fd(), lost_flag.fd(), -1, kill_at ? ms_until(*kill_at) : -1);
+        std::optional<int> leader_status;  // raw waitpid() status once the command has ended
+        int stopped_by = 0;                // the command has just been stopped by this signal
+
+        // SIGTERM now (and SIGCONT, so stopped members can act on it), SIGKILL after --grace.
+        const auto stop_group = [&](const std::string& why, std::string_view what) {
+            if (stopping) return;
+            stopping = true;
+            console_.error(fmt::format("{}; stopping {} (SIGTERM now, SIGKILL in {})", why, what,
+                                       format_duration(o_.grace)));
+            ::kill(-group, SIGTERM);
+            ::kill(-group, SIGCONT);
+            kill_at = steady::now() + o_.grace;
+        };
+        const auto check_lost = [&] {
+            if (lost || lease.state() != dlock::lock_state::lost) return;
+            lost = true;
+            const auto held = steady::now() - acquired_at;
+            // The client gives a grant up a drift margin (lease/100 + 2 ms) before its end.
+            const bool max_hold_reached =
+                o_.max_hold != dlock::forever && held >= o_.max_hold - o_.lease / 100 - 2ms - 100ms;
+            stop_group(max_hold_reached ? fmt::format("held the lock \"{}\" for --max-hold {}",
+                                                      o_.name, format_duration(o_.max_hold))
+                                        : fmt::format("lost the lock \"{}\"", o_.name),
+                       "the command");
+        };
+
+        for (;;) {
+            int timeout = kill_at ? ms_until(*kill_at) : -1;
+            // Members of the group are not dlock's children: no SIGCHLD tells when they are gone.
+            if (leader_status) timeout = timeout < 0 ? 20 : std::min(timeout, 20);
+            const auto r = wait_readable(signals_.fd(), lost_flag.fd(), -1, timeout);
             if (r.a) {
                 while (const auto info = signals_.next()) {
                     const int sig = static_cast<int>(info->ssi_signo);
                     if (sig == SIGCHLD) {
                         int raw = 0;
-                        if (::waitpid(child, &raw, WNOHANG) == child) {
-                            command_status = decode_wait_status(raw);
-                            // Checked at once: a loss after the command ended does not count.
-                            if (!lost && lease.state() == dlock::lock_state::lost) lost = true;
+                        pid_t pid = 0;
+                        while (!leader_status &&
+                               (pid = ::waitpid(group, &raw, WNOHANG | WUNTRACED)) == group) {
+                            if (WIFSTOPPED(raw)) {
+                                stopped_by = WSTOPSIG(raw);
+                            } else {
+                                leader_status = raw;
+                                stopped_by = 0;
+                            }
                         }
                         continue;
                     }
-                    if (!is_forwarded(sig)) continue;
-                    // With --foreground the command shares the terminal's process group, so a
-                    // signal from the terminal (SI_KERNEL) has already reached it.
-                    if (o_.foreground && info->ssi_code == SI_KERNEL) continue;
-                    ::kill(target, sig);
+                    if (sig == SIGCONT) continue;  // dlock was continued; nothing to do
+                    if (leader_status) continue;   // only leftovers remain: they are being stopped
+                    if (sig == SIGTSTP) {
+                        // Passed on; dlock stops when (and if) the command does.
+                        ::kill(-group, SIGTSTP);
+                        continue;
+                    }
+                    ::kill(-group, sig);
                     console_.verbose(fmt::format("forwarded {} to the command", signal_name(sig)));
                 }
             }
-            if (command_status >= 0) break;
             if (r.b) lost_flag.reset();
-            if (r.b && !lost && lease.state() == dlock::lock_state::lost) {
-                lost = true;
-                const auto held = steady::now() - acquired_at;
-                // The client gives a grant up a drift margin (lease/100 + 2 ms) before its end.
-                const bool max_hold_reached = o_.max_hold != dlock::forever &&
-                                              held >= o_.max_hold - o_.lease / 100 - 2ms - 100ms;
-                console_.error(fmt::format(
-                    "{}; stopping the command (SIGTERM now, SIGKILL in {})",
-                    max_hold_reached ? fmt::format("held the lock \"{}\" for --max-hold {}",
-                                                   o_.name, format_duration(o_.max_hold))
-                                     : fmt::format("lost the lock \"{}\"", o_.name),
-                    format_duration(o_.grace)));
-                ::kill(target, SIGTERM);
-                ::kill(target, SIGCONT);  // a stopped command could not act on SIGTERM
-                kill_at = steady::now() + o_.grace;
+            check_lost();
+            if (stopped_by != 0 && !stopping) {
+                const int sig = std::exchange(stopped_by, 0);
+                follow_stopped_command(sig, group, lease);
+                if (lease.state() == dlock::lock_state::lost) {
+                    lost = true;
+                    stopping = true;
+                    ::kill(-group, SIGKILL);
+                    console_.error(fmt::format(
+                        "the lock \"{}\" was lost while dlock was stopped; the stopped command "
+                        "was killed (SIGKILL), not continued",
+                        o_.name));
+                } else {
+                    terminal_.give(group);  // after `fg`; not after `bg`
+                    ::kill(-group, SIGCONT);
+                }
             }
+            stopped_by = 0;
             if (kill_at && steady::now() >= *kill_at) {
-                ::kill(target, SIGKILL);
+                ::kill(-group, SIGKILL);
                 console_.error(
-                    fmt::format("the command did not stop within --grace {}; sent SIGKILL",
+                    fmt::format("the command did not stop within --grace {}; sent SIGKILL to its "
+                                "process group",
                                 format_duration(o_.grace)));
                 kill_at.reset();
             }
+            if (leader_status) {
+                if (!group_alive(group)) break;
+                // The command has ended but left processes in its group: they must not run on
+                // without the lock.
+                stop_group(
+                    "the command exited, but processes it started still run in its process group",
+                    "them");
+            }
         }
         on_lost.reset();
+        watchdog_.stand_down();
+        const bool had_terminal = terminal_.given();
+        terminal_.take_back();
 
         std::error_code ec;
         lease.release(ec);
@@ -387,6 +460,7 @@ private:
                 fmt::format("warning: could not release \"{}\" ({}); it expires within --lease {}",
                             o_.name, ec.message(), format_duration(o_.lease)));
         }
+        const int command_status = decode_wait_status(*leader_status);
         if (lost) {
             console_.error(
                 fmt::format("the lock \"{}\" was lost while the command ran (the "
@@ -394,12 +468,53 @@ private:
                             o_.name, command_status, exit_status::lock_lost));
             return exit_status::lock_lost;
         }
+        // Killed by a signal: end by the same one, so that the calling shell sees it (and a
+        // shell loop stops on Ctrl-C), as timeout(1) does.
+        if (WIFSIGNALED(*leader_status)) {
+            const int sig = WTERMSIG(*leader_status);
+            // Ctrl-C (or Ctrl-\) on the terminal reached only the command's group, which had the
+            // terminal. Without dlock it would also have reached a shell without job control (a
+            // script) sharing dlock's process group, and such a shell stops its loop only if it
+            // got the signal itself: pass it on to dlock's group, as the terminal would have.
+            if (had_terminal && (sig == SIGINT || sig == SIGQUIT) && ::getpgrp() != ::getpid()) {
+                ::kill(0, sig);  // dlock's own copy stays blocked until die_by_signal()
+            }
+            die_by_signal(sig);
+        }
         return command_status;
+    }
+
+    /// The command was stopped by `sig` (Ctrl-Z, or reading the terminal from the background):
+    /// stop the rest of its group (even members that ignore SIGTSTP) and dlock itself, so that
+    /// nothing of it runs while dlock cannot renew. Returns once dlock is continued (`fg`, `bg`,
+    /// SIGCONT); the caller then checks whether the lock survived the pause.
+    void follow_stopped_command(int sig, pid_t group, const dlock::lease& lease) {
+        ::kill(-group, SIGSTOP);
+        terminal_.take_back();
+        console_.error(fmt::format(
+            "the command was stopped ({}); dlock stops with it and cannot renew the lock \"{}\" "
+            "meanwhile: stopped for more than {}, the lock is lost and the command is then "
+            "killed, not continued",
+            signal_name(sig), o_.name, format_duration(lease.expires_in())));
+        stop_self();
+    }
+
+    cli_error spawn_failure(int error) const {
+        if (error == ENOENT) {
+            return {exit_status::command_not_found,
+                    fmt::format("{}: command not found", o_.command.front())};
+        }
+        return {exit_status::cannot_execute,
+                fmt::format("{}: {}", o_.command.front(), errno_text(error))};
     }
 
     const run_options& o_;
     console console_;
-    signal_watch signals_;  // before service_: its client threads must inherit the blocked mask
+    // Before service_: its client threads must inherit the blocked mask, and the watchdog must
+    // be forked before any thread exists.
+    signal_watch signals_;
+    group_watchdog watchdog_;
+    terminal_control terminal_;
     wake_flag wait_started_;
     std::atomic<bool> waiting_{false};
     const steady::time_point started_;

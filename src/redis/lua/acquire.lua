@@ -1,6 +1,10 @@
 -- Take the lock in one round trip (docs/redis-lock.md).
 -- KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] owner token, ARGV[2] lease in ms.
 -- Returns {1, fencing token} when granted, {0, holder's remaining ms (-1: no expiry)} when held.
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::mutex')
+if refused then return refused end
 local held = redis.call('TYPE', KEYS[1]).ok
 if held ~= 'none' then
   if held ~= 'string' then

@@ -1,17 +1,27 @@
 -- Fair mutex: take the lock, or join / refresh our place in the FIFO queue (docs/lock-family.md).
 -- KEYS[1] owner (string: holder token, PX lease), KEYS[2] fence counter, KEYS[3] queue (ZSET
--- waiter token -> arrival number), KEYS[4] liveness (HASH waiter token -> deadline, server ms),
--- KEYS[5] arrival counter.
--- ARGV[1] token, ARGV[2] lease ms, ARGV[5] waiter liveness ms, ARGV[6] release channel.
--- Returns {1, fencing token} when we own the lock, {0, holder's remaining ms (-1: none)} when we
--- wait. Idempotent: a waiter calls it again to refresh its liveness, and it is the bounded
--- re-check that finds a hand-off whose notification was lost.
+-- waiter token -> ticket, its arrival number), KEYS[4] liveness (ZSET waiter token -> deadline,
+-- server ms), KEYS[5] arrival counter.
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[5] waiter liveness ms, ARGV[6] release channel, ARGV[8]
+-- the highest ticket this waiter was told so far (0: none).
+-- Returns {1, fencing token} when we own the lock, {0, holder's remaining ms (-1: none), our
+-- ticket} when we wait. Idempotent: a waiter calls it again to refresh its liveness, and it is the
+-- bounded re-check that finds a hand-off whose notification was lost. A hand-off publishes
+-- "granted <fence> <ticket>": the ticket names the queue entry (so the refresh) it answers.
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::fair_mutex')
+if refused then return refused end
 local held = redis.call('TYPE', KEYS[1]).ok
 if held ~= 'none' and held ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
 end
+if redis.call('TYPE', KEYS[4]).ok == 'hash' then
+  redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions: those waiters re-join
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local liveness = tonumber(ARGV[5])
 
 local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] then
@@ -20,13 +30,13 @@ if owner == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 
--- Dead waiters (liveness deadline passed) lose their place.
-local alive = redis.call('HGETALL', KEYS[4])
-for i = 1, #alive, 2 do
-  if tonumber(alive[i + 1]) < now then
-    redis.call('ZREM', KEYS[3], alive[i])
-    redis.call('HDEL', KEYS[4], alive[i])
-  end
+-- Dead waiters (liveness deadline passed) lose their place: O(log n + dead), not O(n).
+local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[3], w)
+end
+if #dead > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
 end
 
 local fence_reply = function(f)
@@ -37,14 +47,14 @@ local fence_reply = function(f)
 end
 
 if not owner then
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if not head or head == ARGV[1] then
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if not head[1] or head[1] == ARGV[1] then
     local fence = redis.pcall('INCR', KEYS[2])
     local bad = fence_reply(fence)
     if bad then return bad end
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('HDEL', KEYS[4], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
     return {1, fence}
   end
   -- Free, but an earlier waiter is first (its holder expired without a release): hand it over
@@ -52,14 +62,29 @@ if not owner then
   local fence = redis.pcall('INCR', KEYS[2])
   local bad = fence_reply(fence)
   if bad then return bad end
-  redis.call('SET', KEYS[1], head, 'PX', ARGV[5])
-  redis.call('ZREM', KEYS[3], head)
-  redis.call('HDEL', KEYS[4], head)
-  redis.call('PUBLISH', ARGV[6] .. ':' .. head, 'granted ' .. fence)
+  redis.call('SET', KEYS[1], head[1], 'PX', ARGV[5])
+  redis.call('ZREM', KEYS[3], head[1])
+  redis.call('ZREM', KEYS[4], head[1])
+  redis.call('PUBLISH', ARGV[6] .. ':' .. head[1], 'granted ' .. fence .. ' ' .. head[2])
 end
 
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), ARGV[1])
+-- Join once. The ticket is the arrival number, raised above every ticket this waiter already
+-- had, so a new entry never repeats one (the counter itself may have expired meanwhile).
+local ticket = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not ticket then
+  ticket = redis.call('INCR', KEYS[5])
+  local floor = tonumber(ARGV[8]) or 0
+  if ticket <= floor then
+    ticket = floor + 1
+    redis.call('SET', KEYS[5], ticket)
+  end
+  redis.call('ZADD', KEYS[3], ticket, ARGV[1])
 end
-redis.call('HSET', KEYS[4], ARGV[1], now + tonumber(ARGV[5]))
-return {0, redis.call('PTTL', KEYS[1])}
+redis.call('ZADD', KEYS[4], now + liveness, ARGV[1])
+-- The queue's keys outlive every live entry, and go once nobody refreshes (the fence stays).
+for _, k in ipairs({KEYS[3], KEYS[4], KEYS[5]}) do
+  if redis.call('PTTL', k) < 2 * liveness then
+    redis.call('PEXPIRE', k, 2 * liveness)
+  end
+end
+return {0, redis.call('PTTL', KEYS[1]), tonumber(ticket)}

@@ -6,6 +6,10 @@
 -- Returns {1, fencing token} when granted (depth 1, a new token) or re-entered (depth + 1, the
 -- grant's token); {0, -1} when a re-entry finds the owner's grant gone (the engine reports
 -- lock_lost); {0, holder's remaining ms (-1: no expiry)} when another owner holds it.
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::recursive_mutex')
+if refused then return refused end
 local held = redis.call('TYPE', KEYS[1]).ok
 if held ~= 'none' and (held ~= 'hash' or redis.call('HEXISTS', KEYS[1], 'fence') == 0) then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held ..

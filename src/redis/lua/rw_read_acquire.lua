@@ -6,6 +6,10 @@
 -- Returns {1, fencing token} when admitted: no writer holds the lock and no live writer waits.
 -- Otherwise {0, ms}: re-check within ms (the writer's PTTL, or the time until the earliest
 -- waiting writer's liveness deadline; -1: unknown).
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
+if refused then return refused end
 for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
   local t = redis.call('TYPE', k[1]).ok
   if t ~= 'none' and t ~= k[2] then

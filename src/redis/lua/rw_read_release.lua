@@ -3,7 +3,7 @@
 -- hand-off grant in ms.
 -- Returns 1 when our live share was removed, 0 when it was gone or had expired. When it was the
 -- last live share and no writer holds the lock, the first live waiting writer gets it at once:
--- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence>" on <ARGV[2]>:<its token>.
+-- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>" on <ARGV[2]>:<its token>.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -21,7 +21,8 @@ for _, w in ipairs(dead) do
 end
 
 if redis.call('ZCARD', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  local head = first[1]
   if head then
     local fence = redis.pcall('INCR', KEYS[2])
     if type(fence) == 'table' and fence.err then
@@ -30,7 +31,7 @@ if redis.call('ZCARD', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('SET', KEYS[1], head, 'PX', ARGV[3])
     redis.call('ZREM', KEYS[4], head)
     redis.call('ZREM', KEYS[5], head)
-    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence)
+    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence .. ' ' .. first[2])
   elseif #dead > 0 then
     redis.call('PUBLISH', ARGV[2], 'released')  -- the writers readers waited for are dead
   end

@@ -3,11 +3,17 @@
 -- KEYS[1] writer (string: token, PX lease), KEYS[2] fence counter, KEYS[3] readers (ZSET reader
 -- token -> expiry, server ms), KEYS[4] waiting writers (ZSET token -> arrival number), KEYS[5]
 -- their liveness (ZSET token -> deadline, server ms), KEYS[6] arrival counter.
--- ARGV[1] token, ARGV[2] lease ms, ARGV[5] waiter liveness ms, ARGV[6] release channel.
--- Returns {1, fencing token} when we own the lock, else {0, ms}: re-check within ms (the
--- writer's PTTL, or the time until the last live share expires; -1: unknown). Idempotent: a
--- waiter calls it again to refresh its liveness, and that call is the bounded re-check that finds
--- a hand-off whose notification was lost.
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[5] waiter liveness ms, ARGV[6] release channel, ARGV[8]
+-- the highest ticket this waiter was told so far (0: none).
+-- Returns {1, fencing token} when we own the lock, else {0, ms, ticket}: re-check within ms (the
+-- writer's PTTL, or the time until the last live share expires; -1: unknown); ticket names our
+-- queue entry, and a hand-off to it publishes "granted <fence> <ticket>". Idempotent: a waiter
+-- calls it again to refresh its liveness, and that call is the bounded re-check that finds a
+-- hand-off whose notification was lost.
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
+if refused then return refused end
 for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
   local t = redis.call('TYPE', k[1]).ok
   if t ~= 'none' and t ~= k[2] then
@@ -49,22 +55,32 @@ if not owner and redis.call('ZCARD', KEYS[3]) == 0 then
   end
 end
 
-if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
-  redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[6]), ARGV[1])
+-- Join once. The ticket is the arrival number, raised above every ticket this waiter already
+-- had, so a new entry never repeats one (the counter itself may have expired meanwhile).
+local ticket = redis.call('ZSCORE', KEYS[4], ARGV[1])
+if not ticket then
+  ticket = redis.call('INCR', KEYS[6])
+  local floor = tonumber(ARGV[8]) or 0
+  if ticket <= floor then
+    ticket = floor + 1
+    redis.call('SET', KEYS[6], ticket)
+  end
+  redis.call('ZADD', KEYS[4], ticket, ARGV[1])
 end
+ticket = tonumber(ticket)
 local liveness = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[5], now + liveness, ARGV[1])
 for _, k in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
-  if redis.call('PTTL', k) < liveness then
-    redis.call('PEXPIRE', k, liveness)  -- gone once every waiter's liveness has passed
+  if redis.call('PTTL', k) < 2 * liveness then
+    redis.call('PEXPIRE', k, 2 * liveness)  -- gone once every waiter's liveness has passed
   end
 end
 
 if owner then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), ticket}
 end
 local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
 if last[1] then
-  return {0, math.max(1, tonumber(last[2]) - now + 1)}
+  return {0, math.max(1, tonumber(last[2]) - now + 1), ticket}
 end
-return {0, -1}  -- a live writer ahead of us takes it first
+return {0, -1, ticket}  -- a live writer ahead of us takes it first

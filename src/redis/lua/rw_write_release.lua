@@ -4,7 +4,7 @@
 -- grant in ms.
 -- Returns 1 when the writer key held our token (deleted), 0 otherwise. Either way we leave the
 -- queue. Then, if no writer holds the lock and no live share remains, the first live waiting
--- writer gets it at once (SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence>" on
+-- writer gets it at once (SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>" on
 -- <ARGV[2]>:<its token>); if no writer waits any more, PUBLISH "released" on ARGV[2] wakes the
 -- waiting readers.
 local t = redis.call('TIME')
@@ -25,7 +25,8 @@ for _, w in ipairs(dead) do
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  local head = first[1]
   if head and redis.call('ZCARD', KEYS[3]) == 0 then
     local fence = redis.pcall('INCR', KEYS[2])
     if type(fence) == 'table' and fence.err then
@@ -34,7 +35,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('SET', KEYS[1], head, 'PX', ARGV[3])
     redis.call('ZREM', KEYS[4], head)
     redis.call('ZREM', KEYS[5], head)
-    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence)
+    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence .. ' ' .. first[2])
   elseif not head and (ours == 1 or left == 1 or #dead > 0) then
     redis.call('PUBLISH', ARGV[2], 'released')
   end

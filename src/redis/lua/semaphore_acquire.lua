@@ -7,6 +7,10 @@
 -- set yet; ARGV[5..7] (liveness, release channel, re-enter) are unused: waiters are not queued.
 -- Returns {1, fencing token} when granted, else {0, ms until the earliest held permit expires}
 -- (-1 when none is held, e.g. the limit was lowered below the count: wait for set_permits).
+-- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+--@include lib/kind_guard.lua
+local refused = dlock_kind_guard(KEYS[1], 'dlock::counting_semaphore')
+if refused then return refused end
 for i, want in ipairs({'zset', 'string', 'hash', 'string'}) do
   local t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= want then

@@ -1,0 +1,203 @@
+// Two small taps on a Redis server for tests that need to see or break the wire:
+//
+//   reply_cutter  a TCP proxy in front of a server. The first connection whose request bytes
+//                 contain `trigger` is cut (both sockets closed) when the server's answer to it
+//                 arrives, so the request has certainly run on the server but its reply is lost:
+//                 the client sees the connection close. Every other byte is forwarded as is.
+//   monitor_tap   a MONITOR connection that collects the commands the server runs (scripts'
+//                 commands included, as `[0 lua] "CMD" "arg" ...` lines).
+//
+// Header-only, POSIX sockets, 127.0.0.1 only. Each object runs its own threads and stops them in
+// its destructor.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dlock::test {
+
+namespace tap_detail {
+
+inline int connect_local(std::uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("socket failed");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        ::close(fd);
+        throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
+    }
+    return fd;
+}
+
+inline bool write_all(int fd, const char* data, std::size_t n) {
+    while (n > 0) {
+        const auto w = ::send(fd, data, n, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        data += w;
+        n -= static_cast<std::size_t>(w);
+    }
+    return true;
+}
+
+}  // namespace tap_detail
+
+class reply_cutter {
+public:
+    reply_cutter(std::uint16_t upstream_port, std::string trigger)
+        : upstream_(upstream_port), trigger_(std::move(trigger)) {
+        listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = 0;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) ||
+            ::listen(listen_fd_, 64)) {
+            throw std::runtime_error("reply_cutter: cannot listen");
+        }
+        socklen_t len = sizeof addr;
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+        port_ = ntohs(addr.sin_port);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+    ~reply_cutter() {
+        stop_ = true;
+        acceptor_.join();
+        std::lock_guard lock(mutex_);
+        for (auto& t : pipes_) t.join();
+        ::close(listen_fd_);
+    }
+    reply_cutter(const reply_cutter&) = delete;
+    reply_cutter& operator=(const reply_cutter&) = delete;
+
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+    /// True once a connection was cut.
+    bool cut() const { return cut_.load(); }
+
+private:
+    void accept_loop() {
+        while (!stop_) {
+            pollfd p{listen_fd_, POLLIN, 0};
+            if (::poll(&p, 1, 20) <= 0) continue;
+            const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (client < 0) continue;
+            int server = -1;
+            try {
+                server = tap_detail::connect_local(upstream_);
+            } catch (...) {
+                ::close(client);
+                continue;
+            }
+            std::lock_guard lock(mutex_);
+            pipes_.emplace_back([this, client, server] { pipe(client, server); });
+        }
+    }
+
+    void pipe(int client, int server) {
+        std::string requests;  // what this client sent, for the trigger match
+        bool doomed = false;   // sent the trigger: its next answer is dropped
+        char buf[16384];
+        while (!stop_) {
+            pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+            if (::poll(p, 2, 20) <= 0) continue;
+            if (p[0].revents) {
+                const auto n = ::recv(client, buf, sizeof buf, 0);
+                if (n <= 0 || !tap_detail::write_all(server, buf, static_cast<std::size_t>(n)))
+                    break;
+                if (!doomed && !cut_) {
+                    requests.append(buf, static_cast<std::size_t>(n));
+                    doomed = requests.find(trigger_) != std::string::npos;
+                }
+            }
+            if (p[1].revents) {
+                const auto n = ::recv(server, buf, sizeof buf, 0);
+                if (n <= 0) break;
+                if (doomed && !cut_.exchange(true)) break;  // ran on the server, reply lost
+                if (!tap_detail::write_all(client, buf, static_cast<std::size_t>(n))) break;
+            }
+        }
+        ::close(client);
+        ::close(server);
+    }
+
+    std::uint16_t upstream_;
+    std::string trigger_;
+    int listen_fd_ = -1;
+    std::uint16_t port_ = 0;
+    std::atomic<bool> stop_{false};
+    std::atomic<bool> cut_{false};
+    std::mutex mutex_;  // guards pipes_
+    std::vector<std::thread> pipes_;
+    std::thread acceptor_;
+};
+
+class monitor_tap {
+public:
+    /// Connects, sends MONITOR and returns once the server confirmed it.
+    explicit monitor_tap(std::uint16_t port) : fd_(tap_detail::connect_local(port)) {
+        const std::string cmd = "MONITOR\r\n";
+        tap_detail::write_all(fd_, cmd.data(), cmd.size());
+        while (buffer_.find("+OK\r\n") == std::string::npos) {
+            if (!read_some(std::chrono::seconds(5))) throw std::runtime_error("MONITOR: no +OK");
+        }
+        buffer_.erase(0, buffer_.find("+OK\r\n") + 5);
+    }
+    ~monitor_tap() { ::close(fd_); }
+    monitor_tap(const monitor_tap&) = delete;
+    monitor_tap& operator=(const monitor_tap&) = delete;
+
+    /// Reads until a line containing `marker` arrived (or `timeout`) and returns every complete
+    /// line read so far (without the "+" and "\r\n"), dropping them from the tap.
+    std::vector<std::string> lines_until(const std::string& marker,
+                                         std::chrono::milliseconds timeout) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (buffer_.find(marker) == std::string::npos ||
+               buffer_.find("\r\n", buffer_.find(marker)) == std::string::npos) {
+            const auto left = deadline - std::chrono::steady_clock::now();
+            if (left <= std::chrono::milliseconds::zero() ||
+                !read_some(std::chrono::duration_cast<std::chrono::milliseconds>(left)))
+                break;
+        }
+        std::vector<std::string> out;
+        std::size_t at = 0;
+        for (auto end = buffer_.find("\r\n"); end != std::string::npos;
+             end = buffer_.find("\r\n", at)) {
+            auto line = buffer_.substr(at, end - at);
+            if (!line.empty() && line.front() == '+') line.erase(0, 1);
+            out.push_back(std::move(line));
+            at = end + 2;
+        }
+        buffer_.erase(0, at);
+        return out;
+    }
+
+private:
+    bool read_some(std::chrono::milliseconds timeout) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+        char buf[16384];
+        const auto n = ::recv(fd_, buf, sizeof buf, 0);
+        if (n <= 0) return false;
+        buffer_.append(buf, static_cast<std::size_t>(n));
+        return true;
+    }
+
+    int fd_;
+    std::string buffer_;
+};
+
+}  // namespace dlock::test
