@@ -4,6 +4,10 @@
 //
 // Sharing: a lease is used by one thread at a time, like a std::unique_lock. Its observers
 // (fencing_token, expires_in, state, lost_token) may be called from any thread.
+//
+// Fork: in a child process forked while the lease lived, the child's copy is inert: state() is
+// lost, lost_token() has fired, release() sets errc::not_owner and the destructor does nothing.
+// Only the parent (the process that acquired it) releases the lock (docs/lock-family.md, "fork").
 #pragma once
 
 #include <chrono>
@@ -66,7 +70,8 @@ public:
     /// Releases the lock in one round trip (atomic compare-and-delete on the server). Afterwards
     /// the lease is empty. Throws errc::lock_lost if the server no longer held our token (nothing
     /// of another owner's was touched), or a backend error (the lease then expires on the server).
-    /// Releasing an empty lease throws errc::not_owner.
+    /// Releasing an empty lease, or a parent's lease in a forked child (nothing is sent), throws
+    /// errc::not_owner.
     void release();
     void release(std::error_code& ec) noexcept;
 

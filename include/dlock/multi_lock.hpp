@@ -9,9 +9,11 @@
 // in; on any failure the parts already taken are released (last taken first) before the call
 // returns or throws, so nothing is held after a failed attempt.
 //
-// Sharing: like dlock::mutex, one object may be used by many threads of a process; each lock()
-// competes for the whole set (a second thread of the same process waits like any other client).
-// The backends must outlive the multi_lock.
+// Sharing: like dlock::mutex, one object may be used by many threads of a process and holds at
+// most one set of grants: while a thread owns it (from lock() until that thread's unlock(), even
+// if a part was lost meanwhile), another thread's lock() / try_lock_for() waits in the process
+// for that unlock(), and an unlock() only ever releases its caller's own grants. A forked child's
+// copies are inert (never touch the servers). The backends must outlive the multi_lock.
 //
 // Note: std::unique_lock::owns_lock() means "lock() returned", not "every lease is still valid".
 // Check state() / lost_token(), and pass fencing_tokens() to the protected resources.
@@ -29,6 +31,7 @@
 
 #include <dlock/backend.hpp>
 #include <dlock/detail/deadline.hpp>
+#include <dlock/detail/owner_gate.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 
@@ -55,10 +58,11 @@ public:
     /// Releases every part this object still holds. Never throws.
     ~multi_lock();
 
-    /// Blocks until every part is held. Throws dlock::error if a backend fails, if
-    /// lock_options::max_attempts is reached on a part (errc::attempts_exhausted) or if
-    /// lock_options::cancel fires (errc::canceled); the message names the part. Nothing is held
-    /// after a throw: the parts taken before the failure were released.
+    /// Blocks until every part is held (first until no other thread of this process owns the
+    /// object). Throws dlock::error if a backend fails, if lock_options::max_attempts is reached
+    /// on a part (errc::attempts_exhausted) or if lock_options::cancel fires (errc::canceled); the
+    /// message names the part. Nothing is held after a throw: the parts taken before the failure
+    /// were released. errc::invalid_argument if the calling thread owns the object already.
     void lock();
 
     /// One attempt per part, in the global order, stopping at the first part held by someone else.
@@ -81,9 +85,10 @@ public:
         return try_lock_until_steady(detail::steady_deadline(deadline));
     }
 
-    /// Releases every part (last taken first; each an atomic compare-and-delete). Never throws: a
-    /// part whose lease was already lost goes to its client's error handler; no other owner's lock
-    /// is touched. Harmless when not held.
+    /// Releases the calling thread's parts (last taken first; each an atomic compare-and-delete).
+    /// Never throws: a part whose lease was already lost goes to its client's error handler; no
+    /// other owner's lock is touched. Harmless when not held; from a thread that does not own the
+    /// object it releases nothing and reports errc::not_owner to the first part's error handler.
     void unlock() noexcept;
 
     /// The fencing token of each part's current grant, in the order the parts were given to the
@@ -105,12 +110,15 @@ private:
     using grant_ptr = std::unique_ptr<grant>;
 
     bool try_lock_until_steady(std::chrono::steady_clock::time_point deadline);
+    /// Owns the gate, then takes the parts. false on contention (when `contention_is_false`).
+    bool lock_until(std::chrono::steady_clock::time_point deadline, bool contention_is_false);
     grant_ptr acquire_all(std::chrono::steady_clock::time_point deadline, std::error_code& ec);
     void adopt(grant_ptr taken) noexcept;
 
     std::vector<lock_part> parts_;
     std::vector<std::size_t> order_;  // indices into parts_, in the global acquisition order
     lock_options options_;
+    detail::owner_gate gate_;         // the owning thread, from lock() to its unlock()
     mutable std::mutex grant_mutex_;  // guards grant_ (a holder's queries may race a waiter's
                                       // adopt, as in dlock::mutex)
     grant_ptr grant_;

@@ -2,9 +2,15 @@
 // std::timed_mutex, so std::unique_lock, std::scoped_lock and std::lock work with it. It is a thin
 // adapter over a backend's lease: lock() acquires one, unlock() releases it.
 //
-// Sharing: like std::mutex, one object may be used by many threads of a process; each lock()
-// competes for the distributed lock (a second thread of the same process waits like any other
-// client). Not re-entrant: use recursive_mutex for that. The backend must outlive the mutex.
+// Sharing: like std::mutex, one object may be used by many threads of a process. The object holds
+// at most one grant: while a thread owns it (from lock() until that thread's unlock(), even if the
+// grant was lost meanwhile), another thread's lock() / try_lock_for() waits in the process for
+// that unlock() before it competes for the distributed lock, and an unlock() only ever releases
+// its caller's own grant. Not re-entrant: use recursive_mutex for that. The backend must outlive
+// the mutex.
+//
+// Fork: a child process's copy of a locked mutex is inert (state() lost; its unlock() and
+// destructor never touch the server); the parent keeps the lock (docs/lock-family.md, "fork").
 //
 // Note: std::unique_lock::owns_lock() means "lock() returned", not "the lease is still valid".
 // Check state() / lost_token(), and pass fencing_token() to the protected resource.
@@ -19,6 +25,7 @@
 
 #include <dlock/backend.hpp>
 #include <dlock/detail/deadline.hpp>
+#include <dlock/detail/owner_gate.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 
@@ -34,16 +41,20 @@ public:
     /// Releases the lock if this mutex still holds it. Never throws.
     ~mutex();
 
-    /// Blocks until the lock is held. Throws dlock::error if the backend fails (nothing is held
-    /// then) or if lock_options::max_attempts is reached (errc::attempts_exhausted). Waiting is
-    /// notification-driven; there is no hidden retry budget.
+    /// Blocks until the calling thread holds the lock: first until no other thread of this
+    /// process owns this object, then for the distributed lock. Throws dlock::error if the
+    /// backend fails (nothing is held then), if lock_options::max_attempts is reached
+    /// (errc::attempts_exhausted), if lock_options::cancel fires (errc::canceled), or
+    /// errc::invalid_argument if the calling thread owns this mutex already (that would wait for
+    /// itself). Waiting is notification-driven; there is no hidden retry budget.
     void lock();
 
-    /// One attempt. false only when someone else holds the lock; throws when it cannot tell.
+    /// One attempt. false when another thread of this process owns the object or someone else
+    /// holds the lock; throws when it cannot tell, and like lock() when the caller owns it.
     [[nodiscard]] bool try_lock();
 
-    /// Waits at most `timeout` (negative counts as zero). false when the lock stayed held by
-    /// someone else; throws on backend failure.
+    /// Waits at most `timeout` (negative counts as zero), for another thread of this process to
+    /// unlock and then for the lock. false when it stayed held; throws as lock().
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
         return try_lock_until_steady(detail::steady_deadline_after(timeout));
@@ -56,9 +67,14 @@ public:
         return try_lock_until_steady(detail::steady_deadline(deadline));
     }
 
-    /// Releases the lock (atomic compare-and-delete). Never throws: if the lease was already lost
-    /// the failure goes to the client's error handler; no other owner's lock is touched.
+    /// Releases the calling thread's grant (atomic compare-and-delete) and lets the next waiting
+    /// thread in. Never throws: if the lease was already lost the failure goes to the client's
+    /// error handler; no other owner's lock is touched. From a thread that does not own the
+    /// object (std says: undefined behaviour) it releases nothing and reports errc::not_owner to
+    /// the client's error handler (nothing at all when the object is not locked).
     void unlock() noexcept;
+
+    /// The observers describe the object's current grant, whichever thread owns it.
 
     /// The fencing token of the current grant; throws errc::not_owner when not held.
     std::uint64_t fencing_token() const;
@@ -73,6 +89,8 @@ public:
 
 private:
     bool try_lock_until_steady(std::chrono::steady_clock::time_point deadline);
+    /// Owns the gate, then asks the backend. false on contention (when `contention_is_false`).
+    bool lock_until(std::chrono::steady_clock::time_point deadline, bool contention_is_false);
     void adopt(lease&& grant);
 
 protected:
@@ -85,8 +103,8 @@ private:
     lock_request request_{};
     std::string name_;
     lock_options options_;
-    mutable std::mutex
-        lease_mutex_;  // guards lease_ (a holder's queries may race a waiter's adopt)
+    detail::owner_gate gate_;         // the owning thread, from lock() to its unlock()
+    mutable std::mutex lease_mutex_;  // guards lease_ (the owner's adopt may race observers)
     lease lease_;
 };
 

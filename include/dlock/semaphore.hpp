@@ -6,8 +6,10 @@
 // permit-expirable semaphore), so a dead client never keeps permits for longer than its lease.
 //
 // Sharing: like std::counting_semaphore, one object may be used by many threads of a process.
-// Within one object permits are interchangeable: release() gives back the object's most recent
-// grants, whichever thread acquired them. A thread that needs its own fencing token or loss
+// Within one object permits are interchangeable, but release() gives back the calling thread's
+// own grants first, then grants already lost, and only then other threads' grants (most recent
+// first in each group), so a thread whose grant ran out never hands back the permit another thread
+// of the object is using. A thread that needs its own fencing token or loss
 // notification per grant uses its own counting_semaphore object (several objects may share one
 // name) or backend::acquire_until with lock_kind::permits. The backend must outlive the object.
 #pragma once
@@ -20,6 +22,7 @@
 #include <stop_token>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include <dlock/backend.hpp>
@@ -71,8 +74,9 @@ public:
         return try_acquire_until_steady(detail::steady_deadline(deadline), count);
     }
 
-    /// Gives back `update` permits held by this object: its grants are returned whole, most
-    /// recent first, until `update` permits are back (each grant is an atomic compare-and-remove
+    /// Gives back `update` permits held by this object: its grants are returned whole, the calling
+    /// thread's own first, then lost ones, then the other threads' (most recent first in each
+    /// group), until `update` permits are back (each grant is an atomic compare-and-remove
     /// of its own server entry, which wakes the waiters). `update` must match whole grants:
     /// after acquire(2) and acquire(1), release(1) and release(3) are fine, release(2) is not
     /// (it would split the grant of 2), and is refused with errc::invalid_argument; more than
@@ -123,6 +127,7 @@ private:
     struct grant {
         lease held;
         std::uint32_t count = 0;
+        std::thread::id thread;  // the thread that acquired it
         // Declared after `held`, so destroyed first: a deliberate release must not look like loss.
         std::unique_ptr<std::stop_callback<forward_loss>> watch;
     };
@@ -132,7 +137,7 @@ private:
     lease take(std::chrono::steady_clock::time_point deadline, std::uint32_t count,
                std::error_code& ec);
     void adopt(lease&& held, std::uint32_t count);
-    /// Takes the most recent grants covering exactly `update` permits out of grants_; sets `ec`
+    /// Takes grants covering exactly `update` permits out of grants_, in release() order; sets `ec`
     /// (and takes none) when `update` would split a grant or exceeds what is held. When nothing
     /// is left, `ended` becomes the finished holding period's source, for the caller to fire.
     std::vector<grant> detach(std::uint32_t update, std::stop_source& ended,

@@ -11,7 +11,10 @@
 // Sharing: like std::shared_mutex, one object may be used by many threads of a process. Each
 // thread may hold one share (lock_shared) at a time, and several threads may hold shares at once;
 // unlock_shared() releases the calling thread's share. The write lock is one grant for the
-// object, as with dlock::mutex. The backend must outlive the object.
+// object, owned by one thread as with dlock::mutex: while a thread owns it (even with a lost
+// grant), another thread's lock() waits in the process for that thread's unlock(), and unlock()
+// only ever releases its caller's own grant. A forked child's copies are inert (never touch the
+// server). The backend must outlive the object.
 //
 // Note: std::unique_lock / std::shared_lock::owns_lock() means "lock() returned", not "the lease
 // is still valid". Check state() / lost_token(), and pass fencing_token() to the resource.
@@ -27,6 +30,7 @@
 
 #include <dlock/backend.hpp>
 #include <dlock/detail/deadline.hpp>
+#include <dlock/detail/owner_gate.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 
@@ -47,10 +51,12 @@ public:
 
     /// Blocks until this object holds the write lock: no other writer and no reader share. The
     /// writer waits in a first-come-first-served queue; while it waits, new readers wait too.
-    /// Throws dlock::error if the backend fails or lock_options::max_attempts is reached (nothing
-    /// is held then, and the queue place is given up); errc::invalid_argument if the calling
-    /// thread holds a share of this object (that would wait for itself) or errc::unsupported if
-    /// the backend has no read-write lock.
+    /// Another thread of this process that owns the write lock is waited for first, in the
+    /// process. Throws dlock::error if the backend fails or lock_options::max_attempts is reached
+    /// (nothing is held then, and the queue place is given up); errc::canceled when
+    /// lock_options::cancel fires; errc::invalid_argument if the calling thread holds a share of
+    /// this object or its write lock (that would wait for itself) or errc::unsupported if the
+    /// backend has no read-write lock.
     void lock();
 
     /// One attempt. false only when someone else holds the lock (a writer, or reader shares);
@@ -72,16 +78,19 @@ public:
         return try_lock_until_steady(detail::steady_deadline(deadline));
     }
 
-    /// Releases the write lock (compare-and-delete) and hands it to the next waiting writer, or
-    /// lets the waiting readers in. Never throws: a lost lease goes to the client's error handler;
-    /// no other owner's grant is touched. No-op when the write lock is not held.
+    /// Releases the calling thread's write lock (compare-and-delete) and hands it to the next
+    /// waiting writer, or lets the waiting readers in. Never throws: a lost lease goes to the
+    /// client's error handler; no other owner's grant is touched. No-op when the write lock is not
+    /// held; from a thread that does not own it, releases nothing and reports errc::not_owner to
+    /// the client's error handler.
     void unlock() noexcept;
 
     // Shared (read) side.
 
     /// Blocks until the calling thread holds a share: no writer holds the lock and none waits.
     /// Throws dlock::error if the backend fails or max_attempts is reached (nothing is held then);
-    /// errc::invalid_argument if the calling thread already holds a share of this object.
+    /// errc::invalid_argument if the calling thread already holds a share or the write lock of
+    /// this object.
     void lock_shared();
 
     /// One attempt. false only when a writer holds the lock or waits for it; throws when it cannot
@@ -131,6 +140,7 @@ private:
     backend& backend_;
     std::string name_;
     lock_options options_;
+    detail::owner_gate writer_gate_;   // the thread owning the write lock, until its unlock()
     mutable std::mutex leases_mutex_;  // guards writer_ and readers_
     lease writer_;
     std::unordered_map<std::thread::id, lease> readers_;

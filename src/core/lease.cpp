@@ -21,6 +21,12 @@ lease& lease::operator=(lease&& other) noexcept {
 
 lease::~lease() {
     if (!core_) return;
+    if (core_->forked()) {
+        // A forked child's copy of its parent's grant: the parent still holds the lock and
+        // releases it itself. Nothing to tell anyone (docs/lock-family.md, "fork").
+        core_.reset();
+        return;
+    }
     const auto core = core_;
     std::error_code ec;
     release(ec);
@@ -65,7 +71,7 @@ lock_state lease::state() const noexcept {
 }
 
 std::stop_token lease::lost_token() const noexcept {
-    if (core_) return core_->lost_token();
+    if (core_ && !core_->forked()) return core_->lost_token();
     std::stop_source fired;
     fired.request_stop();
     return fired.get_token();
@@ -81,6 +87,12 @@ void lease::release(std::error_code& ec) noexcept {
     ec.clear();
     if (!core_) return detail::fail(ec, errc::not_owner, "release() of an empty lease");
     const auto core = std::move(core_);
+    if (core->forked()) {
+        return detail::fail(ec, errc::not_owner,
+                            "release of \"" + core->name() +
+                                "\" in a forked child: the lock belongs to the parent process, "
+                                "which still holds it; nothing was released");
+    }
     core->owner().release(*core, ec);
 }
 

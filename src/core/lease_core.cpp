@@ -24,7 +24,7 @@ steady::time_point lease_core::valid_until() const noexcept {
 
 lock_state lease_core::state(steady::time_point now) const noexcept {
     const auto s = state_.load();
-    if (s == lock_state::lost || now >= valid_until()) return lock_state::lost;
+    if (s == lock_state::lost || now >= valid_until() || forked()) return lock_state::lost;
     return s;
 }
 
@@ -68,6 +68,18 @@ bool lease_core::mark_released() noexcept {
     state_.store(lock_state::lost);
     lost_.request_stop();
     return true;
+}
+
+void report_foreign_unlock(lease_owner& owner, std::string_view kind,
+                           std::string_view name) noexcept {
+    try {
+        owner.report_error(make_error_code(errc::not_owner),
+                           "unlock() of " + std::string(kind) + " \"" + std::string(name) +
+                               "\" from a thread that does not own it; nothing was released");
+    } catch (...) {
+        owner.report_error(make_error_code(errc::not_owner),
+                           "unlock() from a thread that does not own the lock");
+    }
 }
 
 }  // namespace dlock::detail

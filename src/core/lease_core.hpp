@@ -20,14 +20,17 @@
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 
+#include "core/fork.hpp"
 #include "core/renewal.hpp"
 
 namespace dlock::detail {
 
 class lease_core;
 
-/// What a backend implements for the leases it grants.
-class lease_owner {
+/// What a backend implements for the leases it grants. forked() (from fork_witness) is true in a
+/// child process forked after the backend was created: there it must neither join its threads nor
+/// act on the server for the parent.
+class lease_owner : public fork_witness {
 public:
     virtual ~lease_owner() = default;
     /// Stops renewing and deletes the lock on the server only if it still holds `lease`'s token.
@@ -55,8 +58,12 @@ public:
     lease_owner& owner() const noexcept { return *owner_; }
 
     steady::time_point valid_until() const noexcept;
-    /// The state at `now`: lost once valid_until() has passed, even before the watchdog noticed.
+    /// The state at `now`: lost once valid_until() has passed, even before the watchdog noticed,
+    /// and always in a forked child (the grant is the parent's).
     lock_state state(steady::time_point now) const noexcept;
+    /// True in a child process forked after the grant: the lock is the parent's, and the child's
+    /// copy must never release it (dlock::lease makes such a copy inert).
+    bool forked() const noexcept { return born_in_.forked(); }
     std::stop_token lost_token() const noexcept { return lost_.get_token(); }
 
     /// A renewal was confirmed by the server: validity becomes exactly `new_valid_until` (the
@@ -79,6 +86,7 @@ private:
     const lock_kind kind_;
     const renewal_plan plan_;
     const steady::time_point granted_;
+    const fork_witness born_in_;
     std::function<void(std::error_code)> on_lost_;
     std::atomic<steady::rep> valid_until_;
     std::atomic<lock_state> state_{lock_state::held};
@@ -86,9 +94,15 @@ private:
     std::stop_source lost_;
 };
 
+/// Tells `owner`'s error handler that a thread called unlock() on `kind` object `name` that another
+/// thread owns (errc::not_owner): nothing was released. Never throws.
+void report_foreign_unlock(lease_owner& owner, std::string_view kind,
+                           std::string_view name) noexcept;
+
 struct lease_access {
     static lease make(std::shared_ptr<lease_core> core) noexcept { return lease(std::move(core)); }
     static lease_core* core(const lease& l) noexcept { return l.core_.get(); }
+    static std::shared_ptr<lease_core> shared_core(const lease& l) noexcept { return l.core_; }
 };
 
 }  // namespace dlock::detail

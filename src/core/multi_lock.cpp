@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "core/lease_core.hpp"
 #include "core/status.hpp"
 #include "core/time.hpp"
 #include "core/validate.hpp"
@@ -110,7 +111,14 @@ multi_lock::multi_lock(std::vector<lock_part> parts, lock_options options)
     detail::throw_if(ec);
 }
 
-multi_lock::~multi_lock() { unlock(); }
+multi_lock::~multi_lock() {
+    grant_ptr held;
+    {
+        std::lock_guard guard(grant_mutex_);
+        held = std::move(grant_);
+    }
+    // held's destructor releases every part still held, whichever thread locked them.
+}
 
 multi_lock::grant_ptr multi_lock::acquire_all(std::chrono::steady_clock::time_point deadline,
                                               std::error_code& ec) {
@@ -146,39 +154,66 @@ multi_lock::grant_ptr multi_lock::acquire_all(std::chrono::steady_clock::time_po
 }
 
 void multi_lock::lock() {
-    std::error_code ec;
-    auto taken = acquire_all(detail::steady::time_point::max(), ec);
-    detail::throw_if(ec);
-    adopt(std::move(taken));
+    [[maybe_unused]] const bool held = lock_until(detail::steady::time_point::max(), false);
 }
 
 bool multi_lock::try_lock() { return try_lock_until_steady(detail::steady::time_point::min()); }
 
 bool multi_lock::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
+    return lock_until(deadline, true);
+}
+
+bool multi_lock::lock_until(std::chrono::steady_clock::time_point deadline,
+                            bool contention_is_false) {
+    switch (gate_.enter(deadline, options_.cancel)) {
+        case detail::owner_gate::entry::entered: break;
+        case detail::owner_gate::entry::timed_out: return false;
+        case detail::owner_gate::entry::canceled:
+            throw error(errc::canceled,
+                        "multi_lock " + describe(parts_, order_.front()) +
+                            ": canceled while another thread of this process owned the set");
+        case detail::owner_gate::entry::already_owner:
+            throw error(errc::invalid_argument, "multi_lock " + describe(parts_, order_.front()) +
+                                                    ": the calling thread owns the set already");
+    }
     std::error_code ec;
     auto taken = acquire_all(deadline, ec);
-    if (is_contention(ec)) return false;
-    detail::throw_if(ec);
+    if (ec) {
+        gate_.leave();
+        if (contention_is_false && is_contention(ec)) return false;
+        detail::throw_if(ec);
+    }
     adopt(std::move(taken));
     return true;
 }
 
 void multi_lock::adopt(grant_ptr taken) noexcept {
-    {
-        std::lock_guard guard(grant_mutex_);
-        std::swap(grant_, taken);
-    }
-    // What was held before (a caller's misuse: lock() twice) is released here, outside the mutex.
+    std::lock_guard guard(grant_mutex_);
+    grant_ = std::move(taken);  // empty before: only the gate's owner adopts, once
 }
 
 void multi_lock::unlock() noexcept {
     grant_ptr held;
+    std::shared_ptr<detail::lease_core> others;
+    const bool owner = gate_.owned_by_caller();
     {
         std::lock_guard guard(grant_mutex_);
-        held = std::move(grant_);
+        if (owner) {
+            held = std::move(grant_);
+        } else if (grant_ && !grant_->leases.empty()) {
+            others = detail::lease_access::shared_core(grant_->leases.front());
+        }
+    }
+    if (!owner) {
+        // Another thread's grants, or none: releasing them would let others in while that
+        // thread is inside.
+        if (others) detail::report_foreign_unlock(others->owner(), "multi_lock", parts_[0].name);
+        return;
     }
     // held's destructor releases outside grant_mutex_, so a lost_token callback that calls back
-    // into this object cannot deadlock.
+    // into this object cannot deadlock; then the next thread may take its turn.
+    held.reset();
+    gate_.leave();
 }
 
 std::vector<std::uint64_t> multi_lock::fencing_tokens() const {

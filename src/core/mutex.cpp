@@ -1,5 +1,6 @@
 #include <dlock/mutex.hpp>
 
+#include "core/lease_core.hpp"
 #include "core/status.hpp"
 #include "core/time.hpp"
 #include "core/validate.hpp"
@@ -67,39 +68,79 @@ mutex::mutex(backend& backend, std::string name, lock_options options, lock_requ
     detail::throw_if(ec);
 }
 
-mutex::~mutex() { unlock(); }
+mutex::~mutex() {
+    lease held;
+    {
+        std::lock_guard guard(lease_mutex_);
+        held = std::move(lease_);
+    }
+    // held's destructor releases whatever is still held, whichever thread locked it.
+}
 
 void mutex::lock() {
-    std::error_code ec;
-    auto grant =
-        backend_.acquire_until(name_, request_, options_, detail::steady::time_point::max(), ec);
-    detail::throw_if(ec);
-    adopt(std::move(grant));
+    [[maybe_unused]] const bool held = lock_until(detail::steady::time_point::max(), false);
 }
 
 bool mutex::try_lock() { return try_lock_until_steady(detail::steady::time_point::min()); }
 
 bool mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
+    return lock_until(deadline, true);
+}
+
+bool mutex::lock_until(std::chrono::steady_clock::time_point deadline, bool contention_is_false) {
+    switch (gate_.enter(deadline, options_.cancel)) {
+        case detail::owner_gate::entry::entered: break;
+        case detail::owner_gate::entry::timed_out: return false;
+        case detail::owner_gate::entry::canceled:
+            throw error(errc::canceled, "lock of \"" + name_ +
+                                            "\" canceled while another thread of this process "
+                                            "owned the mutex");
+        case detail::owner_gate::entry::already_owner:
+            throw error(errc::invalid_argument,
+                        "mutex \"" + name_ +
+                            "\": the calling thread owns it already (use recursive_mutex to lock "
+                            "again)");
+    }
     std::error_code ec;
     auto grant = backend_.acquire_until(name_, request_, options_, deadline, ec);
-    if (is_contention(ec)) return false;
-    detail::throw_if(ec);
+    if (ec) {
+        gate_.leave();
+        if (contention_is_false && is_contention(ec)) return false;
+        detail::throw_if(ec);
+    }
     adopt(std::move(grant));
     return true;
 }
 
 void mutex::adopt(lease&& grant) {
     std::lock_guard guard(lease_mutex_);
-    lease_ = std::move(grant);
+    lease_ = std::move(grant);  // empty before: only the gate's owner adopts, once
 }
 
 void mutex::unlock() noexcept {
     lease held;
+    std::shared_ptr<detail::lease_core> others;
+    const bool owner = gate_.owned_by_caller();
     {
         std::lock_guard guard(lease_mutex_);
-        held = std::move(lease_);
+        if (owner) {
+            held = std::move(lease_);
+        } else {
+            others = detail::lease_access::shared_core(lease_);
+        }
     }
-    // held's destructor releases outside lease_mutex_; failures go to the client's error handler.
+    if (!owner) {
+        // Another thread's grant, or none: releasing it would let another client in while that
+        // thread is inside.
+        if (others) detail::report_foreign_unlock(others->owner(), "mutex", name_);
+        return;
+    }
+    {
+        // Released outside lease_mutex_ (failures go to the client's error handler), before the
+        // next thread may take its turn.
+        const lease released = std::move(held);
+    }
+    gate_.leave();
 }
 
 std::uint64_t mutex::fencing_token() const {

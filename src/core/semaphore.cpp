@@ -84,7 +84,7 @@ bool counting_semaphore::try_acquire_until_steady(std::chrono::steady_clock::tim
 
 void counting_semaphore::adopt(lease&& held, std::uint32_t count) {
     const auto lost = held.lost_token();
-    grant g{std::move(held), count, nullptr};
+    grant g{std::move(held), count, std::this_thread::get_id(), nullptr};
     for (;;) {
         std::stop_source period;
         {
@@ -114,10 +114,21 @@ std::vector<counting_semaphore::grant> counting_semaphore::detach(std::uint32_t 
     try {
         std::stop_source next_period;  // allocated up front: nothing below may fail half-way
         std::lock_guard guard(grants_mutex_);
+        // release() order: the caller's own grants, then lost ones (already free on the server),
+        // then the other threads' live ones; most recent first within each group.
+        const auto me = std::this_thread::get_id();
+        std::vector<std::size_t> order;
+        order.reserve(grants_.size());
+        for (int group = 0; group < 3; ++group) {
+            for (std::size_t i = grants_.size(); i-- > 0;) {
+                const auto& g = grants_[i];
+                const int in = g.thread == me ? 0 : g.held.state() == lock_state::lost ? 1 : 2;
+                if (in == group) order.push_back(i);
+            }
+        }
         std::uint64_t sum = 0;
         std::size_t n = 0;
-        for (auto it = grants_.rbegin(); it != grants_.rend() && sum < update; ++it, ++n)
-            sum += it->count;
+        for (; n < order.size() && sum < update; ++n) sum += grants_[order[n]].count;
         if (sum < update) {
             detail::fail(ec, errc::not_owner,
                          "counting_semaphore \"" + name_ + "\": release(" + std::to_string(update) +
@@ -128,14 +139,19 @@ std::vector<counting_semaphore::grant> counting_semaphore::detach(std::uint32_t 
             detail::fail(ec, errc::invalid_argument,
                          "counting_semaphore \"" + name_ + "\": release(" + std::to_string(update) +
                              ") would split a grant of " +
-                             std::to_string(grants_[grants_.size() - n].count) +
-                             " permits; release whole grants, most recent first");
+                             std::to_string(grants_[order[n - 1]].count) +
+                             " permits; release whole grants, the calling thread's most recent "
+                             "first");
             return out;
         }
+        // `out` is released from its back: the first chosen goes last into it.
+        order.resize(n);
         out.reserve(n);
-        const auto first = grants_.end() - static_cast<std::ptrdiff_t>(n);
-        std::move(first, grants_.end(), std::back_inserter(out));
-        grants_.erase(first, grants_.end());
+        for (auto it = order.rbegin(); it != order.rend(); ++it)
+            out.push_back(std::move(grants_[*it]));
+        std::sort(order.begin(), order.end());
+        for (auto it = order.rbegin(); it != order.rend(); ++it)
+            grants_.erase(grants_.begin() + static_cast<std::ptrdiff_t>(*it));
         if (grants_.empty()) {
             // The holding period ends: its token fires once the permits are back, and the next
             // grant starts a fresh one.

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/lease_core.hpp"
 #include "core/status.hpp"
 #include "core/time.hpp"
 #include "core/validate.hpp"
@@ -33,6 +34,10 @@ shared_mutex::~shared_mutex() {
 }
 
 void shared_mutex::refuse_second_share() const {
+    if (writer_gate_.owned_by_caller()) {
+        throw error(errc::invalid_argument,
+                    "shared_mutex \"" + name_ + "\": the calling thread owns the write lock");
+    }
     bool holds_share = false;
     {
         std::lock_guard guard(leases_mutex_);
@@ -56,27 +61,53 @@ bool shared_mutex::try_lock() { return try_lock_until_steady(detail::steady::tim
 
 bool shared_mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
     refuse_second_share();
+    switch (writer_gate_.enter(deadline, options_.cancel)) {
+        case detail::owner_gate::entry::entered: break;
+        case detail::owner_gate::entry::timed_out: return false;
+        case detail::owner_gate::entry::canceled:
+            throw error(errc::canceled, "write lock of \"" + name_ +
+                                            "\" canceled while another thread of this process "
+                                            "owned it");
+        case detail::owner_gate::entry::already_owner:
+            throw error(errc::invalid_argument,
+                        "shared_mutex \"" + name_ + "\": the calling thread owns the write lock");
+    }
     std::error_code ec;
     auto grant = backend_.acquire_until(name_, write_request, options_, deadline, ec);
-    if (is_contention(ec) && deadline != detail::steady::time_point::max()) return false;
-    detail::throw_if(ec);
-    lease previous;
-    {
-        std::lock_guard guard(leases_mutex_);
-        previous = std::exchange(writer_, std::move(grant));
+    if (ec) {
+        writer_gate_.leave();
+        if (is_contention(ec) && deadline != detail::steady::time_point::max()) return false;
+        detail::throw_if(ec);
     }
-    // `previous` is a grant lost before this one was taken; it is released (harmlessly) here,
-    // outside leases_mutex_.
+    std::lock_guard guard(leases_mutex_);
+    writer_ = std::move(grant);  // empty before: only the gate's owner adopts, once
     return true;
 }
 
 void shared_mutex::unlock() noexcept {
     lease held;
+    std::shared_ptr<detail::lease_core> others;
+    const bool owner = writer_gate_.owned_by_caller();
     {
         std::lock_guard guard(leases_mutex_);
-        held = std::move(writer_);
+        if (owner) {
+            held = std::move(writer_);
+        } else {
+            others = detail::lease_access::shared_core(writer_);
+        }
     }
-    // held's destructor releases outside leases_mutex_; failures go to the client's error handler.
+    if (!owner) {
+        // Another thread's write lock, or none: releasing it would let others in while that
+        // thread is inside.
+        if (others) detail::report_foreign_unlock(others->owner(), "shared_mutex", name_);
+        return;
+    }
+    {
+        // Released outside leases_mutex_ (failures go to the client's error handler), before
+        // the next writer thread of this process may take its turn.
+        const lease released = std::move(held);
+    }
+    writer_gate_.leave();
 }
 
 void shared_mutex::lock_shared() {

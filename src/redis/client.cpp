@@ -43,6 +43,7 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
         fail(ec, errc::invalid_argument, "acquire on a moved-from client");
         return {};
     }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
     return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 
@@ -52,6 +53,7 @@ void client::set_permits(std::string_view name, std::uint32_t permits,
         fail(ec, errc::invalid_argument, "set_permits on a moved-from client");
         return;
     }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return;
     impl_->engine->set_permits(name, permits, ec);
 }
 
@@ -67,6 +69,7 @@ reply client::command(const std::vector<std::string>& args, std::error_code& ec)
         fail(ec, errc::invalid_argument, "command on a moved-from client");
         return {};
     }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
     return impl_->engine->command(args, ec);
 }
 

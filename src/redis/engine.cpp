@@ -287,6 +287,16 @@ void engine::start() {
 }
 
 void engine::stop() noexcept {
+    if (forked()) {
+        // A forked child's copy: the background thread runs only in the parent (its handle must be
+        // neither joined nor detached here), and the leases are the parent's, inert here. Only
+        // the child's copies of the descriptors are closed (by the members' destructors).
+        if (worker_.joinable())
+            dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+        if (wake_fd_ >= 0) ::close(wake_fd_);
+        wake_fd_ = -1;
+        return;
+    }
     if (worker_.joinable()) {
         worker_.request_stop();
         wake();

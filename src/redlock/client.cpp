@@ -76,6 +76,7 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
         fail(ec, errc::invalid_argument, "acquire on a moved-from client");
         return {};
     }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
     return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 

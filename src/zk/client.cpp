@@ -32,12 +32,14 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
         fail(ec, errc::invalid_argument, "acquire on a moved-from client");
         return {};
     }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
     return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 
 void client::set_permits(std::string_view name, std::uint32_t permits,
                          std::error_code& ec) noexcept {
     if (!impl_) return fail(ec, errc::invalid_argument, "set_permits on a moved-from client");
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return;
     impl_->engine->set_permits(name, permits, ec);
 }
 

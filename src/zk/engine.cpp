@@ -94,6 +94,21 @@ void engine::start() {
 }
 
 void engine::stop() noexcept {
+    if (forked()) {
+        // A forked child's copy: this thread and the C client's run only in the parent, and
+        // closing a session would end the parent's (its ephemeral nodes are the parent's locks).
+        // Keep everything, untouched, until the child exits.
+        if (auto self = weak_from_this().lock()) {
+            dlock::detail::keep_forever(std::move(self));
+            return;
+        }
+        // Called from ~engine without an earlier stop(): keep what must not be destroyed.
+        if (worker_.joinable())
+            dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+        if (session_) dlock::detail::keep_forever(std::move(session_));
+        for (auto& [ptr, e] : registry_) dlock::detail::keep_forever(e.node);
+        return;
+    }
     if (worker_.joinable()) {
         worker_.request_stop();
         wake();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -197,13 +198,16 @@ TEST(FairMutex, RenewedPastItsLeaseAfterAHandOff) {
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name("lock");
     dlock::fair_mutex holder(redis, name);
-    holder.lock();
     const auto lease = scaled(500ms);
     dlock::fair_mutex waiter(redis, name, {.lease = lease});
+    std::promise<void> locked;
     std::jthread release([&] {
+        holder.lock();  // unlocked by the thread that locked it, as with a std::mutex
+        locked.set_value();
         EXPECT_TRUE(eventually([&] { return queue_length(redis, name) == 1; }, 5s));
         holder.unlock();
     });
+    locked.get_future().wait();
     waiter.lock();
     // The hand-off lease is short; the watchdog extends it to the waiter's own lease and keeps
     // renewing it.

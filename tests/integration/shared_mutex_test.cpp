@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -165,10 +166,13 @@ TEST(SharedMutex, WriterExcludedWhileAReaderHoldsAndHandedTheLockWhenItLeaves) {
     EXPECT_FALSE(writer.try_lock()) << "a reader holds a share";
     std::atomic<bool> granted{false};
     std::atomic<steady::rep> granted_at{0};
+    std::promise<void> may_unlock;
     std::jthread waiting([&] {
         writer.lock();
         granted_at = steady::now().time_since_epoch().count();
         granted = true;
+        may_unlock.get_future().wait();
+        writer.unlock();  // by the thread that locked it, as with a std::shared_mutex
     });
     // Queued and listening on its hand-off channel (<release channel>:<its token>)...
     ASSERT_TRUE(eventually(
@@ -189,10 +193,10 @@ TEST(SharedMutex, WriterExcludedWhileAReaderHoldsAndHandedTheLockWhenItLeaves) {
     // waiter's next liveness refresh would find it.
     EXPECT_LT(steady::time_point(steady::duration(granted_at.load())) - released_at,
               std::min<std::chrono::milliseconds>(scaled(200ms), 400ms));
-    waiting.join();
     EXPECT_EQ(writer.state(), dlock::lock_state::held);
     EXPECT_FALSE(reader.try_lock_shared()) << "the writer holds it";
-    writer.unlock();
+    may_unlock.set_value();
+    waiting.join();
     EXPECT_TRUE(reader.try_lock_shared());
     reader.unlock_shared();
 }
