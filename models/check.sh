@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Checks the hand-off model (models/handoff.pml, docs/handoff-model.md) with spin:
-#   1. the protocol as built (tickets): an exhaustive search must find no error;
-#   2. two negative controls that must each FAIL, so the checker is shown able to fail:
+#   1. the protocol as built (tickets; the queue keys, the arrival counter among them, expire 2 x
+#      liveness after the last refresh; a new entry's ticket lies above the waiter's ticket floor,
+#      ARGV[8]): an exhaustive search must find no error;
+#   2. FLOOR_WITNESS must fail: the search of 1 reaches a counter that expired under a waiter that
+#      had a ticket, where only the floor keeps the ticket new (so 1 is not a vacuous pass);
+#   3. two negative controls that must each FAIL, so the checker is shown able to fail:
 #      STALE_GRANT_BUG (a waiter trusting any "granted" message, the protocol before tickets) and
-#      ARRIVALS_EXPIRE (tickets from a counter that expires, so a ticket can come back).
-# Exit status 0 only if all three come out as expected and the search of 1 was complete.
-# Environment: SPIN_MAXT (clock bound, default 3), SPIN_MEMLIM (MB, default 3000).
+#      ARRIVALS_EXPIRE (the expiring counter without the floor, so a ticket can come back).
+# Exit status 0 only if all four come out as expected and the search of 1 was complete.
+# Environment: SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
+# "-DLIVE=2 -DLEASE=3" with SPIN_MAXT=4 for the longer durations), SPIN_MEMLIM (MB, default 3000).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 maxt=${SPIN_MAXT:-3}
 memlim=${SPIN_MEMLIM:-3000}
+read -r -a flags <<<"${SPIN_FLAGS:-}"
 work=$(mktemp -d /tmp/dlock-spin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$here/handoff.pml" "$work/"
@@ -24,7 +30,8 @@ done
 run() {
   local name=$1
   shift
-  spin "$@" -DMAXT="$maxt" -a handoff.pml >"$name.spin" 2>&1 || { cat "$name.spin"; return 2; }
+  spin "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt" -a handoff.pml >"$name.spin" 2>&1 ||
+    { cat "$name.spin"; return 2; }
   gcc -w -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o "pan_$name" pan.c
   local start=$SECONDS
   "./pan_$name" -m1000000 >"$name.out" 2>&1 || true
@@ -35,14 +42,14 @@ run() {
 summary() {
   local name=$1
   shift
-  spin "$@" -DMAXT="$maxt" -t handoff.pml 2>&1 | grep -E 't=|violated' | uniq |
-    sed 's/^ */    /' | head -30
+  spin "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt" -t handoff.pml 2>&1 |
+    grep -E 't=|violated' | sed 's/^ */    /' | uniq | head -40
 }
 
 rc=0
 run fixed
 if ! grep -q 'errors: 0' fixed.out; then
-  echo "FAIL: the protocol with tickets has an error:"
+  echo "FAIL: the protocol as built has an error:"
   grep -E 'violated|invalid end' fixed.out || true
   summary fixed
   rc=1
@@ -51,8 +58,17 @@ elif grep -qE 'max search depth too small|reached -DMEMLIM|Search not completed|
   grep -E 'too small|MEMLIM|not completed|memory' fixed.out
   rc=1
 else
-  echo "ok: no error in the protocol with tickets (exhaustive, clock 0..$maxt)"
+  echo "ok: no error in the protocol as built (exhaustive, clock 0..$maxt${flags[*]+, ${flags[*]}})"
   grep -E 'State-vector|depth reached|states, stored|transitions|elapsed' fixed.out | sed 's/^/    /'
+fi
+
+run FLOOR_WITNESS -DFLOOR_WITNESS
+if grep -qE 'errors: [1-9]' FLOOR_WITNESS.out; then
+  echo "ok: the search reaches a ticket raised by the floor (an expired counter matters)"
+else
+  echo "FAIL: no state where the ticket floor matters: the clock bound is too short for the" \
+    "queue keys to expire under a waiter (raise SPIN_MAXT or shorten LIVE)"
+  rc=1
 fi
 
 for bug in STALE_GRANT_BUG ARRIVALS_EXPIRE; do

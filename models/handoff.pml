@@ -1,43 +1,49 @@
 /*
  * The Redis queued hand-off protocol of dlock::fair_mutex and the writer side of
  * dlock::shared_mutex, for spin (docs/handoff-model.md says what is modelled, what is assumed, and
- * which code each part stands for; models/check.sh runs it).
+ * which code each part stands for; models/check.sh runs it). Names follow the code: the inlines
+ * fair_acquire / fair_release / renew are the Lua scripts of those names (with their rw_write_*
+ * twins folded in), the client's labels are the steps of engine::acquire_until.
  *
  * Compile-time switches (spin -D...):
  *   STALE_GRANT_BUG   the protocol before tickets: a waiter takes any "granted <fence>" message
  *                     that reaches it, valid from its latest "not yet" refresh (spin finds the
  *                     stale grant: a holder with an old token next to the rightful one)
- *   ARRIVALS_EXPIRE   the arrival counter (source of tickets) expires like the queue keys, so a
- *                     ticket can be handed out twice (spin finds the same stale grant through it)
+ *   ARRIVALS_EXPIRE   the arrival counter expires with the queue keys as built, but the script
+ *                     ignores the waiter's ticket floor (ARGV[8]): a re-queued waiter can draw a
+ *                     ticket it had before (spin finds the same stale grant through it)
+ *   FLOOR_WITNESS     fails where the floor raises a ticket: shows the search reaches an expired
+ *                     counter with a waiter that had a ticket before (not a vacuous pass)
  *   NCLIENTS, SESSIONS, MAXT, LEASE, HANDOFF, LIVE   bounds and durations (defaults below)
  *
  * Time is a global clock `now` (0..MAXT) that one process advances. A process that does not run
  * while the clock advances is paused (SIGSTOP, a VM freeze, a slow network in either direction);
  * every step of every process may be delayed that way. Each Redis script runs atomically at the
- * time it runs (atomic blocks); an acquire/refresh request may run later than it was sent, and
- * its reply may be lost; a release or leave may be lost. Published messages may be lost, and wait
- * in the subscriber for any time (a later one replaces an unread one).
+ * time it runs (atomic blocks); an attempt may run later than it was sent, and its reply may be
+ * lost; a release or leave may be lost. Published messages may be lost, and wait in the
+ * subscriber for any time (a later one replaces the kept one).
  */
 
 #ifndef NCLIENTS
 #define NCLIENTS 2 /* client processes */
 #endif
 #ifndef SESSIONS
-#define SESSIONS 2 /* acquisitions per client, one after the other, each with a new token */
+#define SESSIONS 2 /* acquire_until calls per client, one after the other, each with a new token */
 #endif
 #define NTOKENS (NCLIENTS * SESSIONS)
 #ifndef MAXT
 #define MAXT 3
 #endif
-#ifndef LEASE
-#define LEASE 3 /* the holder's own lease (lock_options.lease) */
+#ifndef LIVE
+#define LIVE 1 /* a waiter's liveness after each refresh (waiter_liveness) */
 #endif
 #ifndef HANDOFF
-#define HANDOFF 2 /* the hand-off lease: PX of a grant made by a release (handoff_lease) */
+#define HANDOFF LIVE /* the hand-off lease: PX of a grant made by a release (handoff_lease) */
 #endif
-#ifndef LIVE
-#define LIVE 2 /* a waiter's liveness after each refresh (waiter_liveness) */
+#ifndef LEASE
+#define LEASE 2 /* the holder's own lease (lock_options.lease) */
 #endif
+#define QUEUE_TTL (2 * LIVE) /* the queue keys' PEXPIRE after a join or refresh */
 
 #define NONE 255
 #define MIN(a, b) ((a) < (b) -> (a) : (b))
@@ -52,17 +58,17 @@ byte now = 0;
 byte h, j, kt;  /* scratch of the server scripts (zero outside them) */
 
 /* ---- server state: the Redis keys of one lock name ---- */
-byte owner = NONE;   /* <p>:{n}: the owner's token (here: client id) */
+byte owner = NONE;   /* <p>:{n}: the owner's token */
 byte owner_exp = 0;  /* ... and the server time its PX runs out */
 byte fence = 0;      /* <p>:{n}:fence: INCR per grant, never expires */
-byte arrivals = 0;   /* <p>:{n}:arrivals: INCR per queue entry; the ticket */
-byte arrivals_exp = 0;
+byte arrivals = 0;   /* <p>:{n}:arrivals: INCR per new queue entry, the source of tickets */
+byte queue_exp = 0;  /* when :queue, :alive and :arrivals expire (0: no keys) */
 bool inq[NTOKENS];      /* <p>:{n}:queue membership */
-byte qticket[NTOKENS];  /* ... and the entry's arrival number (ticket) */
+byte qticket[NTOKENS];  /* ... and the entry's ticket (its score) */
 byte alive[NTOKENS];    /* <p>:{n}:alive: liveness deadline, server time */
 
 /* PUBLISH <channel>:<token> "granted <fence> <ticket>": the subscriber keeps the latest message
- * of each waiter's channel (a later one overwrites it) until the waiter reads it */
+ * of each channel (a later one overwrites it); reading it does not remove it */
 bool mhas[NTOKENS];
 byte mfence[NTOKENS];
 byte mticket[NTOKENS];
@@ -83,21 +89,36 @@ byte vu[NCLIENTS];  /* it believes it holds while now < vu */
 
 /* ---- server scripts (inline: the caller wraps them in atomic) ---- */
 
-/* Redis never returns a key past its PX. */
-inline expire_keys() {
-    if
-    :: owner != NONE && now >= owner_exp -> owner = NONE
-    :: else -> skip
-    fi;
-#ifdef ARRIVALS_EXPIRE
-    if
-    :: now >= arrivals_exp -> arrivals = 0
-    :: else -> skip
-    fi
-#endif
+/* ZREM :queue + ZREM :alive (the fields are zeroed so that equal queues are equal states). */
+inline dequeue(c) {
+    inq[c] = false;
+    qticket[c] = 0;
+    alive[c] = 0
 }
 
-/* The live queue entry with the smallest arrival number, or NONE. */
+/* Redis never returns a key past its PX. The queue keys all get the same PEXPIRE in the same
+ * script, and a ZSET emptied and re-created is re-armed there too, so :queue and :alive never
+ * outlive :arrivals: when the counter expires, the queue is gone as well (every entry in it was
+ * dead a liveness earlier). */
+inline expire_keys() {
+    if
+    :: owner != NONE && now >= owner_exp -> owner = NONE; owner_exp = 0
+    :: else -> skip
+    fi;
+    if
+    :: queue_exp != 0 && now >= queue_exp ->
+        arrivals = 0;
+        queue_exp = 0;
+        j = 0;
+        do
+        :: j < NTOKENS -> dequeue(j); j++
+        :: else -> break
+        od
+    :: else -> skip
+    fi
+}
+
+/* ZRANGE :queue 0 0: the entry with the smallest ticket, or NONE. */
 inline queue_head(h) {
     h = NONE;
     j = 0;
@@ -126,13 +147,6 @@ inline purge_dead() {
     od
 }
 
-/* ZREM + HDEL: out of the queue (the fields are zeroed so that equal queues are equal states). */
-inline dequeue(c) {
-    inq[c] = false;
-    qticket[c] = 0;
-    alive[c] = 0
-}
-
 /* INCR fence; SET owner <c> PX px; out of the queue. Fencing, part 1: the server never grants
  * while any client believes it holds (so every later grant has a larger token than any token a
  * client still trusts). */
@@ -149,14 +163,27 @@ inline grant_to(c, px) {
 inline publish(c, f, k) {
     if
     :: mhas[c] = true; mfence[c] = f; mticket[c] = k;
-       printf("t=%d server: PUBLISH to token %d: granted %d (ticket %d)\n", now, c, f, k)
+       printf("t=%d server: PUBLISH to token %d: granted %d %d\n", now, c, f, k)
     :: true -> printf("t=%d server: PUBLISH to token %d lost\n", now, c)
     fi
 }
 
-/* fair_acquire.lua / rw_write_acquire.lua: take, or join / refresh our queue entry.
+/* The head is live after purge_dead(): grant it with lease px and tell it. */
+inline hand_to_head(px) {
+    queue_head(h);
+    if
+    :: h != NONE ->
+        kt = qticket[h];
+        grant_to(h, px);
+        publish(h, fence, kt)
+    :: else -> skip
+    fi
+}
+
+/* fair_acquire.lua / rw_write_acquire.lua (ARGV[8] = floor, the highest ticket this waiter was
+ * told): take, or join / refresh our queue entry.
  * Out: rg (1: we own it, with fence rf), else rk = our entry's ticket. */
-inline acquire_script(c, rg, rf, rk) {
+inline fair_acquire(c, floor, rg, rf, rk) {
     rg = 0;
     expire_keys();
     if
@@ -167,7 +194,6 @@ inline acquire_script(c, rg, rf, rk) {
         rf = fence
     :: else ->
         purge_dead();
-        rg = 0;
         if
         :: owner == NONE ->
             queue_head(h);
@@ -176,26 +202,38 @@ inline acquire_script(c, rg, rf, rk) {
                 grant_to(c, LEASE);
                 rg = 1;
                 rf = fence
-            :: else ->  /* free, but an earlier live waiter is first: hand it over now */
-                kt = qticket[h];
-                grant_to(h, LIVE);
-                publish(h, fence, kt)
+            :: else ->
+                if
+                :: hand_to_head(LIVE)  /* fair: free, but an earlier live waiter is first */
+                :: skip  /* rw_write_acquire.lua: the head takes it at its own refresh */
+                fi
             fi
         :: else -> skip
         fi;
         if
         :: rg == 0 ->
             if
-            :: !inq[c] ->
+            :: !inq[c] ->  /* join once: a new entry's ticket */
                 arrivals++;
+#ifndef ARRIVALS_EXPIRE
+                if
+                :: arrivals <= floor ->  /* the counter expired since: SET :arrivals floor+1 */
+#ifdef FLOOR_WITNESS
+                    assert(false);  /* check.sh: the search does reach a raised ticket */
+#endif
+                    arrivals = floor + 1
+                :: else -> skip
+                fi;
+#endif
                 inq[c] = true;
                 qticket[c] = arrivals
             :: else -> skip
             fi;
             alive[c] = now + LIVE;
-#ifdef ARRIVALS_EXPIRE
-            arrivals_exp = now + LIVE;
-#endif
+            if
+            :: queue_exp < now + QUEUE_TTL -> queue_exp = now + QUEUE_TTL
+            :: else -> skip
+            fi;
             rk = qticket[c]
         :: else -> skip
         fi
@@ -205,29 +243,21 @@ inline acquire_script(c, rg, rf, rk) {
     kt = 0
 }
 
-/* fair_release.lua / rw_write_release.lua: release (hand-off to the next live waiter), also the
- * leave of a waiter that gives up (it releases with hand-off if the grant reached it). */
-inline release_script(c) {
+/* fair_release.lua / rw_write_release.lua: release (hand-off to the next live waiter), and the
+ * leave of a waiter that gives up (which releases with hand-off a grant whose reply it never
+ * saw). rw_write_release.lua (and rw_read_release.lua, the last reader share going) also hand a
+ * free lock to the head when the caller did not own it: the second branch. */
+inline fair_release(c) {
     dequeue(c);
     expire_keys();
+    purge_dead();
     if
     :: owner == c ->
-        do
-        :: queue_head(h);
-           if
-           :: h == NONE -> owner = NONE; break
-           :: else ->
-               if
-               :: alive[h] >= now ->
-                   kt = qticket[h];
-                   grant_to(h, HANDOFF);
-                   publish(h, fence, kt);
-                   break
-               :: else -> dequeue(h)  /* a dead waiter: skip it */
-               fi
-           fi
-        od
-    :: else -> skip
+        owner = NONE;
+        owner_exp = 0;
+        hand_to_head(HANDOFF)
+    :: owner == NONE -> hand_to_head(HANDOFF)
+    :: owner != c -> skip
     fi;
     h = 0;
     j = 0;
@@ -235,7 +265,7 @@ inline release_script(c) {
 }
 
 /* renew.lua: PEXPIRE our lease if the key still names us. */
-inline renew_script(c, ok) {
+inline renew(c, ok) {
     ok = 0;
     expire_keys();
     if
@@ -244,10 +274,11 @@ inline renew_script(c, ok) {
     fi
 }
 
-/* The client begins to hold with token f, believed until v. Fencing, part 2: a grant a client
- * starts to trust is the server's latest (no newer grant exists), so tokens are trusted in
- * strictly increasing order and never below one the server has handed to anyone else. */
-inline accept(f, v) {
+/* engine::grant: the client begins to hold with token f, believed until v. Fencing, part 2: a
+ * grant a client starts to trust is the server's latest (no newer grant exists), so tokens are
+ * trusted in strictly increasing order and never below one the server has handed to anyone
+ * else. */
+inline grant(f, v) {
     vu[c] = v;
     cstate[c] = HELD;
     printf("t=%d token %d: holds with fence %d, valid until %d\n", now, me, f, v);
@@ -255,49 +286,57 @@ inline accept(f, v) {
 }
 
 proctype client(byte c) {
-    byte sent, ny_sent, my_ticket, f, k, v, rg, rf, rk, ok;
-    byte me = c * SESSIONS;  /* this acquisition's token (its queue entry and channel) */
+    /* engine::acquire_until's locals: sent (this attempt's send time), refreshed_at and ticket
+     * (send time and ticket of the latest "not yet"), highest_ticket (ARGV[8] of each attempt) */
+    byte sent, refreshed_at, ticket, highest_ticket, f, k, v, rg, rf, rk, ok;
+    byte me = c * SESSIONS;  /* this acquire_until's token (its queue entry and channel) */
 
-session:
-    /* engine::acquire_until: the first attempt (and every refresh) */
+acquire_until:
     cstate[c] = WAITING;
-refresh:
+attempt:  /* engine::attempt: the first one, and every refresh */
     sent = now;  /* the request runs on the server at any later time, or never */
     if
     :: atomic {
-           acquire_script(me, rg, rf, rk);
+           fair_acquire(me, highest_ticket, rg, rf, rk);
            /* the reply (a reply read late only shortens the belief: see docs) */
            if
-           :: rg == 1 -> accept(rf, sent + LEASE)
-           :: else -> ny_sent = sent; my_ticket = rk;
-              printf("t=%d token %d: refresh sent at %d: not yet, ticket %d\n", now, me, sent, rk)
+           :: rg == 1 -> grant(rf, sent + LEASE)
+           :: else -> refreshed_at = sent; ticket = rk;
+              if
+              :: highest_ticket < rk -> highest_ticket = rk
+              :: else -> skip
+              fi;
+              printf("t=%d token %d: attempt sent at %d: not yet, ticket %d\n", now, me, sent, rk)
            fi
        }
-    :: atomic { acquire_script(me, rg, rf, rk); rg = 2 }  /* reply lost: give up */
+    :: atomic { fair_acquire(me, highest_ticket, rg, rf, rk); rg = 2 }  /* reply lost: give_up */
     fi;
     if
     :: rg == 1 -> rg = 0; rf = 0; rk = 0; sent = 0; goto held
-    :: rg == 2 -> rg = 0; rf = 0; rk = 0; sent = 0; goto leave
+    :: rg == 2 -> rg = 0; rf = 0; rk = 0; sent = 0; goto leave_queue
     :: else -> rg = 0; rf = 0; rk = 0; sent = 0
     fi;
 
-    /* waiting: refresh on the liveness timer (any time: timers run late under pauses), take a
-     * hand-off message from the subscriber, or give up (timeout, cancel) */
+    /* waiting->wait(...): refresh on the liveness timer (any time: timers run late under
+     * pauses), look at the subscriber's last message, or give up (timeout, cancel) */
     do
-    :: goto refresh
+    :: goto attempt
     :: atomic {
-           mhas[me] -> f = mfence[me]; k = mticket[me]; mhas[me] = false;
-           printf("t=%d token %d: reads granted %d (ticket %d)\n", now, me, f, k);
+           mhas[me] -> f = mfence[me]; k = mticket[me];
+           /* parse_handoff(waiting->last_message()) */
 #ifdef STALE_GRANT_BUG
-           /* engine.cpp before tickets: the latest message, valid from refreshed_at */
-           accept(f, ny_sent + HANDOFF);
+           /* before tickets: the latest message, valid from refreshed_at */
+           printf("t=%d token %d: reads granted %d\n", now, me, f);
+           grant(f, refreshed_at + HANDOFF);
            rg = 1;
 #else
-           v = ny_sent + MIN(HANDOFF, LEASE);
+           v = refreshed_at + MIN(HANDOFF, LEASE);
            if
-           :: k == my_ticket && now < v -> accept(f, v); rg = 1
-           :: k == my_ticket && now >= v -> rg = 3  /* too late to trust: ask the server */
-           :: k != my_ticket -> rg = 0  /* another entry's grant: stale */
+           :: k == ticket && now < v ->
+              printf("t=%d token %d: reads granted %d %d\n", now, me, f, k);
+              grant(f, v); rg = 1
+           :: k == ticket && now >= v -> rg = 3  /* validity passed: attempt again */
+           :: k != ticket -> rg = 0  /* another entry's grant: ignored */
            fi;
 #endif
            f = 0;
@@ -306,16 +345,16 @@ refresh:
        };
        if
        :: rg == 1 -> rg = 0; goto held
-       :: rg == 3 -> rg = 0; goto refresh
+       :: rg == 3 -> rg = 0; goto attempt
        :: else -> skip
        fi
-    :: goto leave
+    :: goto leave_queue
     od;
 
 held:
     do
     :: atomic {  /* the watchdog renews (see docs: send and run at once, replies not lost) */
-           renew_script(me, ok);
+           renew(me, ok);
            if
            :: ok == 1 -> vu[c] = now + LEASE
            :: else -> cstate[c] = DONE;  /* lost */
@@ -330,17 +369,20 @@ held:
     :: cstate[c] = DONE; goto release  /* unlock(): stops believing before it sends */
     od;
 
-leave:
+leave_queue:  /* give_up() and the leave guard: engine::leave_queue */
     cstate[c] = DONE;
-release:
-    atomic { vu[c] = 0; ny_sent = 0; my_ticket = 0 };
+release:  /* engine::release */
+    atomic {  /* acquire_until's locals and the registration end */
+        vu[c] = 0; refreshed_at = 0; ticket = 0; highest_ticket = 0;
+        mhas[me] = false; mfence[me] = 0; mticket[me] = 0
+    };
     if
-    :: atomic { release_script(me); printf("t=%d token %d: release/leave ran\n", now, me) }
+    :: atomic { fair_release(me); printf("t=%d token %d: release/leave ran\n", now, me) }
     :: skip  /* lost: the key and the entry expire */
     fi;
     atomic {
         if
-        :: me + 1 < (c + 1) * SESSIONS -> me++; cstate[c] = IDLE; goto session
+        :: me + 1 < (c + 1) * SESSIONS -> me++; cstate[c] = IDLE; goto acquire_until
         :: else -> skip
         fi
     }
@@ -365,7 +407,7 @@ init {
 }
 
 /* Mutual exclusion, checked in every reachable state: no two clients believe they hold at the
- * same instant. (The fencing assertions are in grant_to and accept.) */
+ * same instant. (The fencing assertions are in grant_to and grant.) */
 active proctype monitor() {
 end_monitor:  /* waiting here forever is a valid end */
     atomic { TWO_HOLD -> assert(!TWO_HOLD) }
