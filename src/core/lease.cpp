@@ -31,7 +31,7 @@ lease::~lease() {
     std::error_code ec;
     release(ec);
     if (!ec) return;
-    // Nobody to throw to: the client's error handler hears of it (STYLE.md §3).
+    // Nobody to throw to: the client's error handler hears of it.
     try {
         if (ec == errc::lock_lost) {
             core->owner().report_error(ec,

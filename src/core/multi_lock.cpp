@@ -1,5 +1,5 @@
-// dlock::multi_lock: all-or-nothing acquisition of several locks in one global order (issue 4,
-// docs/lock-family.md "multi-lock").
+// dlock::multi_lock: all-or-nothing acquisition of several locks in one global order
+// (docs/lock-family.md, "multi-lock").
 //
 // Why the order prevents deadlock: every multi_lock takes its parts in increasing order of one
 // key, (name, backend object), and while it waits for a part it holds only parts with smaller

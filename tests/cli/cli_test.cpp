@@ -1,5 +1,5 @@
-// The `dlock` command-line tool, driven as a process like a user would (STYLE 9, etcdctl's e2e
-// tests): exit statuses, the command's environment, exclusion between two `dlock run`s, a lost
+// The `dlock` command-line tool, driven as a process like a user would (as etcdctl's e2e
+// tests do): exit statuses, the command's environment, exclusion between two `dlock run`s, a lost
 // lock stopping the command, signal forwarding, `status`, `demo`, and a clear one-line message
 // with a documented status for every bad input (docs/cli.md).
 #include <dlock/dlock.hpp>

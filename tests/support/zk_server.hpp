@@ -1,6 +1,6 @@
 // Private Debian ZooKeeper servers for tests (docs/zookeeper.md): a standalone server or an
 // ensemble of N on free 127.0.0.1 ports, each in its own temp dir, started as children of the test
-// process with `java ... ZooKeeperServerMain|QuorumPeerMain` (ENV-NOTES §4) and always torn
+// process with `java ... ZooKeeperServerMain|QuorumPeerMain` (the JVM directly) and always torn
 // down. Readiness is the `srvr` four-letter word printing a `Mode:` line. Fault tests use
 // stop/start/kill9/pause/resume on single servers. Use one object from one thread at a time;
 // children() and mode() may be called from any thread.

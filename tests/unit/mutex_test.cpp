@@ -258,8 +258,8 @@ TEST(MutexDeadline, TryLockUntilOtherClockConvertsOnce) {
     EXPECT_GE(b.deadlines.back(), before + std::chrono::hours(24 * 365 * 100));
 }
 
-// "A past deadline means one non-blocking attempt" (STYLE.md §5) must hold for the most distant
-// past too: `deadline - Clock::now()` would be a signed overflow for time_point::min() (UBSan).
+// "A past deadline means one attempt" (dlock/backend.hpp) must hold for the most distant past too:
+// `deadline - Clock::now()` would be a signed overflow for time_point::min() (UBSan).
 TEST(MutexDeadline, TryLockUntilInfinitePastOnOtherClockIsOneAttempt) {
     fake_backend b;
     dlock::mutex m(b, "a");
