@@ -335,7 +335,6 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             if (options.cancel.stop_requested())
                 return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
             if (s && s->stale(steady::now())) s->mark_dead();
-            if (s && s->stale(steady::now())) s->mark_dead();
             if (!s || s->dead()) {
                 // A dead session took our node with it: start over on a new one (not yet granted).
                 node.clear();
