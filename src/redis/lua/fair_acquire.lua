@@ -32,33 +32,17 @@ end
 
 dlock_purge_dead(KEYS[3], KEYS[4], now)
 
-local fence_reply = function(f)
-  if type(f) == 'table' and f.err then
-    return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. f.err)
-  end
-  return nil
-end
-
 if not owner then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] or head[1] == ARGV[1] then
-    local fence = redis.pcall('INCR', KEYS[2])
-    local bad = fence_reply(fence)
+    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
     if bad then return bad end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('ZREM', KEYS[4], ARGV[1])
     return {1, fence}
   end
   -- Free, but an earlier waiter is first (its holder expired without a release): hand it over
   -- now rather than at that waiter's next refresh.
-  local fence = redis.pcall('INCR', KEYS[2])
-  local bad = fence_reply(fence)
+  local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[5], ARGV[6])
   if bad then return bad end
-  redis.call('SET', KEYS[1], head[1], 'PX', ARGV[5])
-  redis.call('ZREM', KEYS[3], head[1])
-  redis.call('ZREM', KEYS[4], head[1])
-  redis.call('PUBLISH', ARGV[6] .. ':' .. head[1], 'granted ' .. fence .. ' ' .. head[2])
 end
 
 -- Join once (the fence stays when the queue's keys go).

@@ -40,13 +40,8 @@ dlock_purge_dead(KEYS[4], KEYS[5], now)
 if not owner and redis.call('ZCARD', KEYS[3]) == 0 then
   local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not head or head == ARGV[1] then
-    local fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' and fence.err then
-      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-    end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('ZREM', KEYS[4], ARGV[1])
-    redis.call('ZREM', KEYS[5], ARGV[1])
+    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], ARGV[2])
+    if bad then return bad end
     return {1, fence}
   end
 end

@@ -24,14 +24,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   local head = first[1]
   if head and redis.call('ZCARD', KEYS[3]) == 0 then
-    local fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' and fence.err then
-      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-    end
-    redis.call('SET', KEYS[1], head, 'PX', ARGV[3])
-    redis.call('ZREM', KEYS[4], head)
-    redis.call('ZREM', KEYS[5], head)
-    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence .. ' ' .. first[2])
+    local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[4], KEYS[5], head, first[2], ARGV[3], ARGV[2])
+    if bad then return bad end
   elseif not head and (ours == 1 or left == 1 or dead > 0) then
     redis.call('PUBLISH', ARGV[2], 'released')
   end

@@ -47,3 +47,27 @@ local function dlock_join_queue(queue, alive, arrivals, token, floor, now, liven
   end
   return tonumber(ticket)
 end
+
+-- Makes `token` the owner of lock key `owner` with a fresh fencing token (INCR `fence_key`) and a
+-- lease of `lease_ms`, and takes it off the queue. Returns the fencing token, or nil and an error
+-- reply when the fence counter is unusable (nothing is written then).
+local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms)
+  local fence = redis.pcall('INCR', fence_key)
+  if type(fence) == 'table' and fence.err then
+    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. fence.err)
+  end
+  redis.call('SET', owner, token, 'PX', lease_ms)
+  redis.call('ZREM', queue, token)
+  redis.call('ZREM', alive, token)
+  return fence
+end
+
+-- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
+-- tells it on its own channel <channel>:<head> with "granted <fencing token> <ticket>": one
+-- notification, one winner. Returns an error reply when the fence counter is unusable, else nil.
+local function dlock_hand_off(owner, fence_key, queue, alive, head, ticket, lease_ms, channel)
+  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms)
+  if bad then return bad end
+  redis.call('PUBLISH', channel .. ':' .. head, 'granted ' .. fence .. ' ' .. ticket)
+  return nil
+end
