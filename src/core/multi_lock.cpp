@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "core/gate_unlock.hpp"
 #include "core/lease_core.hpp"
 #include "core/status.hpp"
 #include "core/time.hpp"
@@ -193,27 +194,12 @@ void multi_lock::adopt(grant_ptr taken) noexcept {
 }
 
 void multi_lock::unlock() noexcept {
-    grant_ptr held;
-    std::shared_ptr<detail::lease_core> others;
-    const bool owner = gate_.owned_by_caller();
-    {
-        std::lock_guard guard(grant_mutex_);
-        if (owner) {
-            held = std::move(grant_);
-        } else if (grant_ && !grant_->leases.empty()) {
-            others = detail::lease_access::shared_core(grant_->leases.front());
-        }
-    }
-    if (!owner) {
-        // Another thread's grants, or none: releasing them would let others in while that
-        // thread is inside.
-        if (others) detail::report_foreign_unlock(others->owner(), "multi_lock", parts_[0].name);
-        return;
-    }
-    // held's destructor releases outside grant_mutex_, so a lost_token callback that calls back
-    // into this object cannot deadlock; then the next thread may take its turn.
-    held.reset();
-    gate_.leave();
+    // The first part's client hears of a foreign unlock.
+    const auto first_core = [](const grant_ptr& g) noexcept -> std::shared_ptr<detail::lease_core> {
+        if (!g || g->leases.empty()) return nullptr;
+        return detail::lease_access::shared_core(g->leases.front());
+    };
+    detail::unlock_if_owner(gate_, grant_mutex_, grant_, first_core, "multi_lock", parts_[0].name);
 }
 
 std::vector<std::uint64_t> multi_lock::fencing_tokens() const {

@@ -1,5 +1,6 @@
 #include <dlock/mutex.hpp>
 
+#include "core/gate_unlock.hpp"
 #include "core/lease_core.hpp"
 #include "core/status.hpp"
 #include "core/time.hpp"
@@ -118,29 +119,7 @@ void mutex::adopt(lease&& grant) {
 }
 
 void mutex::unlock() noexcept {
-    lease held;
-    std::shared_ptr<detail::lease_core> others;
-    const bool owner = gate_.owned_by_caller();
-    {
-        std::lock_guard guard(lease_mutex_);
-        if (owner) {
-            held = std::move(lease_);
-        } else {
-            others = detail::lease_access::shared_core(lease_);
-        }
-    }
-    if (!owner) {
-        // Another thread's grant, or none: releasing it would let another client in while that
-        // thread is inside.
-        if (others) detail::report_foreign_unlock(others->owner(), "mutex", name_);
-        return;
-    }
-    {
-        // Released outside lease_mutex_ (failures go to the client's error handler), before the
-        // next thread may take its turn.
-        const lease released = std::move(held);
-    }
-    gate_.leave();
+    detail::unlock_if_owner(gate_, lease_mutex_, lease_, "mutex", name_);
 }
 
 std::uint64_t mutex::fencing_token() const {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/gate_unlock.hpp"
 #include "core/lease_core.hpp"
 #include "core/status.hpp"
 #include "core/time.hpp"
@@ -85,29 +86,7 @@ bool shared_mutex::try_lock_until_steady(std::chrono::steady_clock::time_point d
 }
 
 void shared_mutex::unlock() noexcept {
-    lease held;
-    std::shared_ptr<detail::lease_core> others;
-    const bool owner = writer_gate_.owned_by_caller();
-    {
-        std::lock_guard guard(leases_mutex_);
-        if (owner) {
-            held = std::move(writer_);
-        } else {
-            others = detail::lease_access::shared_core(writer_);
-        }
-    }
-    if (!owner) {
-        // Another thread's write lock, or none: releasing it would let others in while that
-        // thread is inside.
-        if (others) detail::report_foreign_unlock(others->owner(), "shared_mutex", name_);
-        return;
-    }
-    {
-        // Released outside leases_mutex_ (failures go to the client's error handler), before
-        // the next writer thread of this process may take its turn.
-        const lease released = std::move(held);
-    }
-    writer_gate_.leave();
+    detail::unlock_if_owner(writer_gate_, leases_mutex_, writer_, "shared_mutex", name_);
 }
 
 void shared_mutex::lock_shared() {

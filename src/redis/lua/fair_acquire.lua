@@ -10,6 +10,7 @@
 -- "granted <fence> <ticket>": the ticket names the queue entry (so the refresh) it answers.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::fair_mutex')
 if refused then return refused end
 local held = redis.call('TYPE', KEYS[1]).ok
@@ -19,8 +20,7 @@ end
 if redis.call('TYPE', KEYS[4]).ok == 'hash' then
   redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions: those waiters re-join
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = dlock_now_ms()
 local liveness = tonumber(ARGV[5])
 
 local owner = redis.call('GET', KEYS[1])
@@ -30,61 +30,21 @@ if owner == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 
--- Dead waiters (liveness deadline passed) lose their place: O(log n + dead), not O(n).
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[3], w)
-end
-if #dead > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
-end
-
-local fence_reply = function(f)
-  if type(f) == 'table' and f.err then
-    return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. f.err)
-  end
-  return nil
-end
+dlock_purge_dead(KEYS[3], KEYS[4], now)
 
 if not owner then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] or head[1] == ARGV[1] then
-    local fence = redis.pcall('INCR', KEYS[2])
-    local bad = fence_reply(fence)
+    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
     if bad then return bad end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('ZREM', KEYS[4], ARGV[1])
     return {1, fence}
   end
   -- Free, but an earlier waiter is first (its holder expired without a release): hand it over
   -- now rather than at that waiter's next refresh.
-  local fence = redis.pcall('INCR', KEYS[2])
-  local bad = fence_reply(fence)
+  local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[5], ARGV[6])
   if bad then return bad end
-  redis.call('SET', KEYS[1], head[1], 'PX', ARGV[5])
-  redis.call('ZREM', KEYS[3], head[1])
-  redis.call('ZREM', KEYS[4], head[1])
-  redis.call('PUBLISH', ARGV[6] .. ':' .. head[1], 'granted ' .. fence .. ' ' .. head[2])
 end
 
--- Join once. The ticket is the arrival number, raised above every ticket this waiter already
--- had, so a new entry never repeats one (the counter itself may have expired meanwhile).
-local ticket = redis.call('ZSCORE', KEYS[3], ARGV[1])
-if not ticket then
-  ticket = redis.call('INCR', KEYS[5])
-  local floor = tonumber(ARGV[8]) or 0
-  if ticket <= floor then
-    ticket = floor + 1
-    redis.call('SET', KEYS[5], ticket)
-  end
-  redis.call('ZADD', KEYS[3], ticket, ARGV[1])
-end
-redis.call('ZADD', KEYS[4], now + liveness, ARGV[1])
--- The queue's keys outlive every live entry, and go once nobody refreshes (the fence stays).
-for _, k in ipairs({KEYS[3], KEYS[4], KEYS[5]}) do
-  if redis.call('PTTL', k) < 2 * liveness then
-    redis.call('PEXPIRE', k, 2 * liveness)
-  end
-end
-return {0, redis.call('PTTL', KEYS[1]), tonumber(ticket)}
+-- Join once (the fence stays when the queue's keys go).
+local ticket = dlock_join_queue(KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[8], now, liveness)
+return {0, redis.call('PTTL', KEYS[1]), ticket}

@@ -6,6 +6,7 @@
 -- trip. Without waiters the key goes and 'released' is published on the release channel.
 -- Returns 1 when we held the lock (it was released or handed over), 0 otherwise (a waiter that
 -- leaves the queue, or a grant already lost: nothing of anyone else's is touched).
+--@include lib/queue.lua
 if redis.call('TYPE', KEYS[4]).ok == 'hash' then
   redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions
 end
@@ -14,16 +15,8 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Dead waiters first (O(log n + dead)), so the head below is live.
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[3], w)
-end
-if #dead > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
-end
+-- Dead waiters first, so the head below is live.
+dlock_purge_dead(KEYS[3], KEYS[4], dlock_now_ms())
 while true do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] then

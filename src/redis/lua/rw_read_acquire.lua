@@ -8,6 +8,7 @@
 -- waiting writer's liveness deadline; -1: unknown).
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
 if refused then return refused end
 for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
@@ -17,16 +18,11 @@ for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
                              'shared_mutex ' .. k[2])
   end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = dlock_now_ms()
 
 -- Expired shares and dead waiting writers (liveness deadline passed) no longer count.
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[4], w)
-  redis.call('ZREM', KEYS[5], w)
-end
+dlock_purge_dead(KEYS[4], KEYS[5], now)
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('PTTL', KEYS[1])}

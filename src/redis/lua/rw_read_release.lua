@@ -4,8 +4,8 @@
 -- Returns 1 when our live share was removed, 0 when it was gone or had expired. When it was the
 -- last live share and no writer holds the lock, the first live waiting writer gets it at once:
 -- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>" on <ARGV[2]>:<its token>.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--@include lib/queue.lua
+local now = dlock_now_ms()
 local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])
 local ours = 0
 if expiry then
@@ -14,25 +14,15 @@ if expiry then
 end
 
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[4], w)
-  redis.call('ZREM', KEYS[5], w)
-end
+local dead = dlock_purge_dead(KEYS[4], KEYS[5], now)
 
 if redis.call('ZCARD', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 then
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   local head = first[1]
   if head then
-    local fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' and fence.err then
-      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-    end
-    redis.call('SET', KEYS[1], head, 'PX', ARGV[3])
-    redis.call('ZREM', KEYS[4], head)
-    redis.call('ZREM', KEYS[5], head)
-    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence .. ' ' .. first[2])
-  elseif #dead > 0 then
+    local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[4], KEYS[5], head, first[2], ARGV[3], ARGV[2])
+    if bad then return bad end
+  elseif dead > 0 then
     redis.call('PUBLISH', ARGV[2], 'released')  -- the writers readers waited for are dead
   end
 end

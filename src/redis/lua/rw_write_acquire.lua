@@ -12,6 +12,7 @@
 -- hand-off whose notification was lost.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
 if refused then return refused end
 for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
@@ -21,8 +22,7 @@ for _, k in ipairs({{KEYS[1], 'string'}, {KEYS[3], 'zset'}}) do
                              'shared_mutex ' .. k[2])
   end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = dlock_now_ms()
 
 local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] then
@@ -35,46 +35,20 @@ if owner == ARGV[1] then
 end
 
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[4], w)
-  redis.call('ZREM', KEYS[5], w)
-end
+dlock_purge_dead(KEYS[4], KEYS[5], now)
 
 if not owner and redis.call('ZCARD', KEYS[3]) == 0 then
   local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not head or head == ARGV[1] then
-    local fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' and fence.err then
-      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-    end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('ZREM', KEYS[4], ARGV[1])
-    redis.call('ZREM', KEYS[5], ARGV[1])
+    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], ARGV[2])
+    if bad then return bad end
     return {1, fence}
   end
 end
 
--- Join once. The ticket is the arrival number, raised above every ticket this waiter already
--- had, so a new entry never repeats one (the counter itself may have expired meanwhile).
-local ticket = redis.call('ZSCORE', KEYS[4], ARGV[1])
-if not ticket then
-  ticket = redis.call('INCR', KEYS[6])
-  local floor = tonumber(ARGV[8]) or 0
-  if ticket <= floor then
-    ticket = floor + 1
-    redis.call('SET', KEYS[6], ticket)
-  end
-  redis.call('ZADD', KEYS[4], ticket, ARGV[1])
-end
-ticket = tonumber(ticket)
+-- Join once.
 local liveness = tonumber(ARGV[5])
-redis.call('ZADD', KEYS[5], now + liveness, ARGV[1])
-for _, k in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
-  if redis.call('PTTL', k) < 2 * liveness then
-    redis.call('PEXPIRE', k, 2 * liveness)  -- gone once every waiter's liveness has passed
-  end
-end
+local ticket = dlock_join_queue(KEYS[4], KEYS[5], KEYS[6], ARGV[1], ARGV[8], now, liveness)
 
 if owner then
   return {0, redis.call('PTTL', KEYS[1]), ticket}

@@ -7,8 +7,8 @@
 -- writer gets it at once (SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>" on
 -- <ARGV[2]>:<its token>); if no writer waits any more, PUBLISH "released" on ARGV[2] wakes the
 -- waiting readers.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--@include lib/queue.lua
+local now = dlock_now_ms()
 local ours = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -18,25 +18,15 @@ local left = redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. now)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[4], w)
-  redis.call('ZREM', KEYS[5], w)
-end
+local dead = dlock_purge_dead(KEYS[4], KEYS[5], now)
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   local head = first[1]
   if head and redis.call('ZCARD', KEYS[3]) == 0 then
-    local fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' and fence.err then
-      return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-    end
-    redis.call('SET', KEYS[1], head, 'PX', ARGV[3])
-    redis.call('ZREM', KEYS[4], head)
-    redis.call('ZREM', KEYS[5], head)
-    redis.call('PUBLISH', ARGV[2] .. ':' .. head, 'granted ' .. fence .. ' ' .. first[2])
-  elseif not head and (ours == 1 or left == 1 or #dead > 0) then
+    local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[4], KEYS[5], head, first[2], ARGV[3], ARGV[2])
+    if bad then return bad end
+  elseif not head and (ours == 1 or left == 1 or dead > 0) then
     redis.call('PUBLISH', ARGV[2], 'released')
   end
 end

@@ -1,0 +1,73 @@
+-- The waiter queue of the queued lock kinds (fair_mutex, the write side of shared_mutex;
+-- docs/lock-family.md): composed into their scripts at build time (cmake/embed_lua.cmake), so the
+-- rules live here only. The keys come as parameters: their KEYS indices differ between the kinds.
+-- `queue` is the ZSET waiter token -> ticket (its arrival number), `alive` the ZSET waiter token ->
+-- liveness deadline (server ms), `arrivals` the arrival counter.
+
+-- The server's time in ms: the one clock every deadline in these keys is measured with.
+local function dlock_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Dead waiters (liveness deadline before `now`) lose their place: O(log n + dead), not O(n).
+-- Returns how many were purged.
+local function dlock_purge_dead(queue, alive, now)
+  local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', '(' .. now)
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', queue, w)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', alive, '-inf', '(' .. now)
+  end
+  return #dead
+end
+
+-- Joins `token` to the queue once and refreshes its liveness deadline to now + liveness ms.
+-- The ticket is the arrival number, raised above `floor` (every ticket this waiter already had,
+-- ARGV[8]; 0 or not a number: none), so a new entry never repeats one (the counter itself may
+-- have expired meanwhile). The queue's keys outlive every live entry, and go once nobody
+-- refreshes. Returns the waiter's ticket (a number).
+local function dlock_join_queue(queue, alive, arrivals, token, floor, now, liveness)
+  local ticket = redis.call('ZSCORE', queue, token)
+  if not ticket then
+    ticket = redis.call('INCR', arrivals)
+    local lowest = tonumber(floor) or 0
+    if ticket <= lowest then
+      ticket = lowest + 1
+      redis.call('SET', arrivals, ticket)
+    end
+    redis.call('ZADD', queue, ticket, token)
+  end
+  redis.call('ZADD', alive, now + liveness, token)
+  for _, k in ipairs({queue, alive, arrivals}) do
+    if redis.call('PTTL', k) < 2 * liveness then
+      redis.call('PEXPIRE', k, 2 * liveness)
+    end
+  end
+  return tonumber(ticket)
+end
+
+-- Makes `token` the owner of lock key `owner` with a fresh fencing token (INCR `fence_key`) and a
+-- lease of `lease_ms`, and takes it off the queue. Returns the fencing token, or nil and an error
+-- reply when the fence counter is unusable (nothing is written then).
+local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms)
+  local fence = redis.pcall('INCR', fence_key)
+  if type(fence) == 'table' and fence.err then
+    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. fence.err)
+  end
+  redis.call('SET', owner, token, 'PX', lease_ms)
+  redis.call('ZREM', queue, token)
+  redis.call('ZREM', alive, token)
+  return fence
+end
+
+-- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
+-- tells it on its own channel <channel>:<head> with "granted <fencing token> <ticket>": one
+-- notification, one winner. Returns an error reply when the fence counter is unusable, else nil.
+local function dlock_hand_off(owner, fence_key, queue, alive, head, ticket, lease_ms, channel)
+  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms)
+  if bad then return bad end
+  redis.call('PUBLISH', channel .. ':' .. head, 'granted ' .. fence .. ' ' .. ticket)
+  return nil
+end
