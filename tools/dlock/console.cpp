@@ -84,7 +84,12 @@ void console::erase_status() {
     if (ansi_) {
         write_all("\r\033[K");
     } else {
-        write_all("\r" + std::string(status_.size(), ' ') + "\r");
+        // Built in place rather than as "\r" + std::string(...) + "\r": that prepend makes
+        // GCC 12 at -O3 report a false -Wrestrict overlap inside std::string::insert.
+        std::string blank(status_.size() + 2, ' ');
+        blank.front() = '\r';
+        blank.back() = '\r';
+        write_all(blank);
     }
     status_shown_ = false;
 }

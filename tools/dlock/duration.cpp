@@ -81,7 +81,8 @@ std::chrono::milliseconds parse_duration(std::string_view option, std::string_vi
 std::string format_duration(std::chrono::milliseconds d) {
     if (d == dlock::forever) return "forever";
     const long long ms = d.count();
-    if (ms < 0) return "-" + format_duration(std::chrono::milliseconds(-ms));
+    // fmt rather than "-" + string: that prepend makes GCC 12 at -O3 report a false -Wrestrict.
+    if (ms < 0) return fmt::format("-{}", format_duration(std::chrono::milliseconds(-ms)));
     if (ms < 1000) return fmt::format("{}ms", ms);
     if (ms < 10'000) return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0);
     const long long s = ms / 1000;

@@ -128,7 +128,8 @@ std::string find_on_path(const std::string& name) {
     std::stringstream dirs(!path.empty() ? path : "/usr/local/bin:/usr/bin:/bin");
     std::string dir;
     while (std::getline(dirs, dir, ':')) {
-        if (dir.empty()) dir = ".";
+        // push_back, not dir = ".": that assignment makes GCC 12 at -O3 report a false -Wrestrict.
+        if (dir.empty()) dir.push_back('.');
         std::string candidate = dir;
         candidate += '/';
         candidate += name;
