@@ -49,8 +49,6 @@ int get_children(session& s, const std::string& path, std::vector<std::string>& 
     return rc;
 }
 
-std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
-
 /// After a failed request: true to go round again (connection or session trouble), false when
 /// the failure is final. An expired session is replaced at the top of the acquire loop; while the
 /// C client has not yet reported a dropped connection, wait briefly for its state change instead
@@ -145,19 +143,10 @@ void engine::notify(const lock_event& event) noexcept {
     dlock::detail::notify_observer(options_.observer, options_.error_handler, event);
 }
 
-dlock::lease engine::abandon(const std::shared_ptr<session>& s, const std::string& parent,
-                             const std::string& node, const std::string& doubtful_guid,
+dlock::lease engine::abandon(const std::shared_ptr<session>& s, const protected_node& ours,
                              std::string_view name, errc code, std::string message,
                              std::error_code& ec) {
-    if (s && !s->dead() && (!node.empty() || !doubtful_guid.empty())) {
-        if (!node.empty()) {
-            const auto path = parent + "/" + node;
-            const int rc =
-                s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-            if (rc != ZOK && rc != ZNONODE) s->queue_cleanup({parent, {}, path});
-        }
-        if (!doubtful_guid.empty()) s->queue_cleanup({parent, doubtful_guid, {}});
-    }
+    if (s) s->remove_guaranteed(ours);  // our node, or the guid whose create is in doubt
     fail(ec, code, std::move(message));
     if (code != errc::timeout && code != errc::attempts_exhausted && code != errc::canceled)
         notify({event_kind::error, name, 0, ec, steady::now()});
@@ -238,7 +227,7 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
     return s;
 }
 
-dlock::lease engine::grant(std::string_view name, const lock_options& options,
+dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_options& options,
                            std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
                            steady::time_point sent) {
     auto node = std::make_shared<held_node>();
@@ -250,7 +239,7 @@ dlock::lease engine::grant(std::string_view name, const lock_options& options,
     if (cap != forever) node->cap_valid = dlock::detail::valid_until(sent, cap);
     const auto valid = std::min(s->valid_until(), node->cap_valid);
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
-                                             czxid, options, sent, valid);
+                                             czxid, options, sent, valid, kind);
     s->own(node->path);  // a deletion by someone else makes the lease lost at once
     {
         std::lock_guard lock(mutex_);
@@ -274,10 +263,13 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
     {
         std::lock_guard lock(mutex_);
         const auto it = registry_.find(previous);
-        if (it == registry_.end() || previous->name() != name) {
+        // Only a re-entrant grant re-enters: a plain mutex's lease of the same name is not an
+        // owner's level (one name serves one kind).
+        if (it == registry_.end() || previous->name() != name ||
+            previous->kind() != lock_kind::reentrant) {
             fail(ec, errc::not_owner,
                  "re-entering lock \"" + std::string(name) +
-                     "\": the lease is not a live grant of this lock on this client");
+                     "\": the lease is not a live reentrant grant of this lock on this client");
             return {};
         }
         node = it->second.node;
@@ -289,7 +281,7 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
         ++node->depth;
         core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
                                             node->czxid, options, steady::now(),
-                                            previous->valid_until());
+                                            previous->valid_until(), lock_kind::reentrant);
         registry_[core.get()] = {core, node};
     }
     notify({event_kind::acquired, name, node->czxid, {}, steady::now()});
@@ -304,174 +296,198 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
         if (ec) return {};
-        if (request.kind == lock_kind::permits)
-            return acquire_permits(name, request, options, deadline, ec);
-        if (request.kind == lock_kind::reentrant && request.reenter != nullptr)
+        if (request.reenter != nullptr) {
+            if (request.kind != lock_kind::reentrant) {
+                fail(ec, errc::invalid_argument,
+                     "lock_request.reenter is only for the reentrant kind");
+                return {};
+            }
             return reenter(name, request, options, ec);
-
-        const bool read = request.kind == lock_kind::read;
-        const std::string parent = lock_path(name);
-        const std::string guid = dlock::detail::random_token();
-        const std::string prefix = node_prefix(guid, read);
-        const std::string quoted = "lock \"" + std::string(name) + "\"";
-        std::shared_ptr<session> s;
-        std::string node;  // our child's name, once known
-        std::uint64_t czxid = 0;
-        bool unknown = false;  // a create may have landed without our knowing (protection mode)
-        bool waiting = false;
-        unsigned attempts = 0;
-        std::vector<std::string> children;
-
-        // Giving up: our node (or the guid whose create is in doubt) must not stay behind.
-        const auto give_up = [&](errc code, std::string message) {
-            return abandon(s, parent, node, unknown ? guid : std::string(), name, code,
-                           std::move(message), ec);
-        };
-        const auto recoverable = [&](int rc) {
-            return zk::detail::recoverable(*s, rc, options.cancel);
-        };
-
-        for (;;) {
-            if (options.cancel.stop_requested())
-                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-            if (s && s->stale(steady::now())) s->mark_dead();
-            if (!s || s->dead()) {
-                // A dead session took our node with it: start over on a new one (not yet granted).
-                node.clear();
-                unknown = false;
-                s = session_for(ec);
-                if (!s) {
-                    notify({event_kind::error, name, 0, ec, steady::now()});
-                    return {};
-                }
-            }
-            // Disconnected: wait for the session to come back, but not past the point where it can
-            // no longer be trusted (the server may expire it from then on, and with the whole
-            // ensemble down nobody would tell us): then start over on a new session, which fails
-            // with connection_failed within connect_timeout if the ensemble is still unreachable.
-            if (!s->connected() &&
-                !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
-                if (s->dead()) continue;
-                if (options.cancel.stop_requested())
-                    return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-                if (steady::now() < deadline && !s->connected()) {
-                    s->mark_dead();
-                    continue;
-                }
-                return give_up(errc::connection_failed,
-                               "ZooKeeper " + endpoint_.hosts + ": disconnected while acquiring " +
-                                   quoted + " and not back before the deadline");
-            }
-            if (unknown) {
-                const int rc = get_children(*s, parent, children);
-                if (rc != ZOK && rc != ZNONODE) {
-                    if (recoverable(rc)) continue;
-                    return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-                }
-                unknown = false;
-                for (const auto& c : children) {
-                    if (c.starts_with(prefix)) node = c;
-                }
-                if (!node.empty()) {
-                    Stat stat{};
-                    const auto path = parent + "/" + node;
-                    const int erc = s->with_handle(
-                        [&](zhandle_t* zh) { return zoo_exists(zh, path.c_str(), 0, &stat); });
-                    if (erc == ZOK) {
-                        czxid = static_cast<std::uint64_t>(stat.czxid);
-                    } else {
-                        node.clear();
-                        if (retriable(erc)) unknown = true;  // it may still be there: look again
-                        if (recoverable(erc)) continue;
-                    }
-                }
-            }
-            if (node.empty()) {
-                const auto want = parent + "/" + prefix;
-                std::vector<char> buffer(want.size() + 32);
-                Stat stat{};
-                const int rc = s->with_handle([&](zhandle_t* zh) {
-                    return zoo_create2(zh, want.c_str(), nullptr, -1, acl(),
-                                       ZOO_EPHEMERAL_SEQUENTIAL, buffer.data(),
-                                       static_cast<int>(buffer.size()), &stat);
-                });
-                if (rc == ZNONODE) {
-                    const int prc = ensure_path(*s, parent, ZOO_CONTAINER);
-                    if (prc == ZOK || recoverable(prc)) continue;
-                    return give_up(code_for(prc),
-                                   quoted + ": cannot create " + parent + ": " + zk_text(prc));
-                }
-                if (retriable(rc)) {
-                    unknown = true;  // protection mode: find it by its guid once reconnected
-                    continue;
-                }
-                if (session_gone(rc)) continue;
-                if (rc != ZOK) return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
-                node = base_name(buffer.data());
-                czxid = static_cast<std::uint64_t>(stat.czxid);
-            }
-            const auto sent = steady::now();
-            const int rc = get_children(*s, parent, children);
-            if (rc != ZOK) {
-                if (recoverable(rc)) continue;
-                if (rc == ZNONODE) {  // the container went with our node: start over
-                    node.clear();
-                    continue;
-                }
-                return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-            }
-            // A duplicate of ours (a create we believed lost that landed after all, seen late
-            // after a reconnection) would queue us behind ourselves: delete it and look again.
-            bool duplicate = false;
-            for (const auto& c : children) {
-                if (c == node || !c.starts_with(guid)) continue;
-                const auto path = parent + "/" + c;
-                s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-                duplicate = true;
-            }
-            if (duplicate) continue;
-            // One name, one kind (backend.hpp): a semaphore's nodes are not part of this queue.
-            if (std::any_of(children.begin(), children.end(), is_permit_node)) {
-                return give_up(errc::unexpected_reply,
-                               quoted + " is used as a counting_semaphore; a name serves one kind");
-            }
-            const auto where = locate(children, node);
-            if (!where.found) {  // our node is gone (session expired, or deleted by someone)
-                node.clear();
-                continue;
-            }
-            if (where.holds) return grant(name, options, s, parent + "/" + node, czxid, sent);
-            ++attempts;
-            if (!waiting) {
-                waiting = true;
-                notify({event_kind::wait_started, name, 0, {}, steady::now()});
-            }
-            if (options.max_attempts && attempts >= *options.max_attempts) {
-                return give_up(
-                    errc::attempts_exhausted,
-                    quoted + " still held after " + std::to_string(attempts) + " attempts");
-            }
-            if (steady::now() >= deadline)
-                return give_up(errc::timeout, quoted + " is held by someone else");
-            // Watch only the node we wait for (no herd). ZNONODE: it went between getChildren
-            // and exists, so look again at once.
-            const auto watched = parent + "/" + where.watch;
-            const auto seen = s->watch_begin(watched);
-            Stat stat{};
-            const int wrc = s->with_handle([&](zhandle_t* zh) {
-                return zoo_wexists(zh, watched.c_str(), &session::on_event, s.get(), &stat);
-            });
-            if (wrc == ZOK) s->watch_wait(watched, seen, deadline, options.cancel);
-            s->watch_end(watched);
-            if (wrc != ZOK && wrc != ZNONODE && !recoverable(wrc))
-                return give_up(code_for(wrc), quoted + ": exists: " + zk_text(wrc));
         }
+        const driver recipe(request.kind, request.count);
+        if (recipe.permits() && (request.count < 1 || request.limit < request.count)) {
+            fail(ec, errc::invalid_argument,
+                 recipe.quoted(name) + ": count must be >= 1 and <= limit, got count=" +
+                     std::to_string(request.count) + " limit=" + std::to_string(request.limit));
+            return {};
+        }
+        return acquire(name, recipe, request.limit, options, deadline, ec);
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
     } catch (const std::system_error& e) {
         fail(ec, e.code(), e.what());
     }
     return {};
+}
+
+dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::uint32_t limit,
+                             const lock_options& options, steady::time_point deadline,
+                             std::error_code& ec) {
+    const std::string quoted = recipe.quoted(name);
+    protected_node ours;
+    ours.parent = lock_path(name);
+    ours.guid = dlock::detail::random_token();
+    ours.prefix = recipe.prefix(ours.guid);
+    std::shared_ptr<session> s;
+    std::uint64_t permits = 0;  // the semaphore's number of permits, read each round
+    bool waiting = false;
+    unsigned attempts = 0;
+    std::vector<std::string> children;
+
+    // Giving up: our node (or the guid whose create is in doubt) must not stay behind.
+    const auto give_up = [&](errc code, std::string message) {
+        return abandon(s, ours, name, code, std::move(message), ec);
+    };
+    const auto recoverable = [&](int rc) {
+        return zk::detail::recoverable(*s, rc, options.cancel);
+    };
+
+    for (;;) {
+        if (options.cancel.stop_requested())
+            return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+        if (s && s->stale(steady::now())) s->mark_dead();
+        if (!s || s->dead()) {
+            // A dead session took our node with it: start over on a new one (not yet granted).
+            ours.forget();
+            s = session_for(ec);
+            if (!s) {
+                notify({event_kind::error, name, 0, ec, steady::now()});
+                return {};
+            }
+        }
+        // Disconnected: wait for the session to come back, but not past the point where it can no
+        // longer be trusted (the server may expire it from then on, and with the whole ensemble
+        // down nobody would tell us): then start over on a new session, which fails with
+        // connection_failed within connect_timeout if the ensemble is still unreachable.
+        if (!s->connected() &&
+            !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
+            if (s->dead()) continue;
+            if (options.cancel.stop_requested())
+                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+            if (steady::now() < deadline && !s->connected()) {
+                s->mark_dead();
+                continue;
+            }
+            return give_up(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
+                                                        ": disconnected while acquiring " + quoted +
+                                                        " and not back before the deadline");
+        }
+        if (recipe.permits()) {
+            // Also (re-)creates the semaphore's persistent parent.
+            if (const int rc = read_limit(*s, ours.parent, limit, permits); rc != ZOK) {
+                if (recoverable(rc)) continue;
+                return give_up(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
+            }
+        }
+        if (const int rc = s->create_protected(ours, acl()); rc != ZOK) {
+            if (rc == ZNONODE) {
+                // A lock's container parent went once empty (a semaphore's is made again by
+                // read_limit next round).
+                const int prc =
+                    recipe.permits() ? ZOK : ensure_path(*s, ours.parent, ZOO_CONTAINER);
+                if (prc == ZOK || recoverable(prc)) continue;
+                return give_up(code_for(prc),
+                               quoted + ": cannot create " + ours.parent + ": " + zk_text(prc));
+            }
+            if (recoverable(rc)) continue;
+            return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
+        }
+        const auto sent = steady::now();
+        if (const int rc = get_children(*s, ours.parent, children); rc != ZOK) {
+            if (recoverable(rc)) continue;
+            if (rc == ZNONODE) {  // the container went with our node: start over
+                ours.forget();
+                continue;
+            }
+            return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
+        }
+        // A duplicate of ours (a create we believed lost that landed after all, seen late after a
+        // reconnection) would queue us behind ourselves: delete it and look again.
+        bool duplicate = false;
+        for (const auto& c : children) {
+            if (c == ours.name || !c.starts_with(ours.guid)) continue;
+            s->remove_guaranteed(ours.parent + "/" + c);
+            duplicate = true;
+        }
+        if (duplicate) continue;
+        // One name, one kind (backend.hpp): another kind's nodes are not part of this queue.
+        if (std::any_of(children.begin(), children.end(),
+                        [&](const std::string& c) { return recipe.foreign(c); })) {
+            return give_up(errc::unexpected_reply, quoted + " is used as a " + recipe.other_kind() +
+                                                       "; a name serves one kind");
+        }
+        const auto where = recipe.locate(children, ours.name, permits);
+        if (!where.found) {  // our node is gone (session expired, or deleted by someone)
+            ours.forget();
+            continue;
+        }
+        if (where.holds) {
+            if (where.wake_successor) {
+                // The node after ours may be watching us: a data change tells it we hold, so it
+                // becomes first in line and watches the children (docs/zookeeper.md, Semaphore).
+                // Retried until answered: a lost set would leave it asleep while permits are
+                // free (our session's end deletes the node, which wakes it too).
+                s->wake_successor(ours.path());
+            }
+            return grant(name, recipe.kind(), options, s, ours.path(), ours.czxid, sent);
+        }
+        ++attempts;
+        if (!waiting) {
+            waiting = true;
+            notify({event_kind::wait_started, name, 0, {}, steady::now()});
+        }
+        if (options.max_attempts && attempts >= *options.max_attempts) {
+            return give_up(errc::attempts_exhausted, quoted + " " + recipe.still() + " after " +
+                                                         std::to_string(attempts) + " attempts");
+        }
+        if (steady::now() >= deadline) return give_up(errc::timeout, quoted + " " + recipe.busy());
+        if (const int rc = wait_turn(*s, ours, where, permits, deadline, options.cancel);
+            rc != ZOK && rc != ZNONODE && !recoverable(rc)) {
+            return give_up(code_for(rc), quoted + ": watch: " + zk_text(rc));
+        }
+    }
+}
+
+int engine::wait_turn(session& s, const protected_node& ours, const standing& where,
+                      std::uint64_t permits, steady::time_point deadline,
+                      const std::stop_token& cancel) {
+    // Watch only what decides our turn (no herd): the node we wait for (deleted; for a
+    // semaphore, also set once it holds), or, first in a semaphore's line, the children (a
+    // release) and the parent's data (set_permits). ZNONODE: the node went between getChildren
+    // and the watch, so look again at once.
+    const auto watched = where.watch_parent ? ours.parent : ours.parent + "/" + where.watch;
+    const auto seen = s.watch_begin(watched);
+    int rc = ZOK;
+    bool changed = false;  // seen when setting the watch: look again instead of waiting
+    if (where.watch_parent) {
+        rc = s.with_handle([&](zhandle_t* zh) {
+            String_vector kids{0, nullptr};
+            int r = zoo_wget_children(zh, watched.c_str(), &session::on_event, &s, &kids);
+            if (r != ZOK) return r;
+            std::vector<std::string> now(kids.data, kids.data + kids.count);
+            deallocate_String_vector(&kids);
+            changed = locate_permits(now, ours.name, permits).holds;
+            char data[32];
+            int size = sizeof data;
+            r = zoo_wget(zh, watched.c_str(), &session::on_event, &s, data, &size, nullptr);
+            if (r == ZOK && std::string_view(data, std::max(size, 0)) != std::to_string(permits))
+                changed = true;
+            return r;
+        });
+    } else {
+        Stat stat{};
+        rc = s.with_handle([&](zhandle_t* zh) {
+            return zoo_wexists(zh, watched.c_str(), &session::on_event, &s, &stat);
+        });
+        // A semaphore node with data holds already: we are first in line now. (Lock nodes carry
+        // no data.)
+        changed = rc == ZOK && is_permit_node(where.watch) && stat.dataLength > 0;
+    }
+    // A watch fires only for changes after it was set: what changed since our getChildren was
+    // read back above.
+    if (rc == ZOK && !changed) s.watch_wait(watched, seen, deadline, cancel);
+    s.watch_end(watched);
+    return rc;
 }
 
 int engine::read_limit(session& s, const std::string& parent, std::uint32_t limit,
@@ -542,199 +558,6 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
     }
 }
 
-dlock::lease engine::acquire_permits(std::string_view name, const lock_request& request,
-                                     const lock_options& options, steady::time_point deadline,
-                                     std::error_code& ec) {
-    const std::string quoted = "semaphore \"" + std::string(name) + "\"";
-    if (request.count < 1 || request.limit < request.count) {
-        fail(ec, errc::invalid_argument,
-             quoted + ": count must be >= 1 and <= limit, got count=" +
-                 std::to_string(request.count) + " limit=" + std::to_string(request.limit));
-        return {};
-    }
-    const std::string parent = lock_path(name);
-    const std::string guid = dlock::detail::random_token();
-    const std::string prefix = permit_prefix(guid, request.count);
-    std::shared_ptr<session> s;
-    std::string node;
-    std::uint64_t czxid = 0;
-    bool unknown = false;
-    bool waiting = false;
-    unsigned attempts = 0;
-    std::vector<std::string> children;
-
-    const auto give_up = [&](errc code, std::string message) {
-        return abandon(s, parent, node, unknown ? guid : std::string(), name, code,
-                       std::move(message), ec);
-    };
-    const auto recoverable = [&](int rc) {
-        return zk::detail::recoverable(*s, rc, options.cancel);
-    };
-
-    for (;;) {
-        if (options.cancel.stop_requested())
-            return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-        if (s && s->stale(steady::now())) s->mark_dead();
-        if (!s || s->dead()) {
-            node.clear();
-            unknown = false;
-            s = session_for(ec);
-            if (!s) {
-                notify({event_kind::error, name, 0, ec, steady::now()});
-                return {};
-            }
-        }
-        // Disconnected: wait for the session to come back, but not past the point where it can
-        // no longer be trusted (the server may expire it from then on, and with the whole ensemble
-        // down nobody would tell us): then start over on a new session, which fails with
-        // connection_failed within connect_timeout if the ensemble is still unreachable.
-        if (!s->connected() &&
-            !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
-            if (s->dead()) continue;
-            if (options.cancel.stop_requested())
-                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-            if (steady::now() < deadline && !s->connected()) {
-                s->mark_dead();
-                continue;
-            }
-            return give_up(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
-                                                        ": disconnected while acquiring " + quoted +
-                                                        " and not back before the deadline");
-        }
-        std::uint64_t limit = 0;
-        if (const int rc = read_limit(*s, parent, request.limit, limit); rc != ZOK) {
-            if (recoverable(rc)) continue;
-            return give_up(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
-        }
-        if (unknown) {
-            const int rc = get_children(*s, parent, children);
-            if (rc != ZOK && rc != ZNONODE) {
-                if (recoverable(rc)) continue;
-                return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-            }
-            unknown = false;
-            for (const auto& c : children) {
-                if (c.starts_with(prefix)) node = c;
-            }
-            if (!node.empty()) {
-                Stat stat{};
-                const auto path = parent + "/" + node;
-                const int erc = s->with_handle(
-                    [&](zhandle_t* zh) { return zoo_exists(zh, path.c_str(), 0, &stat); });
-                if (erc == ZOK) {
-                    czxid = static_cast<std::uint64_t>(stat.czxid);
-                } else {
-                    node.clear();
-                    if (retriable(erc)) unknown = true;
-                    if (recoverable(erc)) continue;
-                }
-            }
-        }
-        if (node.empty()) {
-            const auto want = parent + "/" + prefix;
-            std::vector<char> buffer(want.size() + 32);
-            Stat stat{};
-            const int rc = s->with_handle([&](zhandle_t* zh) {
-                return zoo_create2(zh, want.c_str(), nullptr, -1, acl(), ZOO_EPHEMERAL_SEQUENTIAL,
-                                   buffer.data(), static_cast<int>(buffer.size()), &stat);
-            });
-            if (rc == ZNONODE) continue;  // the parent is re-created by read_limit
-            if (retriable(rc)) {
-                unknown = true;
-                continue;
-            }
-            if (recoverable(rc)) continue;
-            if (rc != ZOK) return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
-            node = base_name(buffer.data());
-            czxid = static_cast<std::uint64_t>(stat.czxid);
-        }
-        const auto sent = steady::now();
-        const int rc = get_children(*s, parent, children);
-        if (rc != ZOK) {
-            if (recoverable(rc)) continue;
-            if (rc == ZNONODE) {
-                node.clear();
-                continue;
-            }
-            return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-        }
-        bool duplicate = false;
-        for (const auto& c : children) {
-            if (c == node || !c.starts_with(guid)) continue;
-            const auto path = parent + "/" + c;
-            s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-            duplicate = true;
-        }
-        if (duplicate) continue;
-        if (std::any_of(children.begin(), children.end(),
-                        [](const std::string& c) { return parse_node(c).has_value(); })) {
-            return give_up(errc::unexpected_reply,
-                           quoted + " is used as a lock; a name serves one kind");
-        }
-        const auto where = locate_permits(children, node, limit);
-        if (!where.found) {
-            node.clear();
-            continue;
-        }
-        if (where.holds) {
-            if (where.has_successor) {
-                // The node after ours may be watching us: a data change tells it we hold, so it
-                // becomes first in line and watches the children (docs/zookeeper.md, Semaphore).
-                // Retried until answered: a lost set would leave it asleep while permits are
-                // free (our session's end deletes the node, which wakes it too).
-                s->wake_successor(parent + "/" + node);
-            }
-            return grant(name, options, s, parent + "/" + node, czxid, sent);
-        }
-        ++attempts;
-        if (!waiting) {
-            waiting = true;
-            notify({event_kind::wait_started, name, 0, {}, steady::now()});
-        }
-        if (options.max_attempts && attempts >= *options.max_attempts) {
-            return give_up(errc::attempts_exhausted,
-                           quoted + " still full after " + std::to_string(attempts) + " attempts");
-        }
-        if (steady::now() >= deadline)
-            return give_up(errc::timeout, quoted + " has no permits free");
-        // First in line: watch the children (a release) and the node's data (set_permits).
-        // Behind another waiter: watch only it (deleted, or set once it holds).
-        const auto watched = where.first_waiter ? parent : parent + "/" + where.watch;
-        const auto seen = s->watch_begin(watched);
-        int wrc = ZOK;
-        bool changed = false;  // seen when setting the watch: look again instead of waiting
-        if (where.first_waiter) {
-            wrc = s->with_handle([&](zhandle_t* zh) {
-                String_vector kids{0, nullptr};
-                int r = zoo_wget_children(zh, watched.c_str(), &session::on_event, s.get(), &kids);
-                if (r != ZOK) return r;
-                std::vector<std::string> now(kids.data, kids.data + kids.count);
-                deallocate_String_vector(&kids);
-                changed = locate_permits(now, node, limit).holds;
-                char data[32];
-                int size = sizeof data;
-                r = zoo_wget(zh, watched.c_str(), &session::on_event, s.get(), data, &size,
-                             nullptr);
-                if (r == ZOK && std::string_view(data, std::max(size, 0)) != std::to_string(limit))
-                    changed = true;
-                return r;
-            });
-        } else {
-            Stat stat{};
-            wrc = s->with_handle([&](zhandle_t* zh) {
-                return zoo_wexists(zh, watched.c_str(), &session::on_event, s.get(), &stat);
-            });
-            changed = wrc == ZOK && stat.dataLength > 0;  // it holds already: we are first now
-        }
-        // A watch fires only for changes after it was set: what changed since our getChildren
-        // was read back above.
-        if (wrc == ZOK && !changed) s->watch_wait(watched, seen, deadline, options.cancel);
-        s->watch_end(watched);
-        if (wrc != ZOK && wrc != ZNONODE && !recoverable(wrc))
-            return give_up(code_for(wrc), quoted + ": watch: " + zk_text(wrc));
-    }
-}
-
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     std::shared_ptr<held_node> node;
@@ -764,8 +587,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                         "lock \"" + lease.name() + "\" was lost before it was released");
         }
         node->owner->disown(node->path);  // our own delete is no loss
-        const int rc = node->owner->with_handle(
-            [&](zhandle_t* zh) { return zoo_delete(zh, node->path.c_str(), -1); });
+        const int rc = node->owner->remove_guaranteed(node->path);
         if (rc == ZOK) {
             notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
             return;
@@ -775,8 +597,8 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                  "lock \"" + lease.name() + "\": our node " + node->path +
                      " was already gone (session expired)");
         } else {
-            // Unknown outcome: delete it once reconnected (or it goes with the session).
-            node->owner->queue_cleanup({{}, {}, node->path});
+            // Unknown outcome: remove_guaranteed deletes it once reconnected (or it goes with the
+            // session).
             fail(ec, code_for(rc),
                  "release of \"" + lease.name() + "\": delete " + node->path + ": " + zk_text(rc) +
                      "; retried once reconnected, or it goes with the session");

@@ -1,6 +1,6 @@
-// The ZooKeeper lock service behind dlock::zk::client (docs/zookeeper.md): the acquire loop of the
-// recipe, the registry of held nodes, and the one background thread per client (heartbeats, loss,
-// max_hold, orphan clean-up, dead sessions).
+// The ZooKeeper lock service behind dlock::zk::client (docs/zookeeper.md): the one acquire loop
+// of every recipe (the I/O around zk::detail::driver), the registry of held nodes, and the one
+// background thread per client (heartbeats, loss, max_hold, orphan clean-up, dead sessions).
 #pragma once
 
 #include <dlock/zk/client.hpp>
@@ -61,23 +61,29 @@ private:
     };
 
     std::shared_ptr<session> session_for(std::error_code& ec);
-    /// Gives up an acquire: deletes our node `parent`/`node` (or queues its deletion), queues the
-    /// removal of any node named with `doubtful_guid` (a create whose outcome is unknown; empty:
-    /// none), sets `ec`, and reports failures other than contention and cancellation.
-    dlock::lease abandon(const std::shared_ptr<session>& s, const std::string& parent,
-                         const std::string& node, const std::string& doubtful_guid,
+    /// Gives up an acquire: removes `ours` (its node, or the nodes of a create in doubt:
+    /// session::remove_guaranteed), sets `ec`, and reports failures other than contention and
+    /// cancellation.
+    dlock::lease abandon(const std::shared_ptr<session>& s, const protected_node& ours,
                          std::string_view name, errc code, std::string message,
                          std::error_code& ec);
     int ensure_path(session& s, const std::string& path, int mode);
-    dlock::lease acquire_permits(std::string_view name, const lock_request& request,
-                                 const lock_options& options, steady::time_point deadline,
-                                 std::error_code& ec);
+    /// The one acquire loop of every kind (docs/zookeeper.md, "The recipe"): the I/O around the
+    /// pure decisions of `recipe`. `limit`: a semaphore's permits when none is set yet.
+    dlock::lease acquire(std::string_view name, const driver& recipe, std::uint32_t limit,
+                         const lock_options& options, steady::time_point deadline,
+                         std::error_code& ec);
+    /// Waits, with a one-shot watch, for what `where` says decides our turn, until it fired, the
+    /// session changed state, `deadline` or `cancel`. ZooKeeper's rc of setting the watch.
+    int wait_turn(session& s, const protected_node& ours, const standing& where,
+                  std::uint64_t permits, steady::time_point deadline,
+                  const std::stop_token& cancel);
     /// The semaphore's permits from its parent's data; creates the parent (with `limit`) or sets
     /// empty data. ZooKeeper's rc.
     int read_limit(session& s, const std::string& parent, std::uint32_t limit, std::uint64_t& out);
     dlock::lease reenter(std::string_view name, const lock_request& request,
                          const lock_options& options, std::error_code& ec);
-    dlock::lease grant(std::string_view name, const lock_options& options,
+    dlock::lease grant(std::string_view name, lock_kind kind, const lock_options& options,
                        std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
                        steady::time_point sent);
     void wake() noexcept;
