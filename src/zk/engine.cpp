@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <utility>
 
+#include "core/acquire_policy.hpp"
 #include "core/callbacks.hpp"
 #include "core/status.hpp"
 #include "core/token.hpp"
@@ -143,16 +145,6 @@ void engine::notify(const lock_event& event) noexcept {
     dlock::detail::notify_observer(options_.observer, options_.error_handler, event);
 }
 
-dlock::lease engine::abandon(const std::shared_ptr<session>& s, const protected_node& ours,
-                             std::string_view name, errc code, std::string message,
-                             std::error_code& ec) {
-    if (s) s->remove_guaranteed(ours);  // our node, or the guid whose create is in doubt
-    fail(ec, code, std::move(message));
-    if (code != errc::timeout && code != errc::attempts_exhausted && code != errc::canceled)
-        notify({event_kind::error, name, 0, ec, steady::now()});
-    return {};
-}
-
 std::string engine::lock_path(std::string_view name) const {
     return endpoint_.base + "/" + encode_name(name);
 }
@@ -255,7 +247,7 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
                              const lock_options& options, std::error_code& ec) {
     auto* previous = dlock::detail::lease_access::core(*request.reenter);
     if (previous == nullptr) {
-        fail(ec, errc::not_owner, "re-entering lock \"" + std::string(name) + "\": empty lease");
+        dlock::detail::refuse_reentry(name, "an empty lease", ec);
         return {};
     }
     std::shared_ptr<lease_core> core;
@@ -267,9 +259,8 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
         // owner's level (one name serves one kind).
         if (it == registry_.end() || previous->name() != name ||
             previous->kind() != lock_kind::reentrant) {
-            fail(ec, errc::not_owner,
-                 "re-entering lock \"" + std::string(name) +
-                     "\": the lease is not a live reentrant grant of this lock on this client");
+            dlock::detail::refuse_reentry(
+                name, "the lease is not a live reentrant grant of this lock on this client", ec);
             return {};
         }
         node = it->second.node;
@@ -323,60 +314,118 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
 dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::uint32_t limit,
                              const lock_options& options, steady::time_point deadline,
                              std::error_code& ec) {
-    const std::string quoted = recipe.quoted(name);
-    protected_node ours;
-    ours.parent = lock_path(name);
-    ours.guid = dlock::detail::random_token();
-    ours.prefix = recipe.prefix(ours.guid);
-    std::shared_ptr<session> s;
-    std::uint64_t permits = 0;  // the semaphore's number of permits, read each round
-    bool waiting = false;
-    unsigned attempts = 0;
-    std::vector<std::string> children;
+    // The wait policy (cancel, max_attempts, deadline, wait_started, error events) is
+    // acquire_policy's; this keeps the I/O: attempts, watches and the clean-up of our node.
+    using dlock::detail::acquire_step;
+    dlock::detail::acquire_policy policy(
+        options, deadline, dlock::detail::acquire_policy::notification::watch_with_read);
+    attempt_state a{recipe, name, recipe.quoted(name), limit, options, deadline};
+    a.ours.parent = lock_path(name);
+    a.ours.guid = dlock::detail::random_token();
+    a.ours.prefix = recipe.prefix(a.ours.guid);
+    for (auto step = policy.start();;) {
+        if (step.event == event_kind::wait_started)
+            notify({event_kind::wait_started, name, 0, {}, steady::now()});
+        switch (step.what) {
+            case acquire_step::action::attempt:
+            case acquire_step::action::subscribe: {  // watch_with_read: never subscribe
+                const auto report = attempt(a);
+                step = policy.next(steady::now(), report);
+                break;
+            }
+            case acquire_step::action::wait: {
+                a.wait_rc = wait_turn(*a.s, a.ours, a.where, a.permits, step.until, options.cancel);
+                step = policy.woke();
+                break;
+            }
+            case acquire_step::action::done: {
+                if (a.where.wake_successor) {
+                    // The node after ours may be watching us: a data change tells it we hold, so
+                    // it becomes first in line and watches the children (docs/zookeeper.md,
+                    // Semaphore). Retried until answered: a lost set would leave it asleep while
+                    // permits are free (our session's end deletes the node, which wakes it too).
+                    a.s->wake_successor(a.ours.path());
+                }
+                return grant(name, recipe.kind(), options, a.s, a.ours.path(), a.ours.czxid,
+                             a.sent);
+            }
+            case acquire_step::action::give_up: {
+                // Our node (or the guid whose create is in doubt) must not stay behind.
+                if (a.s) a.s->remove_guaranteed(a.ours);
+                // A failed attempt's own message, or the policy's reason to stop.
+                std::string message = std::move(a.failure);
+                if (!message.empty()) {
+                } else if (step.error == errc::canceled) {
+                    message = "waiting for " + a.quoted + " was canceled";
+                } else if (step.error == errc::attempts_exhausted) {
+                    message = a.quoted + " " + recipe.still() + " after " +
+                              std::to_string(policy.attempts()) + " attempts";
+                } else {
+                    message = a.quoted + " " + recipe.busy();
+                }
+                fail(ec, step.error, std::move(message));
+                if (step.event == event_kind::error)
+                    notify({event_kind::error, name, 0, ec, steady::now()});
+                return {};
+            }
+        }
+    }
+}
 
-    // Giving up: our node (or the guid whose create is in doubt) must not stay behind.
-    const auto give_up = [&](errc code, std::string message) {
-        return abandon(s, ours, name, code, std::move(message), ec);
+dlock::detail::attempt_report engine::attempt(attempt_state& a) {
+    using dlock::detail::attempt_report;
+    auto& s = a.s;
+    auto& ours = a.ours;
+    const auto& recipe = a.recipe;
+    const auto& quoted = a.quoted;
+    const auto& cancel = a.options.cancel;
+    // A failure: its message goes with the give-up.
+    const auto failed = [&](errc code, std::string message) {
+        a.failure = std::move(message);
+        return attempt_report::failed(make_error_code(code));
     };
-    const auto recoverable = [&](int rc) {
-        return zk::detail::recoverable(*s, rc, options.cancel);
-    };
-
+    const auto recoverable = [&](int rc) { return zk::detail::recoverable(*s, rc, cancel); };
+    if (const int rc = std::exchange(a.wait_rc, ZOK);
+        rc != ZOK && rc != ZNONODE && !recoverable(rc)) {
+        return failed(code_for(rc), quoted + ": watch: " + zk_text(rc));
+    }
+    // Connection and session trouble is retried here, within the attempt, until it is answered;
+    // cancel and the deadline still bound it.
     for (;;) {
-        if (options.cancel.stop_requested())
-            return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
+        if (cancel.stop_requested())
+            return failed(errc::canceled, "waiting for " + quoted + " was canceled");
         if (s && s->stale(steady::now())) s->mark_dead();
         if (!s || s->dead()) {
             // A dead session took our node with it: start over on a new one (not yet granted).
             ours.forget();
-            s = session_for(ec);
+            std::error_code sec;
+            s = session_for(sec);
             if (!s) {
-                notify({event_kind::error, name, 0, ec, steady::now()});
-                return {};
+                a.failure = dlock::detail::message_for(sec);
+                return attempt_report::failed(sec);
             }
         }
         // Disconnected: wait for the session to come back, but not past the point where it can no
         // longer be trusted (the server may expire it from then on, and with the whole ensemble
         // down nobody would tell us): then start over on a new session, which fails with
         // connection_failed within connect_timeout if the ensemble is still unreachable.
-        if (!s->connected() &&
-            !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
+        if (!s->connected() && !s->wait_connected(std::min(a.deadline, s->valid_until()), cancel)) {
             if (s->dead()) continue;
-            if (options.cancel.stop_requested())
-                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-            if (steady::now() < deadline && !s->connected()) {
+            if (cancel.stop_requested())
+                return failed(errc::canceled, "waiting for " + quoted + " was canceled");
+            if (steady::now() < a.deadline && !s->connected()) {
                 s->mark_dead();
                 continue;
             }
-            return give_up(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
-                                                        ": disconnected while acquiring " + quoted +
-                                                        " and not back before the deadline");
+            return failed(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
+                                                       ": disconnected while acquiring " + quoted +
+                                                       " and not back before the deadline");
         }
         if (recipe.permits()) {
             // Also (re-)creates the semaphore's persistent parent.
-            if (const int rc = read_limit(*s, ours.parent, limit, permits); rc != ZOK) {
+            if (const int rc = read_limit(*s, ours.parent, a.limit, a.permits); rc != ZOK) {
                 if (recoverable(rc)) continue;
-                return give_up(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
+                return failed(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
             }
         }
         if (const int rc = s->create_protected(ours, acl()); rc != ZOK) {
@@ -386,65 +435,42 @@ dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::u
                 const int prc =
                     recipe.permits() ? ZOK : ensure_path(*s, ours.parent, ZOO_CONTAINER);
                 if (prc == ZOK || recoverable(prc)) continue;
-                return give_up(code_for(prc),
-                               quoted + ": cannot create " + ours.parent + ": " + zk_text(prc));
+                return failed(code_for(prc),
+                              quoted + ": cannot create " + ours.parent + ": " + zk_text(prc));
             }
             if (recoverable(rc)) continue;
-            return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
+            return failed(code_for(rc), quoted + ": create: " + zk_text(rc));
         }
-        const auto sent = steady::now();
-        if (const int rc = get_children(*s, ours.parent, children); rc != ZOK) {
+        a.sent = steady::now();
+        if (const int rc = get_children(*s, ours.parent, a.children); rc != ZOK) {
             if (recoverable(rc)) continue;
             if (rc == ZNONODE) {  // the container went with our node: start over
                 ours.forget();
                 continue;
             }
-            return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
+            return failed(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
         }
         // A duplicate of ours (a create we believed lost that landed after all, seen late after a
         // reconnection) would queue us behind ourselves: delete it and look again.
         bool duplicate = false;
-        for (const auto& c : children) {
+        for (const auto& c : a.children) {
             if (c == ours.name || !c.starts_with(ours.guid)) continue;
             s->remove_guaranteed(ours.parent + "/" + c);
             duplicate = true;
         }
         if (duplicate) continue;
         // One name, one kind (backend.hpp): another kind's nodes are not part of this queue.
-        if (std::any_of(children.begin(), children.end(),
+        if (std::any_of(a.children.begin(), a.children.end(),
                         [&](const std::string& c) { return recipe.foreign(c); })) {
-            return give_up(errc::unexpected_reply, quoted + " is used as a " + recipe.other_kind() +
-                                                       "; a name serves one kind");
+            return failed(errc::unexpected_reply, quoted + " is used as a " + recipe.other_kind() +
+                                                      "; a name serves one kind");
         }
-        const auto where = recipe.locate(children, ours.name, permits);
-        if (!where.found) {  // our node is gone (session expired, or deleted by someone)
+        a.where = recipe.locate(a.children, ours.name, a.permits);
+        if (!a.where.found) {  // our node is gone (session expired, or deleted by someone)
             ours.forget();
             continue;
         }
-        if (where.holds) {
-            if (where.wake_successor) {
-                // The node after ours may be watching us: a data change tells it we hold, so it
-                // becomes first in line and watches the children (docs/zookeeper.md, Semaphore).
-                // Retried until answered: a lost set would leave it asleep while permits are
-                // free (our session's end deletes the node, which wakes it too).
-                s->wake_successor(ours.path());
-            }
-            return grant(name, recipe.kind(), options, s, ours.path(), ours.czxid, sent);
-        }
-        ++attempts;
-        if (!waiting) {
-            waiting = true;
-            notify({event_kind::wait_started, name, 0, {}, steady::now()});
-        }
-        if (options.max_attempts && attempts >= *options.max_attempts) {
-            return give_up(errc::attempts_exhausted, quoted + " " + recipe.still() + " after " +
-                                                         std::to_string(attempts) + " attempts");
-        }
-        if (steady::now() >= deadline) return give_up(errc::timeout, quoted + " " + recipe.busy());
-        if (const int rc = wait_turn(*s, ours, where, permits, deadline, options.cancel);
-            rc != ZOK && rc != ZNONODE && !recoverable(rc)) {
-            return give_up(code_for(rc), quoted + ": watch: " + zk_text(rc));
-        }
+        return a.where.holds ? attempt_report::granted() : attempt_report::contended();
     }
 }
 

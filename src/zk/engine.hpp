@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/acquire_policy.hpp"
 #include "core/lease_core.hpp"
 #include "zk/recipe.hpp"
 #include "zk/session.hpp"
@@ -61,18 +62,34 @@ private:
     };
 
     std::shared_ptr<session> session_for(std::error_code& ec);
-    /// Gives up an acquire: removes `ours` (its node, or the nodes of a create in doubt:
-    /// session::remove_guaranteed), sets `ec`, and reports failures other than contention and
-    /// cancellation.
-    dlock::lease abandon(const std::shared_ptr<session>& s, const protected_node& ours,
-                         std::string_view name, errc code, std::string message,
-                         std::error_code& ec);
     int ensure_path(session& s, const std::string& path, int mode);
-    /// The one acquire loop of every kind (docs/zookeeper.md, "The recipe"): the I/O around the
-    /// pure decisions of `recipe`. `limit`: a semaphore's permits when none is set yet.
+    /// One acquire call's state between the steps of its acquire_policy.
+    struct attempt_state {
+        const driver& recipe;
+        std::string_view name;
+        std::string quoted;   // for messages
+        std::uint32_t limit;  // a semaphore's permits when none is set yet
+        const lock_options& options;
+        steady::time_point deadline;
+        std::shared_ptr<session> s{};
+        protected_node ours{};
+        std::uint64_t permits = 0;  // the semaphore's number of permits, read by each attempt
+        std::vector<std::string> children{};
+        steady::time_point sent{};  // the latest getChildren's send time
+        standing where{};           // what it found
+        int wait_rc = ZOK;          // setting the latest watch: a failure ends the next attempt
+        std::string failure{};      // a failed attempt's message
+    };
+    /// The one acquire loop of every kind (docs/zookeeper.md, "The recipe"): acquire_policy's
+    /// steps, with the attempts and waits of `recipe`. `limit`: a semaphore's permits when none
+    /// is set yet.
     dlock::lease acquire(std::string_view name, const driver& recipe, std::uint32_t limit,
                          const lock_options& options, steady::time_point deadline,
                          std::error_code& ec);
+    /// One attempt: our node created (or found again) and located among the children, retrying
+    /// connection and session trouble until answered, canceled or past the deadline. Granted,
+    /// contended (a.where says what to watch) or failed (a.failure says why).
+    dlock::detail::attempt_report attempt(attempt_state& a);
     /// Waits, with a one-shot watch, for what `where` says decides our turn, until it fired, the
     /// session changed state, `deadline` or `cancel`. ZooKeeper's rc of setting the watch.
     int wait_turn(session& s, const protected_node& ours, const standing& where,
