@@ -120,10 +120,11 @@ void engine::stop() noexcept {
         std::lock_guard lock(mutex_);
         for (auto& [ptr, e] : registry_) {
             if (auto l = e.lease.lock()) orphaned.push_back(std::move(l));
-            sessions.push_back(e.node->owner);
             e.node->deleted = true;
         }
+        for (auto& [ptr, held] : sessions_) sessions.push_back(held.s);
         if (session_) sessions.push_back(std::move(session_));
+        leases_.lose_all();
     }
     for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost));
     for (auto& s : sessions) s->close();  // the nodes go with the session
@@ -235,7 +236,7 @@ dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_opt
     s->own(node->path);  // a deletion by someone else makes the lease lost at once
     {
         std::lock_guard lock(mutex_);
-        registry_[core.get()] = {core, std::move(node)};
+        track(core, std::move(node), steady::now());
         wake_ = true;
     }
     worker_cv_.notify_all();
@@ -273,7 +274,7 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
         core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
                                             node->czxid, options, steady::now(),
                                             previous->valid_until(), lock_kind::reentrant);
-        registry_[core.get()] = {core, node};
+        track(core, node, steady::now());
     }
     notify({event_kind::acquired, name, node->czxid, {}, steady::now()});
     return dlock::detail::lease_access::make(std::move(core));
@@ -593,7 +594,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         const auto it = registry_.find(&lease);
         if (it != registry_.end()) {
             node = it->second.node;
-            registry_.erase(it);
+            untrack(&lease);
             last = --node->depth == 0 && !node->deleted;
             if (last) node->deleted = true;
         }
@@ -635,52 +636,100 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     }
 }
 
+void engine::track(const std::shared_ptr<lease_core>& core, std::shared_ptr<held_node> node,
+                   steady::time_point now) {
+    auto& held = sessions_[node->owner.get()];
+    if (!held.s) {
+        held.s = node->owner;
+        held.healthy = held.s->connected() && !held.s->overdue(now);
+    }
+    held.leases.insert(core.get());
+    registry_[core.get()] = {core, std::move(node)};
+    leases_.track(core, revisit_at(now, core->valid_until()));
+}
+
+void engine::untrack(lease_core* core) noexcept {
+    const auto it = registry_.find(core);
+    if (it == registry_.end()) return;
+    const auto held = sessions_.find(it->second.node->owner.get());
+    if (held != sessions_.end()) {
+        held->second.leases.erase(core);
+        if (held->second.leases.empty()) sessions_.erase(held);
+    }
+    leases_.untrack(core);
+    registry_.erase(it);
+}
+
+steady::time_point engine::revisit_at(steady::time_point now, steady::time_point bound) {
+    // Half the validity left: a background thread late by less than that loses nothing.
+    return bound <= now ? now : now + (bound - now) / 2;
+}
+
 steady::time_point engine::check_leases(steady::time_point now) {
-    std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> lost;
+    std::vector<std::shared_ptr<lease_core>> lost;
     std::vector<std::pair<std::shared_ptr<session>, std::string>> doomed;  // nodes to delete
-    auto next = steady::time_point::max();
     {
         std::lock_guard lock(mutex_);
-        // Held nodes someone else deleted (session::own's watches).
-        std::vector<std::string> vanished;
-        for (const auto& [ptr, e] : registry_) {
-            if (auto v = e.node->owner->take_vanished(); !v.empty())
-                vanished.insert(vanished.end(), v.begin(), v.end());
+        const auto lose = [&](const std::shared_ptr<lease_core>& lease, held_node& node,
+                              bool delete_node) {
+            if (delete_node && !node.deleted) doomed.emplace_back(node.owner, node.path);
+            node.deleted = true;
+            leases_.untrack(lease.get());
+            lost.push_back(lease);
+        };
+        // Events, per session holding leases (O(sessions) when nothing happened): nodes someone
+        // else deleted (session::own's watches), an expired session, and a change of health
+        // (connected and heartbeats answered) that makes its leases held or uncertain at once.
+        for (auto& [ptr, held] : sessions_) {
+            auto& s = *held.s;
+            const auto vanished = s.take_vanished();
+            const bool dead = s.dead();
+            const bool healthy = s.connected() && !s.overdue(now);
+            if (vanished.empty() && dead == held.dead && healthy == held.healthy) continue;
+            held.healthy = healthy;
+            held.dead = dead;
+            for (auto* key : held.leases) {
+                const auto& e = registry_.at(key);
+                auto lease = e.lease.lock();
+                if (!lease || lease->released() || lease->lost_token().stop_requested()) continue;
+                auto& node = *e.node;
+                if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end() ||
+                    dead) {
+                    lose(lease, node, false);  // gone already: deleted, or with the session
+                    continue;
+                }
+                const auto bound = std::min(s.valid_until(), node.cap_valid);
+                if (now >= bound) continue;  // lost below, when the registry finds it due
+                lease->renewed(bound);
+                if (!healthy) lease->renewal_failed();
+            }
         }
-        for (auto it = registry_.begin(); it != registry_.end();) {
-            auto lease = it->second.lease.lock();
-            if (!lease) {
-                it = registry_.erase(it);
+        // Time: the leases due for a look (renewal from the session's bound, max_hold, expiry),
+        // out of the due-time heap: O(k log n) for k due.
+        auto batch = leases_.due(now);
+        for (auto& lease : batch.lost) {
+            // Past its validity: the server may expire the session from now on (or max_hold ran
+            // out). If we reconnect in time the node is deleted, as nobody trusts it any more.
+            const auto it = registry_.find(lease.get());
+            if (it == registry_.end() || lease->lost_token().stop_requested()) continue;
+            lose(lease, *it->second.node, true);
+        }
+        for (auto& due : batch.renew) {
+            auto& lease = due.lease;
+            const auto it = registry_.find(lease.get());
+            if (it == registry_.end() || lease->lost_token().stop_requested()) {
+                leases_.untrack(lease.get());
                 continue;
             }
             auto& node = *it->second.node;
-            ++it;
-            if (lease->released() || lease->lost_token().stop_requested()) continue;
             auto& s = *node.owner;
-            if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end()) {
-                node.deleted = true;
-                lost.emplace_back(std::move(lease), "its node was deleted by someone else");
-                continue;
-            }
             if (s.dead()) {
-                node.deleted = true;
-                lost.emplace_back(std::move(lease), "its ZooKeeper session expired");
+                lose(lease, node, false);
                 continue;
             }
             const auto bound = std::min(s.valid_until(), node.cap_valid);
-            if (now >= node.cap_valid) {
-                if (!node.deleted) doomed.emplace_back(node.owner, node.path);
-                node.deleted = true;
-                lost.emplace_back(std::move(lease), "max_hold (or the fixed lease) ran out");
-                continue;
-            }
             if (now >= bound) {
-                // Disconnected past the bound: the server may expire the session from now on.
-                // If we reconnect in time the node is deleted, as nobody trusts it any more.
-                if (!node.deleted) doomed.emplace_back(node.owner, node.path);
-                node.deleted = true;
-                lost.emplace_back(std::move(lease),
-                                  "no answer from ZooKeeper within the session timeout");
+                lose(lease, node, true);
                 continue;
             }
             if (s.connected() && !s.overdue(now)) {
@@ -688,14 +737,15 @@ steady::time_point engine::check_leases(steady::time_point now) {
             } else {
                 lease->renewal_failed();
             }
-            next = std::min(next, bound);
+            leases_.schedule(lease.get(), revisit_at(now, bound), true);
         }
     }
     // Outside mutex_: queue_cleanup wakes this thread, which takes mutex_.
     for (auto& [s, path] : doomed) s->queue_cleanup({{}, {}, path});
     // The observer and on_lost hear why through the lost event (as with Redis, no error report).
-    for (auto& entry : lost) entry.first->lose(make_error_code(errc::lock_lost));
-    return next;
+    for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
+    std::lock_guard lock(mutex_);
+    return leases_.next_due();
 }
 
 void engine::run(std::stop_token stop) {
@@ -706,9 +756,8 @@ void engine::run(std::stop_token stop) {
         {
             std::lock_guard lock(mutex_);
             if (session_) sessions.push_back(session_);
-            for (const auto& [ptr, e] : registry_) {
-                if (std::find(sessions.begin(), sessions.end(), e.node->owner) == sessions.end())
-                    sessions.push_back(e.node->owner);
+            for (const auto& [ptr, held] : sessions_) {
+                if (held.s != session_) sessions.push_back(held.s);
             }
         }
         for (auto& s : sessions) {

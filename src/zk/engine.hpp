@@ -11,10 +11,12 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/acquire_policy.hpp"
 #include "core/lease_core.hpp"
+#include "core/lease_registry.hpp"
 #include "zk/recipe.hpp"
 #include "zk/session.hpp"
 
@@ -59,6 +61,14 @@ private:
     struct entry {
         std::weak_ptr<lease_core> lease;
         std::shared_ptr<held_node> node;
+    };
+    /// A session that holds leases: their keys, and its health (connected, heartbeats answered)
+    /// and death as of the last round, whose change updates every one of them at once.
+    struct held_session {
+        std::shared_ptr<session> s;
+        std::unordered_set<lease_core*> leases;
+        bool healthy = true;
+        bool dead = false;  // its leases were lost for it already
     };
 
     std::shared_ptr<session> session_for(std::error_code& ec);
@@ -105,6 +115,15 @@ private:
                        steady::time_point sent);
     void wake() noexcept;
     void run(std::stop_token stop);
+    /// Registers a grant or a re-entry level (mutex_ held).
+    void track(const std::shared_ptr<lease_core>& core, std::shared_ptr<held_node> node,
+               steady::time_point now);
+    /// Forgets a released lease (mutex_ held).
+    void untrack(lease_core* core) noexcept;
+    /// When to look at a lease valid until `bound` again.
+    static steady::time_point revisit_at(steady::time_point now, steady::time_point bound);
+    /// One round of the background thread over the leases: events of their sessions, then the
+    /// leases the registry has due. Returns when the next is due.
     steady::time_point check_leases(steady::time_point now);
     const ACL_vector* acl() const noexcept;
 
@@ -112,9 +131,11 @@ private:
     zk_endpoint endpoint_;
 
     std::mutex connect_mutex_;  // serialises opening a session
-    std::mutex mutex_;          // guards session_, registry_, wake_
+    std::mutex mutex_;          // guards session_, registry_, sessions_, leases_, wake_
     std::shared_ptr<session> session_;
-    std::unordered_map<lease_core*, entry> registry_;
+    std::unordered_map<lease_core*, entry> registry_;      // every live grant and level
+    std::unordered_map<session*, held_session> sessions_;  // the sessions holding them
+    dlock::detail::lease_registry leases_;                 // their due times
     std::condition_variable_any worker_cv_;
     bool wake_ = false;
     std::jthread worker_;
