@@ -355,13 +355,12 @@ dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::u
                 if (a.s) a.s->remove_guaranteed(a.ours);
                 // A failed attempt's own message, or the policy's reason to stop.
                 std::string message = std::move(a.failure);
-                if (!message.empty()) {
-                } else if (step.error == errc::canceled) {
+                if (message.empty() && step.error == errc::canceled) {
                     message = "waiting for " + a.quoted + " was canceled";
-                } else if (step.error == errc::attempts_exhausted) {
+                } else if (message.empty() && step.error == errc::attempts_exhausted) {
                     message = a.quoted + " " + recipe.still() + " after " +
                               std::to_string(policy.attempts()) + " attempts";
-                } else {
+                } else if (message.empty()) {
                     message = a.quoted + " " + recipe.busy();
                 }
                 fail(ec, step.error, std::move(message));
