@@ -69,6 +69,14 @@ acquire_step acquire_policy::next(steady::time_point now, const attempt_report& 
     return step;
 }
 
+std::string acquire_policy::give_up_message(const acquire_step& step, std::string_view what) const {
+    if (step.error == errc::canceled) return "waiting for " + std::string(what) + " was canceled";
+    if (step.error == errc::attempts_exhausted) {
+        return std::string(what) + " still held after " + std::to_string(attempts_) + " attempts";
+    }
+    return std::string(what) + " is held by someone else";
+}
+
 void refuse_reentry(std::string_view name, std::string_view why, std::error_code& ec) {
     fail(ec, errc::not_owner,
          "re-entering lock \"" + std::string(name) + "\": " + std::string(why) +

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -92,6 +93,11 @@ public:
     acquire_step subscribed() noexcept;
     /// After a wait (notification, timeout or cancel): attempt again, or give_up(canceled).
     acquire_step woke() noexcept;
+
+    /// The message of a give_up step the policy decided (not an attempt's own failure), about
+    /// `what` (e.g. `lock "orders"`): "waiting for <what> was canceled", "<what> still held after
+    /// N attempts", "<what> is held by someone else".
+    std::string give_up_message(const acquire_step& step, std::string_view what) const;
 
     /// Attempts reported so far (granted, contended and failed alike).
     unsigned attempts() const noexcept { return attempts_; }

@@ -671,14 +671,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         std::uint64_t seen = 0;  // the notification generation read before the latest attempt
         for (auto step = policy.start();;) {
             if (step.what == action::give_up) {
-                if (failure.empty()) {
-                    failure = step.error == errc::canceled
-                                  ? "waiting for " + quoted + " was canceled"
-                              : step.error == errc::attempts_exhausted
-                                  ? quoted + " still held after " +
-                                        std::to_string(policy.attempts()) + " attempts"
-                                  : quoted + " is held by someone else";
-                }
+                if (failure.empty()) failure = policy.give_up_message(step, quoted);
                 fail(ec, step.error, failure);
                 if (step.event) notify({*step.event, name, 0, ec, steady::now()});
                 return {};

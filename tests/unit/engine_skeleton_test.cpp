@@ -210,6 +210,23 @@ TEST(AcquirePolicy, FailureAfterWaitingStillGivesUp) {
     EXPECT_EQ(step.event, event_kind::error);
 }
 
+TEST(AcquirePolicy, GiveUpMessages) {
+    dlock::lock_options o;
+    o.max_attempts = 2;
+    acquire_policy p(o, steady::time_point::max(), acquire_policy::notification::watch_with_read);
+    p.start();
+    p.next(t0, attempt_report::contended());
+    p.woke();
+    const auto step = p.next(t0, attempt_report::contended());
+    EXPECT_EQ(p.give_up_message(step, "lock \"a\""), "lock \"a\" still held after 2 attempts");
+    acquire_step timeout;
+    timeout.error = dlock::make_error_code(errc::timeout);
+    EXPECT_EQ(p.give_up_message(timeout, "x"), "x is held by someone else");
+    acquire_step canceled;
+    canceled.error = dlock::make_error_code(errc::canceled);
+    EXPECT_EQ(p.give_up_message(canceled, "x"), "waiting for x was canceled");
+}
+
 TEST(RefuseReentry, IsNotOwnerWithTheLockNamed) {
     std::error_code ec;
     dlock::detail::refuse_reentry("orders", "another client's lease", ec);
