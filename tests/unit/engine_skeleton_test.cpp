@@ -77,6 +77,16 @@ TEST(AcquirePolicy, SubscribeThenRetryOnFirstContention) {
     EXPECT_EQ(p.attempts(), 3u);
 }
 
+TEST(AcquirePolicy, SubscribedAlreadyCaughtUpWaitsWithoutASecondAttempt) {
+    acquire_policy p({}, t0 + 10s);
+    p.start();
+    ASSERT_EQ(p.next(t0, attempt_report::contended(t0 + 3s)).what, action::subscribe);
+    const auto step = p.subscribed(/*caught_up=*/true);
+    EXPECT_EQ(step.what, action::wait);
+    EXPECT_EQ(step.until, t0 + 3s);
+    EXPECT_FALSE(step.event);
+}
+
 TEST(AcquirePolicy, WatchWithReadWaitsOnFirstContention) {
     acquire_policy p({}, t0 + 10s, acquire_policy::notification::watch_with_read);
     p.start();
