@@ -30,7 +30,14 @@ acquire_step acquire_policy::attempt_or_cancel() noexcept {
 
 acquire_step acquire_policy::start() noexcept { return attempt_or_cancel(); }
 
-acquire_step acquire_policy::subscribed() noexcept { return attempt_or_cancel(); }
+acquire_step acquire_policy::subscribed(bool caught_up) noexcept {
+    auto step = attempt_or_cancel();
+    if (caught_up && step.what == acquire_step::action::attempt) {
+        step.what = acquire_step::action::wait;
+        step.until = std::min(deadline_, retry_at_);
+    }
+    return step;
+}
 
 acquire_step acquire_policy::woke() noexcept { return attempt_or_cancel(); }
 
@@ -48,7 +55,7 @@ acquire_step acquire_policy::next(steady::time_point now, const attempt_report& 
                 step.event = event_kind::error;
             return step;
         }
-        case attempt_report::result::contended: break;
+        case attempt_report::result::contended: retry_at_ = report.retry_at; break;
     }
     // The give-up checks come before wait_started: a caller that will not wait (try_lock, an
     // attempt limit reached, a canceled wait) never hears that it waits.
@@ -67,6 +74,14 @@ acquire_step acquire_policy::next(steady::time_point now, const attempt_report& 
     step.what = acquire_step::action::wait;
     step.until = std::min(deadline_, report.retry_at);
     return step;
+}
+
+std::string acquire_policy::give_up_message(const acquire_step& step, std::string_view what) const {
+    if (step.error == errc::canceled) return "waiting for " + std::string(what) + " was canceled";
+    if (step.error == errc::attempts_exhausted) {
+        return std::string(what) + " still held after " + std::to_string(attempts_) + " attempts";
+    }
+    return std::string(what) + " is held by someone else";
 }
 
 void refuse_reentry(std::string_view name, std::string_view why, std::error_code& ec) {

@@ -12,6 +12,7 @@
 //               │      contended, first time ──────────────▶ subscribe | wait  [wait_started]
 //               │      contended ──────────────────────────▶ wait until min(deadline, hint)
 //   subscribed / woke: cancel requested ───────────────────▶ give_up(canceled)
+//   subscribed, caught up ─────────────────────────────────▶ wait until min(deadline, hint)
 //                      otherwise ──────────────────────────▶ attempt
 //
 // A wait always ends in one more attempt (the deadline's own included), so a release during the
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -89,9 +91,17 @@ public:
     /// After an attempt: `now` is read after it returned.
     acquire_step next(steady::time_point now, const attempt_report& report) noexcept;
     /// After the subscribe step: attempt again at once (or give up if canceled meanwhile).
-    acquire_step subscribed() noexcept;
+    /// `caught_up`: the notification was already in place, without a break, before the attempt
+    /// that saw the lock held (a channel subscribed for an earlier wait), so nothing can have
+    /// been missed: wait right away instead, until min(deadline, that attempt's retry time).
+    acquire_step subscribed(bool caught_up = false) noexcept;
     /// After a wait (notification, timeout or cancel): attempt again, or give_up(canceled).
     acquire_step woke() noexcept;
+
+    /// The message of a give_up step the policy decided (not an attempt's own failure), about
+    /// `what` (e.g. `lock "orders"`): "waiting for <what> was canceled", "<what> still held after
+    /// N attempts", "<what> is held by someone else".
+    std::string give_up_message(const acquire_step& step, std::string_view what) const;
 
     /// Attempts reported so far (granted, contended and failed alike).
     unsigned attempts() const noexcept { return attempts_; }
@@ -109,6 +119,7 @@ private:
     notification style_;
     unsigned attempts_ = 0;
     bool waiting_ = false;
+    steady::time_point retry_at_ = steady::time_point::max();  // the latest contended report's
 };
 
 /// The one answer of every backend to lock_request::reenter naming a lease that is not a live

@@ -25,8 +25,7 @@ acquire_tally tally_acquire(std::span<const acquire_vote> votes) {
         }
     }
     for (std::size_t i = 0; i < votes.size(); ++i) {
-        if (votes[i].what != acquire_vote::kind::granted) continue;
-        if (votes[i].counter == t.fence) {
+        if (votes[i].what == acquire_vote::kind::granted && votes[i].counter == t.fence) {
             ++t.at_fence;
         } else {
             t.behind.push_back(i);

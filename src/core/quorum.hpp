@@ -40,7 +40,9 @@ struct acquire_tally {
     std::uint64_t ticket = 0;     ///< a queued waiter's ticket (the last one reported)
     std::int64_t fence = 0;       ///< the highest counter among granting servers
     std::size_t at_fence = 0;     ///< granting servers whose counter equals `fence`
-    /// Granting servers whose counter is below `fence`: where the fencing write-back runs.
+    /// Every server not known to hold a counter of `fence` (granting below it, holding, failed):
+    /// where the fencing write-back runs. A failed server may have set our key after all, and
+    /// the raise refuses where another owner holds the lock.
     std::vector<std::size_t> behind;
 
     /// A majority set our key.

@@ -355,7 +355,9 @@ dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::u
                 if (a.s) a.s->remove_guaranteed(a.ours);
                 // A failed attempt's own message, or the policy's reason to stop.
                 std::string message = std::move(a.failure);
-                if (message.empty() && step.error == errc::canceled) {
+                if (message.empty() && !recipe.permits()) {
+                    message = policy.give_up_message(step, a.quoted);
+                } else if (message.empty() && step.error == errc::canceled) {
                     message = "waiting for " + a.quoted + " was canceled";
                 } else if (message.empty() && step.error == errc::attempts_exhausted) {
                     message = a.quoted + " " + recipe.still() + " after " +

@@ -1,6 +1,7 @@
 // The sans-I/O skeleton every lock engine shares: the acquire step function
 // (core/acquire_policy.hpp), the lease registry (core/lease_registry.hpp) and the quorum tallies
-// (core/quorum.hpp). Stepped with an explicit `now`; no clock is read.
+// (core/quorum.hpp) and the composite grant of the multi-lease types (core/composite_grant.hpp).
+// Stepped with an explicit `now`; no clock is read.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <dlock/options.hpp>
 
 #include "core/acquire_policy.hpp"
+#include "core/composite_grant.hpp"
 #include "core/lease_core.hpp"
 #include "core/lease_registry.hpp"
 #include "core/quorum.hpp"
@@ -73,6 +75,16 @@ TEST(AcquirePolicy, SubscribeThenRetryOnFirstContention) {
     EXPECT_EQ(p.woke().what, action::attempt);
     EXPECT_EQ(p.next(t0 + 3s, attempt_report::granted()).what, action::done);
     EXPECT_EQ(p.attempts(), 3u);
+}
+
+TEST(AcquirePolicy, SubscribedAlreadyCaughtUpWaitsWithoutASecondAttempt) {
+    acquire_policy p({}, t0 + 10s);
+    p.start();
+    ASSERT_EQ(p.next(t0, attempt_report::contended(t0 + 3s)).what, action::subscribe);
+    const auto step = p.subscribed(/*caught_up=*/true);
+    EXPECT_EQ(step.what, action::wait);
+    EXPECT_EQ(step.until, t0 + 3s);
+    EXPECT_FALSE(step.event);
 }
 
 TEST(AcquirePolicy, WatchWithReadWaitsOnFirstContention) {
@@ -206,6 +218,23 @@ TEST(AcquirePolicy, FailureAfterWaitingStillGivesUp) {
         p.next(t0 + 1s, attempt_report::failed(dlock::make_error_code(errc::connection_failed)));
     EXPECT_EQ(step.error, errc::connection_failed);
     EXPECT_EQ(step.event, event_kind::error);
+}
+
+TEST(AcquirePolicy, GiveUpMessages) {
+    dlock::lock_options o;
+    o.max_attempts = 2;
+    acquire_policy p(o, steady::time_point::max(), acquire_policy::notification::watch_with_read);
+    p.start();
+    p.next(t0, attempt_report::contended());
+    p.woke();
+    const auto step = p.next(t0, attempt_report::contended());
+    EXPECT_EQ(p.give_up_message(step, "lock \"a\""), "lock \"a\" still held after 2 attempts");
+    acquire_step timeout;
+    timeout.error = dlock::make_error_code(errc::timeout);
+    EXPECT_EQ(p.give_up_message(timeout, "x"), "x is held by someone else");
+    acquire_step canceled;
+    canceled.error = dlock::make_error_code(errc::canceled);
+    EXPECT_EQ(p.give_up_message(canceled, "x"), "waiting for x was canceled");
 }
 
 TEST(RefuseReentry, IsNotOwnerWithTheLockNamed) {
@@ -401,7 +430,7 @@ TEST(Quorum, AcquireFenceWriteBack) {
     const auto t = q::tally_acquire(v);
     EXPECT_EQ(t.fence, 9);
     EXPECT_EQ(t.at_fence, 1u);
-    EXPECT_EQ(t.behind, (std::vector<std::size_t>{1, 2}));
+    EXPECT_EQ(t.behind, (std::vector<std::size_t>{1, 2, 3, 4})) << "every server not at the fence";
     EXPECT_TRUE(t.majority_granted());
     EXPECT_FALSE(t.fence_agreed(1));
     EXPECT_EQ(q::decide_acquire(t, 1, t0, t0 + 1s), q::acquire_verdict::contended);
@@ -461,6 +490,117 @@ TEST(Quorum, Release) {
         << "one server deleted it, but no quorum held it any more";
     const std::vector<ov> down{ov::failed, ov::failed, ov::not_ours};
     EXPECT_EQ(q::decide_release(q::tally_owner(down, 3)), q::release_verdict::failed);
+}
+
+}  // namespace
+
+// ---- composite_grant --------------------------------------------------------------------------
+
+namespace {
+
+using dlock::lock_state;
+using dlock::detail::composite_grant;
+using dlock::detail::lease_access;
+
+struct parts {
+    std::shared_ptr<dlock_test::fake_owner> owner = std::make_shared<dlock_test::fake_owner>();
+    std::vector<std::shared_ptr<lease_core>> cores;
+    dlock::lease make(std::string name, std::chrono::milliseconds left = 1h) {
+        const auto now = steady::now();
+        cores.push_back(std::make_shared<lease_core>(owner, std::move(name), "tok",
+                                                     cores.size() + 1, dlock::lock_options{}, now,
+                                                     now + left));
+        return lease_access::make(cores.back());
+    }
+};
+
+TEST(CompositeGrant, Severity) {
+    EXPECT_LT(dlock::detail::severity(lock_state::held),
+              dlock::detail::severity(lock_state::uncertain));
+    EXPECT_LT(dlock::detail::severity(lock_state::uncertain),
+              dlock::detail::severity(lock_state::lost));
+    EXPECT_EQ(dlock::detail::worse(lock_state::held, lock_state::uncertain), lock_state::uncertain);
+    EXPECT_EQ(dlock::detail::worse(lock_state::lost, lock_state::uncertain), lock_state::lost);
+}
+
+TEST(CompositeGrant, EmptySetReportsNothingHeld) {
+    composite_grant g;
+    EXPECT_EQ(g.state(), lock_state::lost);
+    EXPECT_EQ(g.expires_in(), 0ms);
+    EXPECT_TRUE(g.lost_token().stop_requested());
+}
+
+TEST(CompositeGrant, ShortestExpiryAndWorstState) {
+    parts p;
+    composite_grant g;
+    g.add(p.make("a", 1h));
+    g.add(p.make("b", 10min));
+    EXPECT_LE(g.expires_in(), 10min);
+    EXPECT_GT(g.expires_in(), 9min);
+    EXPECT_EQ(g.state(), lock_state::held);
+    p.cores[0]->renewal_failed();
+    EXPECT_EQ(g.state(), lock_state::uncertain);
+}
+
+TEST(CompositeGrant, ALostPartFiresTheSet) {
+    parts p;
+    composite_grant g;
+    g.add(p.make("a"));
+    g.add(p.make("b"));
+    const auto token = g.lost_token();
+    EXPECT_FALSE(token.stop_requested());
+    p.cores[1]->lose(dlock::make_error_code(errc::lock_lost));
+    EXPECT_TRUE(token.stop_requested());
+    EXPECT_EQ(g.state(), lock_state::lost);
+}
+
+TEST(CompositeGrant, APartLostBeforeItIsAddedFiresTheSetAtOnce) {
+    parts p;
+    composite_grant g;
+    auto l = p.make("a");
+    p.cores[0]->lose(dlock::make_error_code(errc::lock_lost));
+    g.add(std::move(l));
+    EXPECT_TRUE(g.lost_token().stop_requested());
+}
+
+TEST(CompositeGrant, TeardownReleasesNewestFirstWithoutLookingLikeALoss) {
+    parts p;
+    std::stop_token token;
+    bool fired_while_parts_held = false;
+    {
+        composite_grant g;
+        g.add(p.make("first"));
+        g.add(p.make("second"));
+        g.add(p.make("third"));
+        token = g.lost_token();
+        // A release fires that lease's own token; the relay must be gone by then.
+        std::stop_callback probe(token, [&] { fired_while_parts_held = p.owner->releases < 3; });
+    }
+    EXPECT_EQ(p.owner->released_names, (std::vector<std::string>{"third", "second", "first"}));
+    EXPECT_TRUE(token.stop_requested()) << "the set's token fires once, at the end";
+    EXPECT_FALSE(fired_while_parts_held);
+}
+
+TEST(CompositeGrant, RemoveTakesOnePartOutWithItsRelay) {
+    parts p;
+    composite_grant g;
+    g.add(p.make("a"));
+    g.add(p.make("b"));
+    const auto token = g.lost_token();
+    {
+        auto d = g.remove(0);
+        EXPECT_EQ(d.part.fencing_token(), 1u);
+        EXPECT_EQ(g.size(), 1u);
+        EXPECT_EQ(g.front().fencing_token(), 2u);
+    }  // released here, relay first
+    EXPECT_EQ(p.owner->released_names, (std::vector<std::string>{"a"}));
+    EXPECT_FALSE(token.stop_requested()) << "a deliberate release is not a loss";
+    auto last = g.remove_last();
+    EXPECT_TRUE(g.empty());
+    std::stop_source fresh;
+    auto ended = g.finish(fresh);
+    EXPECT_FALSE(ended.stop_requested());
+    EXPECT_EQ(g.lost_source(), fresh);
 }
 
 }  // namespace
