@@ -39,7 +39,11 @@ struct lock_request {
     std::uint32_t limit = 1;
     /// reentrant: a live lease of the same owner on the same lock. The grant re-enters it (same
     /// owner, same fencing token, one more level) without competing; releasing the returned lease
-    /// leaves one level. Null: a new owner competes for the lock.
+    /// leaves one level. Null: a new owner competes for the lock. Every backend answers the same
+    /// when it names anything else (another client's lease, another lock's, an empty or a
+    /// released one): errc::not_owner, nothing taken; errc::lock_lost when it names this owner's
+    /// grant but the server no longer holds it; errc::invalid_argument when the kind is not
+    /// reentrant.
     const lease* reenter = nullptr;
 };
 

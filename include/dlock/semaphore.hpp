@@ -119,18 +119,11 @@ public:
     const std::string& name() const noexcept { return name_; }
 
 private:
-    /// Forwards a grant's loss to the current holding period's source (holds no lock of ours).
-    struct forward_loss {
-        std::stop_source period;
-        void operator()() noexcept { period.request_stop(); }
-    };
-    struct grant {
-        lease held;
-        std::uint32_t count = 0;
-        std::thread::id thread;  // the thread that acquired it
-        // Declared after `held`, so destroyed first: a deliberate release must not look like loss.
-        std::unique_ptr<std::stop_callback<forward_loss>> watch;
-    };
+    /// The grants held (a detail::composite_grant, in grant order, whose lost source is the
+    /// current holding period's) and each one's count and acquiring thread.
+    struct grant_set;
+    /// Grants taken out by release(), released outside grants_mutex_ (most recent first).
+    struct detached_grants;
 
     bool try_acquire_until_steady(std::chrono::steady_clock::time_point deadline,
                                   std::uint32_t count);
@@ -140,16 +133,15 @@ private:
     /// Takes grants covering exactly `update` permits out of grants_, in release() order; sets `ec`
     /// (and takes none) when `update` would split a grant or exceeds what is held. When nothing
     /// is left, `ended` becomes the finished holding period's source, for the caller to fire.
-    std::vector<grant> detach(std::uint32_t update, std::stop_source& ended,
-                              std::error_code& ec) noexcept;
+    std::unique_ptr<detached_grants> detach(std::uint32_t update, std::stop_source& ended,
+                                            std::error_code& ec) noexcept;
 
     backend& backend_;
     std::string name_;
     lock_options options_;
     std::atomic<std::uint32_t> permits_;
-    mutable std::mutex grants_mutex_;  // guards grants_ and period_
-    std::vector<grant> grants_;        // in grant order; release() takes from the back
-    std::stop_source period_;          // fired when a grant is lost or the last permit released
+    mutable std::mutex grants_mutex_;    // guards *grants_
+    std::unique_ptr<grant_set> grants_;  // its source fires when a grant is lost or all are back
 };
 
 }  // namespace dlock

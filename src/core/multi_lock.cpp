@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "core/composite_grant.hpp"
 #include "core/gate_unlock.hpp"
 #include "core/lease_core.hpp"
 #include "core/status.hpp"
@@ -25,22 +26,6 @@
 namespace dlock {
 
 namespace {
-
-// Relays one part's loss to the multi_lock's own stop source. It holds a copy of that source (the
-// stop state is shared), so it stays valid however the grant is torn down.
-struct relay_loss {
-    std::stop_source target;
-    void operator()() noexcept { target.request_stop(); }
-};
-
-int severity(lock_state state) noexcept {
-    switch (state) {
-        case lock_state::held: return 0;
-        case lock_state::uncertain: return 1;
-        case lock_state::lost: return 2;
-    }
-    return 2;
-}
 
 std::string describe(const std::vector<lock_part>& parts, std::size_t index) {
     return "part " + std::to_string(index + 1) + " of " + std::to_string(parts.size()) + " (\"" +
@@ -61,28 +46,18 @@ bool same_lock(const lock_part& a, const lock_part& b) noexcept {
 
 }  // namespace
 
+// The parts of one acquisition, in the order they were taken (so torn down in reverse order of
+// taking, after their loss relays, and the set's lost token fires last: composite_grant), and
+// which part each is.
 struct multi_lock::grant {
-    explicit grant(std::size_t count) : leases(count) {}
-    grant(const grant&) = delete;
-    grant& operator=(const grant&) = delete;
+    detail::composite_grant parts;  // parts.part(k) is the lease of caller part taken[k]
+    std::vector<std::size_t> taken;
 
-    // Tears down in the order that keeps the observers consistent: the watchers go first (they
-    // observe the leases, and a deliberate release must not look like a loss part-way through),
-    // then the leases in reverse order of taking, then lost fires once for the whole set.
-    // Never throws: a failed release goes to that backend's error handler (lease::~lease).
-    ~grant() {
-        watchers.clear();
-        for (auto it = taken.rbegin(); it != taken.rend(); ++it)
-            lease dropped(std::move(leases[*it]));
-        lost.request_stop();
+    /// The lease of caller part `i`.
+    const lease& of(std::size_t i) const noexcept {
+        return parts.part(
+            static_cast<std::size_t>(std::find(taken.begin(), taken.end(), i) - taken.begin()));
     }
-
-    std::vector<lease> leases;       // in the caller's order of parts; empty until taken
-    std::vector<std::size_t> taken;  // indices into leases, in the order they were taken
-    std::stop_source lost;           // fires when any part is lost, and on release
-    // One per part; destroyed before the leases (see ~grant). A stop_callback is neither movable
-    // nor copyable, hence the indirection.
-    std::vector<std::unique_ptr<std::stop_callback<relay_loss>>> watchers;
 };
 
 multi_lock::multi_lock(std::vector<lock_part> parts, lock_options options)
@@ -124,7 +99,9 @@ multi_lock::~multi_lock() {
 multi_lock::grant_ptr multi_lock::acquire_all(std::chrono::steady_clock::time_point deadline,
                                               std::error_code& ec) {
     ec.clear();
-    auto taking = std::make_unique<grant>(parts_.size());
+    auto taking = std::make_unique<grant>();
+    taking->taken.reserve(parts_.size());
+    taking->parts.reserve(parts_.size());
     for (const auto i : order_) {
         const auto& part = parts_[i];
         auto granted = part.service.acquire_until(part.name, part.request, options_, deadline, ec);
@@ -142,14 +119,10 @@ multi_lock::grant_ptr multi_lock::acquire_all(std::chrono::steady_clock::time_po
                                                   " part(s) taken before it were released"));
             return nullptr;
         }
-        taking->leases[i] = std::move(granted);
+        // A part lost already fires the set at once (stop_callback runs the callback in its
+        // constructor when the token has already fired), so no loss is missed.
+        taking->parts.add(std::move(granted));
         taking->taken.push_back(i);
-    }
-    // A part lost before its watcher exists fires the set at once (stop_callback runs the
-    // callback in its constructor when the token has already fired), so no loss is missed.
-    for (const auto& part_lease : taking->leases) {
-        taking->watchers.push_back(std::make_unique<std::stop_callback<relay_loss>>(
-            part_lease.lost_token(), relay_loss{taking->lost}));
     }
     return taking;
 }
@@ -196,8 +169,8 @@ void multi_lock::adopt(grant_ptr taken) noexcept {
 void multi_lock::unlock() noexcept {
     // The first part's client hears of a foreign unlock.
     const auto first_core = [](const grant_ptr& g) noexcept -> std::shared_ptr<detail::lease_core> {
-        if (!g || g->leases.empty()) return nullptr;
-        return detail::lease_access::shared_core(g->leases.front());
+        if (!g || g->parts.empty()) return nullptr;
+        return detail::lease_access::shared_core(g->of(0));
     };
     detail::unlock_if_owner(gate_, grant_mutex_, grant_, first_core, "multi_lock", parts_[0].name);
 }
@@ -210,37 +183,25 @@ std::vector<std::uint64_t> multi_lock::fencing_tokens() const {
         throw error(errc::not_owner,
                     "fencing_tokens() of multi_lock {" + names + "}, which is not locked");
     }
-    std::vector<std::uint64_t> tokens;
-    tokens.reserve(grant_->leases.size());
-    for (const auto& part_lease : grant_->leases) tokens.push_back(part_lease.fencing_token());
+    std::vector<std::uint64_t> tokens(parts_.size());
+    for (std::size_t k = 0; k < grant_->taken.size(); ++k)
+        tokens[grant_->taken[k]] = grant_->parts.part(k).fencing_token();
     return tokens;
 }
 
 std::chrono::milliseconds multi_lock::expires_in() const noexcept {
     std::lock_guard guard(grant_mutex_);
-    if (!grant_) return std::chrono::milliseconds::zero();
-    auto least = std::chrono::milliseconds::max();
-    for (const auto& part_lease : grant_->leases) least = std::min(least, part_lease.expires_in());
-    return least;
+    return grant_ ? grant_->parts.expires_in() : std::chrono::milliseconds::zero();
 }
 
 lock_state multi_lock::state() const noexcept {
     std::lock_guard guard(grant_mutex_);
-    if (!grant_) return lock_state::lost;
-    auto worst = lock_state::held;
-    for (const auto& part_lease : grant_->leases) {
-        const auto s = part_lease.state();
-        if (severity(s) > severity(worst)) worst = s;
-    }
-    return worst;
+    return grant_ ? grant_->parts.state() : lock_state::lost;
 }
 
 std::stop_token multi_lock::lost_token() const noexcept {
     std::lock_guard guard(grant_mutex_);
-    if (grant_) return grant_->lost.get_token();
-    std::stop_source fired;
-    fired.request_stop();
-    return fired.get_token();
+    return grant_ ? grant_->parts.lost_token() : detail::fired_token();
 }
 
 }  // namespace dlock

@@ -1,50 +1,21 @@
 #include <dlock/recursive_mutex.hpp>
 
-#include <algorithm>
+#include <optional>
 #include <utility>
-#include <vector>
 
+#include "core/composite_grant.hpp"
 #include "core/status.hpp"
 #include "core/time.hpp"
 #include "core/validate.hpp"
 
 namespace dlock {
 
-namespace {
-
-/// Fires an owner's combined lost token when one of its levels' tokens fires.
-struct relay {
-    mutable std::stop_source target;
-    void operator()() const noexcept { target.request_stop(); }
-};
-
-using watch = std::stop_callback<relay>;
-
-int severity(lock_state s) noexcept {
-    switch (s) {
-        case lock_state::held: return 0;
-        case lock_state::uncertain: return 1;
-        case lock_state::lost: return 2;
-    }
-    return 2;
-}
-
-}  // namespace
-
 // One thread's grant: a lease per level, all for the same owner token and fencing token (the
-// backend's re-entry, lock_request::reenter). levels[0] is the outer grant. Every level's lease
-// is renewed by the watchdog and leaves one level when released (docs/lock-family.md).
+// backend's re-entry, lock_request::reenter). levels.front() is the outer grant. Every level's
+// lease is renewed by the watchdog and leaves one level when released (docs/lock-family.md); the
+// last one deletes the key. lost_token() hands out the set's source, fired at the end.
 struct recursive_mutex::owner {
-    std::stop_source lost;  // what lost_token() hands out: fed by every level, fired at the end
-    std::vector<lease> levels;
-    std::vector<std::unique_ptr<watch>> watches;  // watches[i] relays levels[i]'s lost token
-
-    ~owner() {
-        // Relays first: a deliberate release fires each level's own token, which is not a loss.
-        watches.clear();
-        levels.clear();  // each releases one level; the last one deletes the key
-        lost.request_stop();
-    }
+    detail::composite_grant levels;
 };
 
 recursive_mutex::recursive_mutex(backend& backend, std::string name, lock_options options)
@@ -117,36 +88,29 @@ void recursive_mutex::adopt(lease&& grant) {
     owner* o = it != owners_.end() ? it->second.get() : (fresh = std::make_unique<owner>()).get();
     // Everything that may throw comes first, so the map never holds an owner without levels (if
     // it throws, `grant` releases what was just taken).
-    o->levels.reserve(o->levels.size() + 1);
-    o->watches.reserve(o->watches.size() + 1);
-    auto relay_of_level = std::make_unique<watch>(grant.lost_token(), relay{o->lost});
+    o->levels.reserve(1);
+    auto relay_of_level = o->levels.watch(grant);
     if (fresh) owners_.emplace(id, std::move(fresh));
-    o->watches.push_back(std::move(relay_of_level));
-    o->levels.push_back(std::move(grant));
+    o->levels.add(std::move(grant), std::move(relay_of_level));
 }
 
 void recursive_mutex::unlock() noexcept {
-    std::unique_ptr<watch> relay_of_level;
-    lease level;
+    std::optional<detail::composite_grant::detached> level;
     std::unique_ptr<owner> finished;
     {
         std::lock_guard guard(owners_mutex_);
         const auto it = owners_.find(std::this_thread::get_id());
         if (it == owners_.end()) return;  // not held by this thread: harmless
         auto& o = *it->second;
-        relay_of_level = std::move(o.watches.back());
-        o.watches.pop_back();
-        level = std::move(o.levels.back());
-        o.levels.pop_back();
+        level.emplace(o.levels.remove_last());
         if (o.levels.empty()) {
             finished = std::move(it->second);
             owners_.erase(it);
         }
     }
-    relay_of_level.reset();  // before the release, which fires the level's own token
-    {
-        const lease released = std::move(level);  // one round trip, outside owners_mutex_
-    }
+    // Outside owners_mutex_: the relay goes first (the release fires the level's own token, which
+    // is not a loss), then the one round trip of the release.
+    level.reset();
     // finished (now without levels) fires lost_token() in its destructor: fully unlocked.
 }
 
@@ -164,30 +128,20 @@ std::chrono::milliseconds recursive_mutex::expires_in() const noexcept {
     std::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) return std::chrono::milliseconds::zero();
-    auto left = std::chrono::milliseconds::max();
-    for (const auto& level : it->second->levels) left = std::min(left, level.expires_in());
-    return left;
+    return it->second->levels.expires_in();
 }
 
 lock_state recursive_mutex::state() const noexcept {
     std::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) return lock_state::lost;
-    auto worst = lock_state::held;
-    for (const auto& level : it->second->levels) {
-        const auto s = level.state();
-        if (severity(s) > severity(worst)) worst = s;
-    }
-    return worst;
+    return it->second->levels.state();
 }
 
 std::stop_token recursive_mutex::lost_token() const noexcept {
     std::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
-    if (it != owners_.end()) return it->second->lost.get_token();
-    std::stop_source fired;
-    fired.request_stop();
-    return fired.get_token();
+    return it != owners_.end() ? it->second->levels.lost_token() : detail::fired_token();
 }
 
 std::size_t recursive_mutex::depth() const noexcept {

@@ -12,7 +12,9 @@
 #include <deque>
 #include <exception>
 
+#include "core/acquire_policy.hpp"
 #include "core/callbacks.hpp"
+#include "core/quorum.hpp"
 #include "core/status.hpp"
 #include "core/token.hpp"
 #include "core/validate.hpp"
@@ -22,6 +24,7 @@ namespace dlock::redis::detail {
 using dlock::detail::deadline_after;
 using dlock::detail::fail;
 using dlock::detail::lease_core;
+namespace quorum = dlock::detail::quorum;
 
 namespace {
 
@@ -306,10 +309,7 @@ void engine::stop() noexcept {
     std::vector<std::shared_ptr<lease_core>> orphaned;
     {
         std::lock_guard lock(registry_mutex_);
-        for (auto& [ptr, t] : registry_) {
-            if (auto lease = t.lease.lock()) orphaned.push_back(std::move(lease));
-        }
-        registry_.clear();
+        orphaned = registry_.lose_all();
     }
     for (auto& lease : orphaned) lease->lose(make_error_code(errc::lock_lost));
     if (subscriber_) subscriber_->wake_all();
@@ -446,7 +446,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     }
 
     attempt_outcome out;
-    std::vector<std::int64_t> counters(servers_.size(), -1);
+    std::vector<quorum::acquire_vote> votes(servers_.size());  // failed unless set below
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
         if (!b.ec && !counts(i)) {
@@ -467,29 +467,29 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         }
         const auto& r = b.replies.front();
         if (r.elements[0].integer == 1) {
-            ++out.granting;
-            counters[i] = r.elements[1].integer;
+            votes[i] = {quorum::acquire_vote::kind::granted, r.elements[1].integer};
         } else {
-            ++out.holding;
-            const auto ttl = r.elements[1].integer;
-            if (ttl >= 0 && (out.holder_ms < 0 || ttl < out.holder_ms)) out.holder_ms = ttl;
-            if (r.elements.size() == 3 && r.elements[2].integer > 0)
-                out.ticket = static_cast<std::uint64_t>(r.elements[2].integer);
+            const auto ticket = r.elements.size() == 3 && r.elements[2].integer > 0
+                                    ? static_cast<std::uint64_t>(r.elements[2].integer)
+                                    : 0;
+            votes[i] = {quorum::acquire_vote::kind::held, 0, r.elements[1].integer, ticket};
         }
     }
-    if (out.granting >= quorum()) {
-        const auto token_value = *std::max_element(counters.begin(), counters.end());
-        auto at_token =
-            static_cast<std::size_t>(std::count(counters.begin(), counters.end(), token_value));
-        if (at_token < quorum()) {
+    const auto tally = quorum::tally_acquire(votes);
+    out.granting = tally.granting;
+    out.holding = tally.holding;
+    out.holder_ms = tally.holder_ms;
+    out.ticket = tally.ticket;
+    if (tally.majority_granted()) {
+        std::size_t raised = 0;
+        if (!tally.fence_agreed()) {
             // Fencing write-back: the grant counts only once a quorum holds a counter >= token
             // (docs/redlock.md, "Fencing tokens across independent counters").
             std::vector<script_batch> raises;
             const auto raise = one_call({&raise_fence_script(),
                                          {key(name), fence(name)},
-                                         {token, std::to_string(token_value)}});
-            for (std::size_t i = 0; i < servers_.size(); ++i) {
-                if (counters[i] == token_value) continue;
+                                         {token, std::to_string(tally.fence)}});
+            for (const auto i : tally.behind) {
                 raises.push_back(
                     {batches[i].conn, raise, deadline_after(steady::now(), node_timeout)});
             }
@@ -497,13 +497,14 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             for (const auto& r : raises) {
                 if (!r.ec && r.replies.front().type == reply::kind::integer &&
                     r.replies.front().integer == 1)
-                    ++at_token;
+                    ++raised;
             }
         }
-        const bool valid = steady::now() < dlock::detail::valid_until(sent, lease, config_.drift);
-        if (at_token >= quorum() && valid) {
+        const auto validity = quorum::grant_validity(sent, lease, config_.drift);
+        if (quorum::decide_acquire(tally, raised, steady::now(), validity) ==
+            quorum::acquire_verdict::granted) {
             out.granted = true;
-            out.fencing_token = static_cast<std::uint64_t>(token_value);
+            out.fencing_token = static_cast<std::uint64_t>(tally.fence);
             return out;
         }
     }
@@ -568,10 +569,8 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
                              const lease& held, const lock_options& options, std::error_code& ec) {
     const auto* core = dlock::detail::lease_access::core(held);
     if (!core || &core->owner() != this || core->name() != name ||
-        core->kind() != lock_kind::reentrant) {
-        fail(ec, errc::invalid_argument,
-             "lock_request.reenter of \"" + std::string(name) +
-                 "\" must be a reentrant lease of the same lock from the same client");
+        core->kind() != lock_kind::reentrant || core->released()) {
+        dlock::detail::refuse_reentry(name, "not a live grant of this lock on this client", ec);
         return {};
     }
     const auto plan = dlock::detail::make_renewal_plan(options);
@@ -640,7 +639,6 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         const auto plan = dlock::detail::make_renewal_plan(options);
         const auto node_timeout = node_timeout_for(options.lease);
         std::optional<subscriber::registration> waiting;
-        unsigned attempts = 0;
         // A queued waiter keeps one token: it is its place in the queue and its hand-off channel.
         std::string token = new_token(request.kind);
         const auto handoff_channel = channel(name) + ":" + token;
@@ -664,24 +662,76 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 if (armed) self->leave_queue(*protocol, name, *token);
             }
         } leave{this, protocol, name, &token};
-        const auto give_up = [&](std::error_code code, const std::string& why) {
-            fail(ec, code, why);
-            return dlock::lease{};
-        };
-        for (;;) {
-            // Read the generation BEFORE the attempt: a release after a failed attempt bumps it.
-            const auto seen = waiting ? waiting->generation() : 0;
-            if (!protocol->queued && attempts > 0) token = new_token(request.kind);
+        // The loop's skeleton (give-up order, events) is core/acquire_policy.hpp; here is its I/O.
+        using action = dlock::detail::acquire_step::action;
+        using dlock::detail::attempt_report;
+        dlock::detail::acquire_policy policy(options, deadline);
+        const std::string quoted = "lock \"" + std::string(name) + "\"";
+        std::string failure;     // why the latest attempt failed, if it did
+        std::uint64_t seen = 0;  // the notification generation read before the latest attempt
+        for (auto step = policy.start();;) {
+            if (step.what == action::give_up) {
+                if (failure.empty()) failure = policy.give_up_message(step, quoted);
+                fail(ec, step.error, failure);
+                if (step.event) notify({*step.event, name, 0, ec, steady::now()});
+                return {};
+            }
+            if (step.event) notify({*step.event, name, 0, {}, steady::now()});
+            if (step.what == action::subscribe) {
+                // Register for the release (or hand-off) notification, then attempt again at
+                // once: a release between the first attempt and the subscription is caught by
+                // that attempt.
+                // A release lets one exclusive waiter in: it wakes one of ours, not all.
+                const bool one_gets_in =
+                    !protocol->queued &&
+                    (request.kind == lock_kind::exclusive || request.kind == lock_kind::reentrant);
+                waiting.emplace(
+                    *subscriber_, protocol->queued ? handoff_channel : channel(name),
+                    one_gets_in ? subscriber::wake_mode::one : subscriber::wake_mode::all);
+                waiting->wait_subscribed(
+                    std::min(deadline, deadline_after(steady::now(), config_.command_timeout)),
+                    options.cancel);
+                step = policy.subscribed();
+                continue;
+            }
+            if (step.what == action::wait) {
+                waiting->wait(seen, step.until, options.cancel);
+                if (protocol->queued) {
+                    // Direct hand-off: the releaser made us the owner and told us the fencing
+                    // token, so no round trip is needed. Only the latest message is kept, and
+                    // messages arrive in the order they were published, so a stale one never
+                    // hides the grant of our current entry; one for an older entry (we were
+                    // paused past its hand-off lease and re-queued since) carries an older ticket
+                    // and is ignored.
+                    const auto message = parse_handoff(waiting->last_message());
+                    if (message && ticket != 0 && message->ticket == ticket) {
+                        const auto bound = std::min(refresh_lease, handoff_lease);
+                        const auto valid =
+                            dlock::detail::valid_until(refreshed_at, bound, config_.drift);
+                        if (steady::now() < valid) {
+                            auto lease = grant(name, token, message->fence, options, request.kind,
+                                               refreshed_at, valid, true);
+                            leave.armed = false;
+                            return lease;
+                        }
+                        // Ours, but its validity passed while we were paused: discard it. The
+                        // refresh that follows answers {1, fence} if the key still names us,
+                        // else queues us anew with a new ticket, so this message never matches
+                        // again.
+                    }
+                }
+                step = policy.woke();
+                continue;
+            }
+            // action::attempt. Read the generation BEFORE the attempt: a release after a failed
+            // attempt bumps it.
+            seen = waiting ? waiting->generation() : 0;
+            if (!protocol->queued && policy.attempts() > 0) token = new_token(request.kind);
             const auto sent = steady::now();
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
-            if (options.cancel.stop_requested()) {
-                return give_up(make_error_code(errc::canceled),
-                               "waiting for lock \"" + std::string(name) + "\" was canceled");
-            }
             if (protocol->queued) leave.armed = true;
             const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout,
                                         highest_ticket, deadline);
-            ++attempts;
             if (result.granted) {
                 if (waiting) waiting->granted();
                 auto lease =
@@ -693,16 +743,15 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             if (result.granting + result.holding < quorum()) {
                 // Not contention: too few servers answered for any quorum.
                 std::error_code code = result.error;
-                std::string why = result.failures;
+                failure = result.failures;
                 if (servers_.size() > 1) {
                     code = make_error_code(errc::quorum_unreachable);
-                    why = "lock \"" + std::string(name) + "\": no quorum (" +
-                          std::to_string(quorum()) + " of " + std::to_string(servers_.size()) +
-                          ") could be reached: " + result.failures;
+                    failure = quoted + ": no quorum (" + std::to_string(quorum()) + " of " +
+                              std::to_string(servers_.size()) +
+                              ") could be reached: " + result.failures;
                 }
-                give_up(code, why);
-                notify({event_kind::error, name, 0, ec, steady::now()});
-                return {};
+                step = policy.next(steady::now(), attempt_report::failed(code));
+                continue;
             }
             if (protocol->queued && result.holding > 0) {
                 // A "not yet" without a ticket (0) matches no grant message: such a wait ends
@@ -712,33 +761,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 refreshed_at = sent;
                 refresh_lease = lease_ms;
             }
-            auto now = steady::now();
-            if (options.max_attempts && attempts >= *options.max_attempts) {
-                return give_up(make_error_code(errc::attempts_exhausted),
-                               "lock \"" + std::string(name) + "\" still held after " +
-                                   std::to_string(attempts) + " attempts");
-            }
-            if (now >= deadline) {
-                return give_up(make_error_code(errc::timeout),
-                               "lock \"" + std::string(name) + "\" is held by someone else");
-            }
-            if (!waiting) {
-                // Register for the release (or hand-off) notification, then attempt again at
-                // once: a release between the first attempt and the subscription is caught by
-                // that attempt.
-                notify({event_kind::wait_started, name, 0, {}, now});
-                // A release lets one exclusive waiter in: it wakes one of ours, not all.
-                const bool one_gets_in =
-                    !protocol->queued &&
-                    (request.kind == lock_kind::exclusive || request.kind == lock_kind::reentrant);
-                waiting.emplace(
-                    *subscriber_, protocol->queued ? handoff_channel : channel(name),
-                    one_gets_in ? subscriber::wake_mode::one : subscriber::wake_mode::all);
-                waiting->wait_subscribed(
-                    std::min(deadline, deadline_after(now, config_.command_timeout)),
-                    options.cancel);
-                continue;
-            }
+            const auto now = steady::now();
             // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
             // bounds the sleep. Unknown expiry (a key set without one): re-check after our lease.
             // A queued waiter also refreshes its liveness on time (that refresh is the bounded
@@ -756,29 +779,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 retry_at = std::min(retry_at, now + std::chrono::nanoseconds(
                                                         dlock::detail::random_jitter_ns(spread)));
             }
-            waiting->wait(seen, std::min(deadline, retry_at), options.cancel);
-            if (protocol->queued) {
-                // Direct hand-off: the releaser made us the owner and told us the fencing token,
-                // so no round trip is needed. Only the latest message is kept, and messages
-                // arrive in the order they were published, so a stale one never hides the grant
-                // of our current entry; one for an older entry (we were paused past its hand-off
-                // lease and re-queued since) carries an older ticket and is ignored.
-                const auto message = parse_handoff(waiting->last_message());
-                if (message && ticket != 0 && message->ticket == ticket) {
-                    const auto bound = std::min(refresh_lease, handoff_lease);
-                    const auto valid =
-                        dlock::detail::valid_until(refreshed_at, bound, config_.drift);
-                    if (steady::now() < valid) {
-                        auto lease = grant(name, token, message->fence, options, request.kind,
-                                           refreshed_at, valid, true);
-                        leave.armed = false;
-                        return lease;
-                    }
-                    // Ours, but its validity passed while we were paused: discard it. The
-                    // refresh that follows answers {1, fence} if the key still names us, else
-                    // queues us anew with a new ticket, so this message never matches again.
-                }
-            }
+            step = policy.next(now, attempt_report::contended(retry_at));
         }
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
@@ -794,7 +795,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     {
         std::lock_guard lock(registry_mutex_);
-        registry_.erase(&lease);
+        registry_.untrack(&lease);
     }
     try {
         std::vector<pooled> conns;
@@ -828,7 +829,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         }
         run_everywhere(batches);
         lease.mark_released();
-        std::size_t deleted = 0, not_ours = 0;
+        std::vector<quorum::owner_vote> votes;
         std::string failures;
         for (std::size_t i = 0; i < batches.size(); ++i) {
             auto& b = batches[i];
@@ -840,22 +841,22 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             if (b.ec) {
                 if (!ec) ec = b.ec;
                 failures += (failures.empty() ? "" : "; ") + b.error;
-            } else if (b.replies.front().integer == 1) {
-                ++deleted;
+                votes.push_back(quorum::owner_vote::failed);
             } else {
-                ++not_ours;
+                votes.push_back(b.replies.front().integer == 1 ? quorum::owner_vote::ours
+                                                               : quorum::owner_vote::not_ours);
             }
         }
-        // The renewal rule: with more than N - quorum servers answering "not ours" (gone, or
-        // another owner's token), the servers that still held our key could not have formed a
-        // quorum, so the grant had been lost before this release, whatever one server deleted.
-        if (deleted > 0 && not_ours <= servers_.size() - quorum()) {
+        const auto tally = quorum::tally_owner(votes, servers_.size());
+        const auto deleted = tally.ours, not_ours = tally.not_ours;
+        const auto verdict = quorum::decide_release(tally);  // the renewal rule, docs/redlock.md
+        if (verdict == quorum::release_verdict::released) {
             // Servers that could not be reached keep our key until it expires; nobody else is hurt.
             ec.clear();
             notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
             return;
         }
-        if (not_ours > servers_.size() - quorum()) {
+        if (verdict == quorum::release_verdict::lost) {
             fail(ec, errc::lock_lost,
                  "lock \"" + lease.name() +
                      "\" was no longer held by this owner (expired or taken " + "over" +
@@ -887,7 +888,7 @@ void engine::track(const std::shared_ptr<lease_core>& lease, bool handed_off) {
     if (handed_off) next = std::min(next, steady::now() + handoff_lease / 4);
     {
         std::lock_guard lock(registry_mutex_);
-        registry_[lease.get()] = {lease, next, handed_off};
+        registry_.track(lease, next, handed_off);
     }
     // Only wake the background thread if it would otherwise sleep past this lease's first due time.
     if (next.time_since_epoch().count() < worker_wakes_at_.load()) wake();
@@ -899,40 +900,25 @@ steady::time_point engine::renew_due(steady::time_point now) {
         std::chrono::milliseconds request;
     };
     std::vector<due_lease> due;
-    std::vector<std::shared_ptr<lease_core>> expired;
+    dlock::detail::lease_registry::due_batch batch;
     // The earliest deadline of EVERY lease, due or not: the renewal round trip below must not
     // block past it, or that lease's loss (lost_token, on_lost) would be reported late.
     auto latest = steady::time_point::max();
     {
         std::lock_guard lock(registry_mutex_);
-        for (auto it = registry_.begin(); it != registry_.end();) {
-            auto lease = it->second.lease.lock();
-            if (!lease || lease->released()) {
-                it = registry_.erase(it);
-                continue;
+        batch = registry_.due(now);
+        for (auto& d : batch.renew) {
+            const auto& plan = d.lease->plan();
+            const auto request = dlock::detail::lease_to_request(plan, d.lease->granted_at(), now);
+            if (request && (plan.renew || d.extend_once)) {
+                due.push_back({std::move(d.lease), *request});
+            } else {
+                registry_.schedule(d.lease.get(), d.lease->valid_until());  // let it run out
             }
-            if (now >= lease->valid_until()) {
-                expired.push_back(std::move(lease));
-                it = registry_.erase(it);
-                continue;
-            }
-            latest = std::min(latest, lease->valid_until());
-            // Renew a little early so leases that fall due close together share one pipeline.
-            const auto slack = lease->plan().every / 8;
-            if (it->second.next_renewal <= now + slack) {
-                const auto request =
-                    dlock::detail::lease_to_request(lease->plan(), lease->granted_at(), now);
-                if (request && (lease->plan().renew || it->second.extend_once)) {
-                    due.push_back({std::move(lease), *request});
-                } else {
-                    it->second.next_renewal =
-                        lease->valid_until();  // max_hold reached: let it run out
-                }
-            }
-            ++it;
         }
+        latest = registry_.earliest_deadline();
     }
-    for (auto& lease : expired) lease->lose(make_error_code(errc::lock_lost));
+    for (auto& lease : batch.lost) lease->lose(make_error_code(errc::lock_lost));
     if (!due.empty()) {
         const auto sent = steady::now();
         auto calls = std::make_shared<std::vector<script_call>>();
@@ -962,11 +948,11 @@ steady::time_point engine::renew_due(steady::time_point now) {
         std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
         {
             std::lock_guard lock(registry_mutex_);
+            std::vector<quorum::owner_vote> votes;
             for (std::size_t i = 0; i < due.size(); ++i) {
                 auto& lease = due[i].lease;
-                const auto it = registry_.find(lease.get());
-                if (it == registry_.end()) continue;  // released meanwhile
-                std::size_t extended = 0, not_ours = 0;
+                if (!registry_.tracked(lease.get())) continue;  // released meanwhile
+                votes.clear();
                 std::string why = failures;
                 for (std::size_t k = 0; k < batches.size(); ++k) {
                     const auto& b = batches[k];
@@ -975,28 +961,37 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
                         why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +
                                ": " + r.text;
+                        votes.push_back(quorum::owner_vote::failed);
                         continue;
                     }
-                    (r.integer == 1 ? extended : not_ours) += 1;
+                    votes.push_back(r.integer == 1 ? quorum::owner_vote::ours
+                                                   : quorum::owner_vote::not_ours);
                 }
-                if (extended >= quorum()) {
-                    it->second.extend_once = false;
-                    lease->renewed(dlock::detail::valid_until(sent, due[i].request, config_.drift));
-                    it->second.next_renewal = std::min(
-                        dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), sent),
-                        lease->valid_until());
-                    renewed.push_back(lease);
-                } else if (not_ours > servers_.size() - quorum()) {
-                    lost.push_back(
-                        lease);  // gone or another token on enough servers: no quorum can hold it
-                    registry_.erase(it);
-                } else if (interrupted) {
-                    it->second.next_renewal = now;
-                } else {
-                    lease->renewal_failed();
-                    const auto retry = now + dlock::detail::renewal_retry_delay(lease->plan());
-                    it->second.next_renewal = std::min(retry, lease->valid_until());
-                    failed.emplace_back(lease, std::move(why));
+                switch (quorum::decide_renew(quorum::tally_owner(votes, servers_.size()))) {
+                    case quorum::renew_verdict::renewed:
+                        lease->renewed(
+                            dlock::detail::valid_until(sent, due[i].request, config_.drift));
+                        registry_.schedule(lease.get(),
+                                           dlock::detail::next_renewal_at(
+                                               lease->plan(), lease->granted_at(), sent),
+                                           /*renewed=*/true);
+                        renewed.push_back(lease);
+                        break;
+                    case quorum::renew_verdict::lost:
+                        // gone or another token on enough servers: no quorum can hold it
+                        lost.push_back(lease);
+                        registry_.untrack(lease.get());
+                        break;
+                    case quorum::renew_verdict::failed:
+                        if (interrupted) {
+                            registry_.schedule(lease.get(), now);
+                            break;
+                        }
+                        lease->renewal_failed();
+                        registry_.schedule(lease.get(),
+                                           now + dlock::detail::renewal_retry_delay(lease->plan()));
+                        failed.emplace_back(lease, std::move(why));
+                        break;
                 }
             }
         }
@@ -1014,8 +1009,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
         for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
     }
     std::lock_guard lock(registry_mutex_);
-    auto next = steady::time_point::max();
-    for (const auto& [ptr, t] : registry_) next = std::min(next, t.next_renewal);
+    const auto next = registry_.next_due();
     // Published under registry_mutex_: a lease tracked after this sees it and wakes us if sooner.
     worker_wakes_at_.store(next.time_since_epoch().count());
     return next;

@@ -24,6 +24,7 @@
 #include <dlock/redis/reply.hpp>
 
 #include "core/lease_core.hpp"
+#include "core/lease_registry.hpp"
 #include "core/renewal.hpp"
 #include "core/url.hpp"
 #include "redis/connection.hpp"
@@ -143,13 +144,8 @@ private:
     const engine_config config_;
     std::vector<std::unique_ptr<server>> servers_;
 
-    struct tracked {
-        std::weak_ptr<dlock::detail::lease_core> lease;
-        steady::time_point next_renewal;
-        bool extend_once = false;  // a hand-off grant not yet extended to its own lease
-    };
     std::mutex registry_mutex_;  // guards registry_
-    std::unordered_map<const dlock::detail::lease_core*, tracked> registry_;
+    dlock::detail::lease_registry registry_;
     std::atomic<steady::rep> worker_wakes_at_{steady::time_point::max().time_since_epoch().count()};
 
     /// Owners of the reentrant kind with re-entries, by owner token: how many levels beyond the

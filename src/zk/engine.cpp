@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <utility>
 
+#include "core/acquire_policy.hpp"
 #include "core/callbacks.hpp"
 #include "core/status.hpp"
 #include "core/token.hpp"
@@ -48,8 +50,6 @@ int get_children(session& s, const std::string& path, std::vector<std::string>& 
     });
     return rc;
 }
-
-std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 /// After a failed request: true to go round again (connection or session trouble), false when
 /// the failure is final. An expired session is replaced at the top of the acquire loop; while the
@@ -120,10 +120,11 @@ void engine::stop() noexcept {
         std::lock_guard lock(mutex_);
         for (auto& [ptr, e] : registry_) {
             if (auto l = e.lease.lock()) orphaned.push_back(std::move(l));
-            sessions.push_back(e.node->owner);
             e.node->deleted = true;
         }
+        for (auto& [ptr, held] : sessions_) sessions.push_back(held.s);
         if (session_) sessions.push_back(std::move(session_));
+        leases_.lose_all();
     }
     for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost));
     for (auto& s : sessions) s->close();  // the nodes go with the session
@@ -143,25 +144,6 @@ void engine::report_error(std::error_code ec, std::string_view what) noexcept {
 
 void engine::notify(const lock_event& event) noexcept {
     dlock::detail::notify_observer(options_.observer, options_.error_handler, event);
-}
-
-dlock::lease engine::abandon(const std::shared_ptr<session>& s, const std::string& parent,
-                             const std::string& node, const std::string& doubtful_guid,
-                             std::string_view name, errc code, std::string message,
-                             std::error_code& ec) {
-    if (s && !s->dead() && (!node.empty() || !doubtful_guid.empty())) {
-        if (!node.empty()) {
-            const auto path = parent + "/" + node;
-            const int rc =
-                s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-            if (rc != ZOK && rc != ZNONODE) s->queue_cleanup({parent, {}, path});
-        }
-        if (!doubtful_guid.empty()) s->queue_cleanup({parent, doubtful_guid, {}});
-    }
-    fail(ec, code, std::move(message));
-    if (code != errc::timeout && code != errc::attempts_exhausted && code != errc::canceled)
-        notify({event_kind::error, name, 0, ec, steady::now()});
-    return {};
 }
 
 std::string engine::lock_path(std::string_view name) const {
@@ -238,7 +220,7 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
     return s;
 }
 
-dlock::lease engine::grant(std::string_view name, const lock_options& options,
+dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_options& options,
                            std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
                            steady::time_point sent) {
     auto node = std::make_shared<held_node>();
@@ -250,11 +232,11 @@ dlock::lease engine::grant(std::string_view name, const lock_options& options,
     if (cap != forever) node->cap_valid = dlock::detail::valid_until(sent, cap);
     const auto valid = std::min(s->valid_until(), node->cap_valid);
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
-                                             czxid, options, sent, valid);
+                                             czxid, options, sent, valid, kind);
     s->own(node->path);  // a deletion by someone else makes the lease lost at once
     {
         std::lock_guard lock(mutex_);
-        registry_[core.get()] = {core, std::move(node)};
+        track(core, std::move(node), steady::now());
         wake_ = true;
     }
     worker_cv_.notify_all();
@@ -266,7 +248,7 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
                              const lock_options& options, std::error_code& ec) {
     auto* previous = dlock::detail::lease_access::core(*request.reenter);
     if (previous == nullptr) {
-        fail(ec, errc::not_owner, "re-entering lock \"" + std::string(name) + "\": empty lease");
+        dlock::detail::refuse_reentry(name, "an empty lease", ec);
         return {};
     }
     std::shared_ptr<lease_core> core;
@@ -274,10 +256,12 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
     {
         std::lock_guard lock(mutex_);
         const auto it = registry_.find(previous);
-        if (it == registry_.end() || previous->name() != name) {
-            fail(ec, errc::not_owner,
-                 "re-entering lock \"" + std::string(name) +
-                     "\": the lease is not a live grant of this lock on this client");
+        // Only a re-entrant grant re-enters: a plain mutex's lease of the same name is not an
+        // owner's level (one name serves one kind).
+        if (it == registry_.end() || previous->name() != name ||
+            previous->kind() != lock_kind::reentrant) {
+            dlock::detail::refuse_reentry(
+                name, "the lease is not a live reentrant grant of this lock on this client", ec);
             return {};
         }
         node = it->second.node;
@@ -289,8 +273,8 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
         ++node->depth;
         core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
                                             node->czxid, options, steady::now(),
-                                            previous->valid_until());
-        registry_[core.get()] = {core, node};
+                                            previous->valid_until(), lock_kind::reentrant);
+        track(core, node, steady::now());
     }
     notify({event_kind::acquired, name, node->czxid, {}, steady::now()});
     return dlock::detail::lease_access::make(std::move(core));
@@ -304,174 +288,234 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
         if (ec) return {};
-        if (request.kind == lock_kind::permits)
-            return acquire_permits(name, request, options, deadline, ec);
-        if (request.kind == lock_kind::reentrant && request.reenter != nullptr)
+        if (request.reenter != nullptr) {
+            if (request.kind != lock_kind::reentrant) {
+                fail(ec, errc::invalid_argument,
+                     "lock_request.reenter is only for the reentrant kind");
+                return {};
+            }
             return reenter(name, request, options, ec);
-
-        const bool read = request.kind == lock_kind::read;
-        const std::string parent = lock_path(name);
-        const std::string guid = dlock::detail::random_token();
-        const std::string prefix = node_prefix(guid, read);
-        const std::string quoted = "lock \"" + std::string(name) + "\"";
-        std::shared_ptr<session> s;
-        std::string node;  // our child's name, once known
-        std::uint64_t czxid = 0;
-        bool unknown = false;  // a create may have landed without our knowing (protection mode)
-        bool waiting = false;
-        unsigned attempts = 0;
-        std::vector<std::string> children;
-
-        // Giving up: our node (or the guid whose create is in doubt) must not stay behind.
-        const auto give_up = [&](errc code, std::string message) {
-            return abandon(s, parent, node, unknown ? guid : std::string(), name, code,
-                           std::move(message), ec);
-        };
-        const auto recoverable = [&](int rc) {
-            return zk::detail::recoverable(*s, rc, options.cancel);
-        };
-
-        for (;;) {
-            if (options.cancel.stop_requested())
-                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-            if (s && s->stale(steady::now())) s->mark_dead();
-            if (!s || s->dead()) {
-                // A dead session took our node with it: start over on a new one (not yet granted).
-                node.clear();
-                unknown = false;
-                s = session_for(ec);
-                if (!s) {
-                    notify({event_kind::error, name, 0, ec, steady::now()});
-                    return {};
-                }
-            }
-            // Disconnected: wait for the session to come back, but not past the point where it can
-            // no longer be trusted (the server may expire it from then on, and with the whole
-            // ensemble down nobody would tell us): then start over on a new session, which fails
-            // with connection_failed within connect_timeout if the ensemble is still unreachable.
-            if (!s->connected() &&
-                !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
-                if (s->dead()) continue;
-                if (options.cancel.stop_requested())
-                    return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-                if (steady::now() < deadline && !s->connected()) {
-                    s->mark_dead();
-                    continue;
-                }
-                return give_up(errc::connection_failed,
-                               "ZooKeeper " + endpoint_.hosts + ": disconnected while acquiring " +
-                                   quoted + " and not back before the deadline");
-            }
-            if (unknown) {
-                const int rc = get_children(*s, parent, children);
-                if (rc != ZOK && rc != ZNONODE) {
-                    if (recoverable(rc)) continue;
-                    return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-                }
-                unknown = false;
-                for (const auto& c : children) {
-                    if (c.starts_with(prefix)) node = c;
-                }
-                if (!node.empty()) {
-                    Stat stat{};
-                    const auto path = parent + "/" + node;
-                    const int erc = s->with_handle(
-                        [&](zhandle_t* zh) { return zoo_exists(zh, path.c_str(), 0, &stat); });
-                    if (erc == ZOK) {
-                        czxid = static_cast<std::uint64_t>(stat.czxid);
-                    } else {
-                        node.clear();
-                        if (retriable(erc)) unknown = true;  // it may still be there: look again
-                        if (recoverable(erc)) continue;
-                    }
-                }
-            }
-            if (node.empty()) {
-                const auto want = parent + "/" + prefix;
-                std::vector<char> buffer(want.size() + 32);
-                Stat stat{};
-                const int rc = s->with_handle([&](zhandle_t* zh) {
-                    return zoo_create2(zh, want.c_str(), nullptr, -1, acl(),
-                                       ZOO_EPHEMERAL_SEQUENTIAL, buffer.data(),
-                                       static_cast<int>(buffer.size()), &stat);
-                });
-                if (rc == ZNONODE) {
-                    const int prc = ensure_path(*s, parent, ZOO_CONTAINER);
-                    if (prc == ZOK || recoverable(prc)) continue;
-                    return give_up(code_for(prc),
-                                   quoted + ": cannot create " + parent + ": " + zk_text(prc));
-                }
-                if (retriable(rc)) {
-                    unknown = true;  // protection mode: find it by its guid once reconnected
-                    continue;
-                }
-                if (session_gone(rc)) continue;
-                if (rc != ZOK) return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
-                node = base_name(buffer.data());
-                czxid = static_cast<std::uint64_t>(stat.czxid);
-            }
-            const auto sent = steady::now();
-            const int rc = get_children(*s, parent, children);
-            if (rc != ZOK) {
-                if (recoverable(rc)) continue;
-                if (rc == ZNONODE) {  // the container went with our node: start over
-                    node.clear();
-                    continue;
-                }
-                return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-            }
-            // A duplicate of ours (a create we believed lost that landed after all, seen late
-            // after a reconnection) would queue us behind ourselves: delete it and look again.
-            bool duplicate = false;
-            for (const auto& c : children) {
-                if (c == node || !c.starts_with(guid)) continue;
-                const auto path = parent + "/" + c;
-                s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-                duplicate = true;
-            }
-            if (duplicate) continue;
-            // One name, one kind (backend.hpp): a semaphore's nodes are not part of this queue.
-            if (std::any_of(children.begin(), children.end(), is_permit_node)) {
-                return give_up(errc::unexpected_reply,
-                               quoted + " is used as a counting_semaphore; a name serves one kind");
-            }
-            const auto where = locate(children, node);
-            if (!where.found) {  // our node is gone (session expired, or deleted by someone)
-                node.clear();
-                continue;
-            }
-            if (where.holds) return grant(name, options, s, parent + "/" + node, czxid, sent);
-            ++attempts;
-            if (!waiting) {
-                waiting = true;
-                notify({event_kind::wait_started, name, 0, {}, steady::now()});
-            }
-            if (options.max_attempts && attempts >= *options.max_attempts) {
-                return give_up(
-                    errc::attempts_exhausted,
-                    quoted + " still held after " + std::to_string(attempts) + " attempts");
-            }
-            if (steady::now() >= deadline)
-                return give_up(errc::timeout, quoted + " is held by someone else");
-            // Watch only the node we wait for (no herd). ZNONODE: it went between getChildren
-            // and exists, so look again at once.
-            const auto watched = parent + "/" + where.watch;
-            const auto seen = s->watch_begin(watched);
-            Stat stat{};
-            const int wrc = s->with_handle([&](zhandle_t* zh) {
-                return zoo_wexists(zh, watched.c_str(), &session::on_event, s.get(), &stat);
-            });
-            if (wrc == ZOK) s->watch_wait(watched, seen, deadline, options.cancel);
-            s->watch_end(watched);
-            if (wrc != ZOK && wrc != ZNONODE && !recoverable(wrc))
-                return give_up(code_for(wrc), quoted + ": exists: " + zk_text(wrc));
         }
+        const driver recipe(request.kind, request.count);
+        if (recipe.permits() && (request.count < 1 || request.limit < request.count)) {
+            fail(ec, errc::invalid_argument,
+                 recipe.quoted(name) + ": count must be >= 1 and <= limit, got count=" +
+                     std::to_string(request.count) + " limit=" + std::to_string(request.limit));
+            return {};
+        }
+        return acquire(name, recipe, request.limit, options, deadline, ec);
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
     } catch (const std::system_error& e) {
         fail(ec, e.code(), e.what());
     }
     return {};
+}
+
+dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::uint32_t limit,
+                             const lock_options& options, steady::time_point deadline,
+                             std::error_code& ec) {
+    // The wait policy (cancel, max_attempts, deadline, wait_started, error events) is
+    // acquire_policy's; this keeps the I/O: attempts, watches and the clean-up of our node.
+    using dlock::detail::acquire_step;
+    dlock::detail::acquire_policy policy(
+        options, deadline, dlock::detail::acquire_policy::notification::watch_with_read);
+    attempt_state a{recipe, name, recipe.quoted(name), limit, options, deadline};
+    a.ours.parent = lock_path(name);
+    a.ours.guid = dlock::detail::random_token();
+    a.ours.prefix = recipe.prefix(a.ours.guid);
+    for (auto step = policy.start();;) {
+        if (step.event == event_kind::wait_started)
+            notify({event_kind::wait_started, name, 0, {}, steady::now()});
+        switch (step.what) {
+            case acquire_step::action::attempt:
+            case acquire_step::action::subscribe: {  // watch_with_read: never subscribe
+                const auto report = attempt(a);
+                step = policy.next(steady::now(), report);
+                break;
+            }
+            case acquire_step::action::wait: {
+                a.wait_rc = wait_turn(*a.s, a.ours, a.where, a.permits, step.until, options.cancel);
+                step = policy.woke();
+                break;
+            }
+            case acquire_step::action::done: {
+                if (a.where.wake_successor) {
+                    // The node after ours may be watching us: a data change tells it we hold, so
+                    // it becomes first in line and watches the children (docs/zookeeper.md,
+                    // Semaphore). Retried until answered: a lost set would leave it asleep while
+                    // permits are free (our session's end deletes the node, which wakes it too).
+                    a.s->wake_successor(a.ours.path());
+                }
+                return grant(name, recipe.kind(), options, a.s, a.ours.path(), a.ours.czxid,
+                             a.sent);
+            }
+            case acquire_step::action::give_up: {
+                // Our node (or the guid whose create is in doubt) must not stay behind.
+                if (a.s) a.s->remove_guaranteed(a.ours);
+                // A failed attempt's own message, or the policy's reason to stop.
+                std::string message = std::move(a.failure);
+                if (message.empty() && !recipe.permits()) {
+                    message = policy.give_up_message(step, a.quoted);
+                } else if (message.empty() && step.error == errc::canceled) {
+                    message = "waiting for " + a.quoted + " was canceled";
+                } else if (message.empty() && step.error == errc::attempts_exhausted) {
+                    message = a.quoted + " " + recipe.still() + " after " +
+                              std::to_string(policy.attempts()) + " attempts";
+                } else if (message.empty()) {
+                    message = a.quoted + " " + recipe.busy();
+                }
+                fail(ec, step.error, std::move(message));
+                if (step.event == event_kind::error)
+                    notify({event_kind::error, name, 0, ec, steady::now()});
+                return {};
+            }
+        }
+    }
+}
+
+dlock::detail::attempt_report engine::attempt(attempt_state& a) {
+    using dlock::detail::attempt_report;
+    auto& s = a.s;
+    auto& ours = a.ours;
+    const auto& recipe = a.recipe;
+    const auto& quoted = a.quoted;
+    const auto& cancel = a.options.cancel;
+    // A failure: its message goes with the give-up.
+    const auto failed = [&](errc code, std::string message) {
+        a.failure = std::move(message);
+        return attempt_report::failed(make_error_code(code));
+    };
+    const auto recoverable = [&](int rc) { return zk::detail::recoverable(*s, rc, cancel); };
+    if (const int rc = std::exchange(a.wait_rc, ZOK);
+        rc != ZOK && rc != ZNONODE && !recoverable(rc)) {
+        return failed(code_for(rc), quoted + ": watch: " + zk_text(rc));
+    }
+    // Connection and session trouble is retried here, within the attempt, until it is answered;
+    // cancel and the deadline still bound it.
+    for (;;) {
+        if (cancel.stop_requested())
+            return failed(errc::canceled, "waiting for " + quoted + " was canceled");
+        if (s && s->stale(steady::now())) s->mark_dead();
+        if (!s || s->dead()) {
+            // A dead session took our node with it: start over on a new one (not yet granted).
+            ours.forget();
+            std::error_code sec;
+            s = session_for(sec);
+            if (!s) {
+                a.failure = dlock::detail::message_for(sec);
+                return attempt_report::failed(sec);
+            }
+        }
+        // Disconnected: wait for the session to come back, but not past the point where it can no
+        // longer be trusted (the server may expire it from then on, and with the whole ensemble
+        // down nobody would tell us): then start over on a new session, which fails with
+        // connection_failed within connect_timeout if the ensemble is still unreachable.
+        if (!s->connected() && !s->wait_connected(std::min(a.deadline, s->valid_until()), cancel)) {
+            if (s->dead()) continue;
+            if (cancel.stop_requested())
+                return failed(errc::canceled, "waiting for " + quoted + " was canceled");
+            if (steady::now() < a.deadline && !s->connected()) {
+                s->mark_dead();
+                continue;
+            }
+            return failed(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
+                                                       ": disconnected while acquiring " + quoted +
+                                                       " and not back before the deadline");
+        }
+        if (recipe.permits()) {
+            // Also (re-)creates the semaphore's persistent parent.
+            if (const int rc = read_limit(*s, ours.parent, a.limit, a.permits); rc != ZOK) {
+                if (recoverable(rc)) continue;
+                return failed(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
+            }
+        }
+        if (const int rc = s->create_protected(ours, acl()); rc != ZOK) {
+            if (rc == ZNONODE) {
+                // A lock's container parent went once empty (a semaphore's is made again by
+                // read_limit next round).
+                const int prc =
+                    recipe.permits() ? ZOK : ensure_path(*s, ours.parent, ZOO_CONTAINER);
+                if (prc == ZOK || recoverable(prc)) continue;
+                return failed(code_for(prc),
+                              quoted + ": cannot create " + ours.parent + ": " + zk_text(prc));
+            }
+            if (recoverable(rc)) continue;
+            return failed(code_for(rc), quoted + ": create: " + zk_text(rc));
+        }
+        a.sent = steady::now();
+        if (const int rc = get_children(*s, ours.parent, a.children); rc != ZOK) {
+            if (recoverable(rc)) continue;
+            if (rc == ZNONODE) {  // the container went with our node: start over
+                ours.forget();
+                continue;
+            }
+            return failed(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
+        }
+        // A duplicate of ours (a create we believed lost that landed after all, seen late after a
+        // reconnection) would queue us behind ourselves: delete it and look again.
+        bool duplicate = false;
+        for (const auto& c : a.children) {
+            if (c == ours.name || !c.starts_with(ours.guid)) continue;
+            s->remove_guaranteed(ours.parent + "/" + c);
+            duplicate = true;
+        }
+        if (duplicate) continue;
+        // One name, one kind (backend.hpp): another kind's nodes are not part of this queue.
+        if (std::any_of(a.children.begin(), a.children.end(),
+                        [&](const std::string& c) { return recipe.foreign(c); })) {
+            return failed(errc::unexpected_reply, quoted + " is used as a " + recipe.other_kind() +
+                                                      "; a name serves one kind");
+        }
+        a.where = recipe.locate(a.children, ours.name, a.permits);
+        if (!a.where.found) {  // our node is gone (session expired, or deleted by someone)
+            ours.forget();
+            continue;
+        }
+        return a.where.holds ? attempt_report::granted() : attempt_report::contended();
+    }
+}
+
+int engine::wait_turn(session& s, const protected_node& ours, const standing& where,
+                      std::uint64_t permits, steady::time_point deadline,
+                      const std::stop_token& cancel) {
+    // Watch only what decides our turn (no herd): the node we wait for (deleted; for a
+    // semaphore, also set once it holds), or, first in a semaphore's line, the children (a
+    // release) and the parent's data (set_permits). ZNONODE: the node went between getChildren
+    // and the watch, so look again at once.
+    const auto watched = where.watch_parent ? ours.parent : ours.parent + "/" + where.watch;
+    const auto seen = s.watch_begin(watched);
+    int rc = ZOK;
+    bool changed = false;  // seen when setting the watch: look again instead of waiting
+    if (where.watch_parent) {
+        rc = s.with_handle([&](zhandle_t* zh) {
+            String_vector kids{0, nullptr};
+            int r = zoo_wget_children(zh, watched.c_str(), &session::on_event, &s, &kids);
+            if (r != ZOK) return r;
+            std::vector<std::string> now(kids.data, kids.data + kids.count);
+            deallocate_String_vector(&kids);
+            changed = locate_permits(now, ours.name, permits).holds;
+            char data[32];
+            int size = sizeof data;
+            r = zoo_wget(zh, watched.c_str(), &session::on_event, &s, data, &size, nullptr);
+            if (r == ZOK && std::string_view(data, std::max(size, 0)) != std::to_string(permits))
+                changed = true;
+            return r;
+        });
+    } else {
+        Stat stat{};
+        rc = s.with_handle([&](zhandle_t* zh) {
+            return zoo_wexists(zh, watched.c_str(), &session::on_event, &s, &stat);
+        });
+        // A semaphore node with data holds already: we are first in line now. (Lock nodes carry
+        // no data.)
+        changed = rc == ZOK && is_permit_node(where.watch) && stat.dataLength > 0;
+    }
+    // A watch fires only for changes after it was set: what changed since our getChildren was
+    // read back above.
+    if (rc == ZOK && !changed) s.watch_wait(watched, seen, deadline, cancel);
+    s.watch_end(watched);
+    return rc;
 }
 
 int engine::read_limit(session& s, const std::string& parent, std::uint32_t limit,
@@ -542,199 +586,6 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
     }
 }
 
-dlock::lease engine::acquire_permits(std::string_view name, const lock_request& request,
-                                     const lock_options& options, steady::time_point deadline,
-                                     std::error_code& ec) {
-    const std::string quoted = "semaphore \"" + std::string(name) + "\"";
-    if (request.count < 1 || request.limit < request.count) {
-        fail(ec, errc::invalid_argument,
-             quoted + ": count must be >= 1 and <= limit, got count=" +
-                 std::to_string(request.count) + " limit=" + std::to_string(request.limit));
-        return {};
-    }
-    const std::string parent = lock_path(name);
-    const std::string guid = dlock::detail::random_token();
-    const std::string prefix = permit_prefix(guid, request.count);
-    std::shared_ptr<session> s;
-    std::string node;
-    std::uint64_t czxid = 0;
-    bool unknown = false;
-    bool waiting = false;
-    unsigned attempts = 0;
-    std::vector<std::string> children;
-
-    const auto give_up = [&](errc code, std::string message) {
-        return abandon(s, parent, node, unknown ? guid : std::string(), name, code,
-                       std::move(message), ec);
-    };
-    const auto recoverable = [&](int rc) {
-        return zk::detail::recoverable(*s, rc, options.cancel);
-    };
-
-    for (;;) {
-        if (options.cancel.stop_requested())
-            return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-        if (s && s->stale(steady::now())) s->mark_dead();
-        if (!s || s->dead()) {
-            node.clear();
-            unknown = false;
-            s = session_for(ec);
-            if (!s) {
-                notify({event_kind::error, name, 0, ec, steady::now()});
-                return {};
-            }
-        }
-        // Disconnected: wait for the session to come back, but not past the point where it can
-        // no longer be trusted (the server may expire it from then on, and with the whole ensemble
-        // down nobody would tell us): then start over on a new session, which fails with
-        // connection_failed within connect_timeout if the ensemble is still unreachable.
-        if (!s->connected() &&
-            !s->wait_connected(std::min(deadline, s->valid_until()), options.cancel)) {
-            if (s->dead()) continue;
-            if (options.cancel.stop_requested())
-                return give_up(errc::canceled, "waiting for " + quoted + " was canceled");
-            if (steady::now() < deadline && !s->connected()) {
-                s->mark_dead();
-                continue;
-            }
-            return give_up(errc::connection_failed, "ZooKeeper " + endpoint_.hosts +
-                                                        ": disconnected while acquiring " + quoted +
-                                                        " and not back before the deadline");
-        }
-        std::uint64_t limit = 0;
-        if (const int rc = read_limit(*s, parent, request.limit, limit); rc != ZOK) {
-            if (recoverable(rc)) continue;
-            return give_up(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
-        }
-        if (unknown) {
-            const int rc = get_children(*s, parent, children);
-            if (rc != ZOK && rc != ZNONODE) {
-                if (recoverable(rc)) continue;
-                return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-            }
-            unknown = false;
-            for (const auto& c : children) {
-                if (c.starts_with(prefix)) node = c;
-            }
-            if (!node.empty()) {
-                Stat stat{};
-                const auto path = parent + "/" + node;
-                const int erc = s->with_handle(
-                    [&](zhandle_t* zh) { return zoo_exists(zh, path.c_str(), 0, &stat); });
-                if (erc == ZOK) {
-                    czxid = static_cast<std::uint64_t>(stat.czxid);
-                } else {
-                    node.clear();
-                    if (retriable(erc)) unknown = true;
-                    if (recoverable(erc)) continue;
-                }
-            }
-        }
-        if (node.empty()) {
-            const auto want = parent + "/" + prefix;
-            std::vector<char> buffer(want.size() + 32);
-            Stat stat{};
-            const int rc = s->with_handle([&](zhandle_t* zh) {
-                return zoo_create2(zh, want.c_str(), nullptr, -1, acl(), ZOO_EPHEMERAL_SEQUENTIAL,
-                                   buffer.data(), static_cast<int>(buffer.size()), &stat);
-            });
-            if (rc == ZNONODE) continue;  // the parent is re-created by read_limit
-            if (retriable(rc)) {
-                unknown = true;
-                continue;
-            }
-            if (recoverable(rc)) continue;
-            if (rc != ZOK) return give_up(code_for(rc), quoted + ": create: " + zk_text(rc));
-            node = base_name(buffer.data());
-            czxid = static_cast<std::uint64_t>(stat.czxid);
-        }
-        const auto sent = steady::now();
-        const int rc = get_children(*s, parent, children);
-        if (rc != ZOK) {
-            if (recoverable(rc)) continue;
-            if (rc == ZNONODE) {
-                node.clear();
-                continue;
-            }
-            return give_up(code_for(rc), quoted + ": getChildren: " + zk_text(rc));
-        }
-        bool duplicate = false;
-        for (const auto& c : children) {
-            if (c == node || !c.starts_with(guid)) continue;
-            const auto path = parent + "/" + c;
-            s->with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
-            duplicate = true;
-        }
-        if (duplicate) continue;
-        if (std::any_of(children.begin(), children.end(),
-                        [](const std::string& c) { return parse_node(c).has_value(); })) {
-            return give_up(errc::unexpected_reply,
-                           quoted + " is used as a lock; a name serves one kind");
-        }
-        const auto where = locate_permits(children, node, limit);
-        if (!where.found) {
-            node.clear();
-            continue;
-        }
-        if (where.holds) {
-            if (where.has_successor) {
-                // The node after ours may be watching us: a data change tells it we hold, so it
-                // becomes first in line and watches the children (docs/zookeeper.md, Semaphore).
-                // Retried until answered: a lost set would leave it asleep while permits are
-                // free (our session's end deletes the node, which wakes it too).
-                s->wake_successor(parent + "/" + node);
-            }
-            return grant(name, options, s, parent + "/" + node, czxid, sent);
-        }
-        ++attempts;
-        if (!waiting) {
-            waiting = true;
-            notify({event_kind::wait_started, name, 0, {}, steady::now()});
-        }
-        if (options.max_attempts && attempts >= *options.max_attempts) {
-            return give_up(errc::attempts_exhausted,
-                           quoted + " still full after " + std::to_string(attempts) + " attempts");
-        }
-        if (steady::now() >= deadline)
-            return give_up(errc::timeout, quoted + " has no permits free");
-        // First in line: watch the children (a release) and the node's data (set_permits).
-        // Behind another waiter: watch only it (deleted, or set once it holds).
-        const auto watched = where.first_waiter ? parent : parent + "/" + where.watch;
-        const auto seen = s->watch_begin(watched);
-        int wrc = ZOK;
-        bool changed = false;  // seen when setting the watch: look again instead of waiting
-        if (where.first_waiter) {
-            wrc = s->with_handle([&](zhandle_t* zh) {
-                String_vector kids{0, nullptr};
-                int r = zoo_wget_children(zh, watched.c_str(), &session::on_event, s.get(), &kids);
-                if (r != ZOK) return r;
-                std::vector<std::string> now(kids.data, kids.data + kids.count);
-                deallocate_String_vector(&kids);
-                changed = locate_permits(now, node, limit).holds;
-                char data[32];
-                int size = sizeof data;
-                r = zoo_wget(zh, watched.c_str(), &session::on_event, s.get(), data, &size,
-                             nullptr);
-                if (r == ZOK && std::string_view(data, std::max(size, 0)) != std::to_string(limit))
-                    changed = true;
-                return r;
-            });
-        } else {
-            Stat stat{};
-            wrc = s->with_handle([&](zhandle_t* zh) {
-                return zoo_wexists(zh, watched.c_str(), &session::on_event, s.get(), &stat);
-            });
-            changed = wrc == ZOK && stat.dataLength > 0;  // it holds already: we are first now
-        }
-        // A watch fires only for changes after it was set: what changed since our getChildren
-        // was read back above.
-        if (wrc == ZOK && !changed) s->watch_wait(watched, seen, deadline, options.cancel);
-        s->watch_end(watched);
-        if (wrc != ZOK && wrc != ZNONODE && !recoverable(wrc))
-            return give_up(code_for(wrc), quoted + ": watch: " + zk_text(wrc));
-    }
-}
-
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     std::shared_ptr<held_node> node;
@@ -744,7 +595,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         const auto it = registry_.find(&lease);
         if (it != registry_.end()) {
             node = it->second.node;
-            registry_.erase(it);
+            untrack(&lease);
             last = --node->depth == 0 && !node->deleted;
             if (last) node->deleted = true;
         }
@@ -764,8 +615,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                         "lock \"" + lease.name() + "\" was lost before it was released");
         }
         node->owner->disown(node->path);  // our own delete is no loss
-        const int rc = node->owner->with_handle(
-            [&](zhandle_t* zh) { return zoo_delete(zh, node->path.c_str(), -1); });
+        const int rc = node->owner->remove_guaranteed(node->path);
         if (rc == ZOK) {
             notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
             return;
@@ -775,8 +625,8 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                  "lock \"" + lease.name() + "\": our node " + node->path +
                      " was already gone (session expired)");
         } else {
-            // Unknown outcome: delete it once reconnected (or it goes with the session).
-            node->owner->queue_cleanup({{}, {}, node->path});
+            // Unknown outcome: remove_guaranteed deletes it once reconnected (or it goes with the
+            // session).
             fail(ec, code_for(rc),
                  "release of \"" + lease.name() + "\": delete " + node->path + ": " + zk_text(rc) +
                      "; retried once reconnected, or it goes with the session");
@@ -787,52 +637,100 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     }
 }
 
+void engine::track(const std::shared_ptr<lease_core>& core, std::shared_ptr<held_node> node,
+                   steady::time_point now) {
+    auto& held = sessions_[node->owner.get()];
+    if (!held.s) {
+        held.s = node->owner;
+        held.healthy = held.s->connected() && !held.s->overdue(now);
+    }
+    held.leases.insert(core.get());
+    registry_[core.get()] = {core, std::move(node)};
+    leases_.track(core, revisit_at(now, core->valid_until()));
+}
+
+void engine::untrack(lease_core* core) noexcept {
+    const auto it = registry_.find(core);
+    if (it == registry_.end()) return;
+    const auto held = sessions_.find(it->second.node->owner.get());
+    if (held != sessions_.end()) {
+        held->second.leases.erase(core);
+        if (held->second.leases.empty()) sessions_.erase(held);
+    }
+    leases_.untrack(core);
+    registry_.erase(it);
+}
+
+steady::time_point engine::revisit_at(steady::time_point now, steady::time_point bound) {
+    // Half the validity left: a background thread late by less than that loses nothing.
+    return bound <= now ? now : now + (bound - now) / 2;
+}
+
 steady::time_point engine::check_leases(steady::time_point now) {
-    std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> lost;
+    std::vector<std::shared_ptr<lease_core>> lost;
     std::vector<std::pair<std::shared_ptr<session>, std::string>> doomed;  // nodes to delete
-    auto next = steady::time_point::max();
     {
         std::lock_guard lock(mutex_);
-        // Held nodes someone else deleted (session::own's watches).
-        std::vector<std::string> vanished;
-        for (const auto& [ptr, e] : registry_) {
-            if (auto v = e.node->owner->take_vanished(); !v.empty())
-                vanished.insert(vanished.end(), v.begin(), v.end());
+        const auto lose = [&](const std::shared_ptr<lease_core>& lease, held_node& node,
+                              bool delete_node) {
+            if (delete_node && !node.deleted) doomed.emplace_back(node.owner, node.path);
+            node.deleted = true;
+            leases_.untrack(lease.get());
+            lost.push_back(lease);
+        };
+        // Events, per session holding leases (O(sessions) when nothing happened): nodes someone
+        // else deleted (session::own's watches), an expired session, and a change of health
+        // (connected and heartbeats answered) that makes its leases held or uncertain at once.
+        for (auto& [ptr, held] : sessions_) {
+            auto& s = *held.s;
+            const auto vanished = s.take_vanished();
+            const bool dead = s.dead();
+            const bool healthy = s.connected() && !s.overdue(now);
+            if (vanished.empty() && dead == held.dead && healthy == held.healthy) continue;
+            held.healthy = healthy;
+            held.dead = dead;
+            for (auto* key : held.leases) {
+                const auto& e = registry_.at(key);
+                auto lease = e.lease.lock();
+                if (!lease || lease->released() || lease->lost_token().stop_requested()) continue;
+                auto& node = *e.node;
+                if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end() ||
+                    dead) {
+                    lose(lease, node, false);  // gone already: deleted, or with the session
+                    continue;
+                }
+                const auto bound = std::min(s.valid_until(), node.cap_valid);
+                if (now >= bound) continue;  // lost below, when the registry finds it due
+                lease->renewed(bound);
+                if (!healthy) lease->renewal_failed();
+            }
         }
-        for (auto it = registry_.begin(); it != registry_.end();) {
-            auto lease = it->second.lease.lock();
-            if (!lease) {
-                it = registry_.erase(it);
+        // Time: the leases due for a look (renewal from the session's bound, max_hold, expiry),
+        // out of the due-time heap: O(k log n) for k due.
+        auto batch = leases_.due(now);
+        for (auto& lease : batch.lost) {
+            // Past its validity: the server may expire the session from now on (or max_hold ran
+            // out). If we reconnect in time the node is deleted, as nobody trusts it any more.
+            const auto it = registry_.find(lease.get());
+            if (it == registry_.end() || lease->lost_token().stop_requested()) continue;
+            lose(lease, *it->second.node, true);
+        }
+        for (auto& due : batch.renew) {
+            auto& lease = due.lease;
+            const auto it = registry_.find(lease.get());
+            if (it == registry_.end() || lease->lost_token().stop_requested()) {
+                leases_.untrack(lease.get());
                 continue;
             }
             auto& node = *it->second.node;
-            ++it;
-            if (lease->released() || lease->lost_token().stop_requested()) continue;
             auto& s = *node.owner;
-            if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end()) {
-                node.deleted = true;
-                lost.emplace_back(std::move(lease), "its node was deleted by someone else");
-                continue;
-            }
             if (s.dead()) {
-                node.deleted = true;
-                lost.emplace_back(std::move(lease), "its ZooKeeper session expired");
+                lose(lease, node, false);
                 continue;
             }
             const auto bound = std::min(s.valid_until(), node.cap_valid);
-            if (now >= node.cap_valid) {
-                if (!node.deleted) doomed.emplace_back(node.owner, node.path);
-                node.deleted = true;
-                lost.emplace_back(std::move(lease), "max_hold (or the fixed lease) ran out");
-                continue;
-            }
             if (now >= bound) {
-                // Disconnected past the bound: the server may expire the session from now on.
-                // If we reconnect in time the node is deleted, as nobody trusts it any more.
-                if (!node.deleted) doomed.emplace_back(node.owner, node.path);
-                node.deleted = true;
-                lost.emplace_back(std::move(lease),
-                                  "no answer from ZooKeeper within the session timeout");
+                lose(lease, node, true);
                 continue;
             }
             if (s.connected() && !s.overdue(now)) {
@@ -840,14 +738,15 @@ steady::time_point engine::check_leases(steady::time_point now) {
             } else {
                 lease->renewal_failed();
             }
-            next = std::min(next, bound);
+            leases_.schedule(lease.get(), revisit_at(now, bound), true);
         }
     }
     // Outside mutex_: queue_cleanup wakes this thread, which takes mutex_.
     for (auto& [s, path] : doomed) s->queue_cleanup({{}, {}, path});
     // The observer and on_lost hear why through the lost event (as with Redis, no error report).
-    for (auto& entry : lost) entry.first->lose(make_error_code(errc::lock_lost));
-    return next;
+    for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
+    std::lock_guard lock(mutex_);
+    return leases_.next_due();
 }
 
 void engine::run(std::stop_token stop) {
@@ -858,9 +757,8 @@ void engine::run(std::stop_token stop) {
         {
             std::lock_guard lock(mutex_);
             if (session_) sessions.push_back(session_);
-            for (const auto& [ptr, e] : registry_) {
-                if (std::find(sessions.begin(), sessions.end(), e.node->owner) == sessions.end())
-                    sessions.push_back(e.node->owner);
+            for (const auto& [ptr, held] : sessions_) {
+                if (held.s != session_) sessions.push_back(held.s);
             }
         }
         for (auto& s : sessions) {

@@ -1,6 +1,6 @@
-// The ZooKeeper lock service behind dlock::zk::client (docs/zookeeper.md): the acquire loop of the
-// recipe, the registry of held nodes, and the one background thread per client (heartbeats, loss,
-// max_hold, orphan clean-up, dead sessions).
+// The ZooKeeper lock service behind dlock::zk::client (docs/zookeeper.md): the one acquire loop
+// of every recipe (the I/O around zk::detail::driver), the registry of held nodes, and the one
+// background thread per client (heartbeats, loss, max_hold, orphan clean-up, dead sessions).
 #pragma once
 
 #include <dlock/zk/client.hpp>
@@ -11,9 +11,12 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "core/acquire_policy.hpp"
 #include "core/lease_core.hpp"
+#include "core/lease_registry.hpp"
 #include "zk/recipe.hpp"
 #include "zk/session.hpp"
 
@@ -59,29 +62,68 @@ private:
         std::weak_ptr<lease_core> lease;
         std::shared_ptr<held_node> node;
     };
+    /// A session that holds leases: their keys, and its health (connected, heartbeats answered)
+    /// and death as of the last round, whose change updates every one of them at once.
+    struct held_session {
+        std::shared_ptr<session> s;
+        std::unordered_set<lease_core*> leases;
+        bool healthy = true;
+        bool dead = false;  // its leases were lost for it already
+    };
 
     std::shared_ptr<session> session_for(std::error_code& ec);
-    /// Gives up an acquire: deletes our node `parent`/`node` (or queues its deletion), queues the
-    /// removal of any node named with `doubtful_guid` (a create whose outcome is unknown; empty:
-    /// none), sets `ec`, and reports failures other than contention and cancellation.
-    dlock::lease abandon(const std::shared_ptr<session>& s, const std::string& parent,
-                         const std::string& node, const std::string& doubtful_guid,
-                         std::string_view name, errc code, std::string message,
-                         std::error_code& ec);
     int ensure_path(session& s, const std::string& path, int mode);
-    dlock::lease acquire_permits(std::string_view name, const lock_request& request,
-                                 const lock_options& options, steady::time_point deadline,
-                                 std::error_code& ec);
+    /// One acquire call's state between the steps of its acquire_policy.
+    struct attempt_state {
+        const driver& recipe;
+        std::string_view name;
+        std::string quoted;   // for messages
+        std::uint32_t limit;  // a semaphore's permits when none is set yet
+        const lock_options& options;
+        steady::time_point deadline;
+        std::shared_ptr<session> s{};
+        protected_node ours{};
+        std::uint64_t permits = 0;  // the semaphore's number of permits, read by each attempt
+        std::vector<std::string> children{};
+        steady::time_point sent{};  // the latest getChildren's send time
+        standing where{};           // what it found
+        int wait_rc = ZOK;          // setting the latest watch: a failure ends the next attempt
+        std::string failure{};      // a failed attempt's message
+    };
+    /// The one acquire loop of every kind (docs/zookeeper.md, "The recipe"): acquire_policy's
+    /// steps, with the attempts and waits of `recipe`. `limit`: a semaphore's permits when none
+    /// is set yet.
+    dlock::lease acquire(std::string_view name, const driver& recipe, std::uint32_t limit,
+                         const lock_options& options, steady::time_point deadline,
+                         std::error_code& ec);
+    /// One attempt: our node created (or found again) and located among the children, retrying
+    /// connection and session trouble until answered, canceled or past the deadline. Granted,
+    /// contended (a.where says what to watch) or failed (a.failure says why).
+    dlock::detail::attempt_report attempt(attempt_state& a);
+    /// Waits, with a one-shot watch, for what `where` says decides our turn, until it fired, the
+    /// session changed state, `deadline` or `cancel`. ZooKeeper's rc of setting the watch.
+    int wait_turn(session& s, const protected_node& ours, const standing& where,
+                  std::uint64_t permits, steady::time_point deadline,
+                  const std::stop_token& cancel);
     /// The semaphore's permits from its parent's data; creates the parent (with `limit`) or sets
     /// empty data. ZooKeeper's rc.
     int read_limit(session& s, const std::string& parent, std::uint32_t limit, std::uint64_t& out);
     dlock::lease reenter(std::string_view name, const lock_request& request,
                          const lock_options& options, std::error_code& ec);
-    dlock::lease grant(std::string_view name, const lock_options& options,
+    dlock::lease grant(std::string_view name, lock_kind kind, const lock_options& options,
                        std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
                        steady::time_point sent);
     void wake() noexcept;
     void run(std::stop_token stop);
+    /// Registers a grant or a re-entry level (mutex_ held).
+    void track(const std::shared_ptr<lease_core>& core, std::shared_ptr<held_node> node,
+               steady::time_point now);
+    /// Forgets a released lease (mutex_ held).
+    void untrack(lease_core* core) noexcept;
+    /// When to look at a lease valid until `bound` again.
+    static steady::time_point revisit_at(steady::time_point now, steady::time_point bound);
+    /// One round of the background thread over the leases: events of their sessions, then the
+    /// leases the registry has due. Returns when the next is due.
     steady::time_point check_leases(steady::time_point now);
     const ACL_vector* acl() const noexcept;
 
@@ -89,9 +131,11 @@ private:
     zk_endpoint endpoint_;
 
     std::mutex connect_mutex_;  // serialises opening a session
-    std::mutex mutex_;          // guards session_, registry_, wake_
+    std::mutex mutex_;          // guards session_, registry_, sessions_, leases_, wake_
     std::shared_ptr<session> session_;
-    std::unordered_map<lease_core*, entry> registry_;
+    std::unordered_map<lease_core*, entry> registry_;      // every live grant and level
+    std::unordered_map<session*, held_session> sessions_;  // the sessions holding them
+    dlock::detail::lease_registry leases_;                 // their due times
     std::condition_variable_any worker_cv_;
     bool wake_ = false;
     std::jthread worker_;

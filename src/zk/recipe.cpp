@@ -255,4 +255,46 @@ permit_position locate_permits(const std::vector<std::string>& children, std::st
     return out;
 }
 
+std::string driver::prefix(std::string_view guid) const {
+    if (permits()) return permit_prefix(guid, count_);
+    return node_prefix(guid, kind_ == lock_kind::read);
+}
+
+bool driver::foreign(const std::string& child) const {
+    return permits() ? parse_node(child).has_value() : is_permit_node(child);
+}
+
+standing driver::locate(const std::vector<std::string>& children, std::string_view ours,
+                        std::uint64_t limit) const {
+    standing out;
+    if (permits()) {
+        auto p = locate_permits(children, ours, limit);
+        out.found = p.found;
+        out.holds = p.holds;
+        out.wake_successor = p.holds && p.has_successor;
+        out.watch_parent = !p.holds && p.first_waiter;
+        out.watch = std::move(p.watch);
+    } else {
+        auto p = detail::locate(children, ours);
+        out.found = p.found;
+        out.holds = p.holds;
+        out.watch = std::move(p.watch);
+    }
+    return out;
+}
+
+std::string driver::quoted(std::string_view name) const {
+    return std::string(permits() ? "semaphore \"" : "lock \"") + std::string(name) + "\"";
+}
+
+const char* driver::other_kind() const noexcept {
+    return permits() ? "lock" : "counting_semaphore";
+}
+
+const char* driver::busy() const noexcept {
+    return permits() ? "has no permits free" : "is held by someone else";
+}
+
+const char* driver::still() const noexcept { return permits() ? "still full" : "still held"; }
+
 }  // namespace dlock::zk::detail

@@ -1,6 +1,7 @@
 // The ZooKeeper lock recipe's pure logic, free of I/O (docs/zookeeper.md): URL parsing, the
-// encoding of lock names into one znode name, lock-node names, and the decision "do we hold, and
-// if not, which node do we watch" over a getChildren result.
+// encoding of lock names into one znode name, lock-node names, the decision "do we hold, and if
+// not, which node do we watch" over a getChildren result, and the per-kind driver that the
+// engine's one acquire loop runs on.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,8 @@
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include <dlock/backend.hpp>
 
 namespace dlock::zk::detail {
 
@@ -71,5 +74,52 @@ struct permit_position {
 /// strictly first come first served.
 permit_position locate_permits(const std::vector<std::string>& children, std::string_view ours,
                                std::uint64_t limit);
+
+/// Where our node stands after one getChildren, in the same shape for every kind: the engine's one
+/// acquire loop acts on it without knowing the kind.
+struct standing {
+    bool found = false;           ///< our node is among the children
+    bool holds = false;           ///< it holds the lock (or its permits)
+    bool wake_successor = false;  ///< holds, and a semaphore node follows ours (it may watch us)
+    /// !holds: watch the parent's children and its data (the semaphore's first waiter, who waits
+    /// for a release or for set_permits).
+    bool watch_parent = false;
+    std::string watch{};  ///< !holds && !watch_parent: the child to watch
+};
+
+/// The pure part of one recipe: how its nodes are named, which children belong to another kind
+/// (one name serves one kind, dlock/backend.hpp) and where our node stands (locate or
+/// locate_permits). exclusive, reentrant, fair and write share one queue of write nodes; read
+/// takes read nodes in that queue; permits takes semaphore nodes of `count` permits.
+class driver {
+public:
+    explicit driver(lock_kind kind, std::uint32_t count = 1) noexcept
+        : kind_(kind), count_(count) {}
+
+    lock_kind kind() const noexcept { return kind_; }
+    /// A semaphore: the parent is persistent and holds the number of permits.
+    bool permits() const noexcept { return kind_ == lock_kind::permits; }
+    /// Our node's prefix for the acquire whose guid is `guid`.
+    std::string prefix(std::string_view guid) const;
+    /// True for a child of another kind's recipe: the acquire fails with unexpected_reply.
+    bool foreign(const std::string& child) const;
+    /// Where `ours` stands among `children`; `limit` is the semaphore's number of permits
+    /// (ignored by the lock kinds).
+    standing locate(const std::vector<std::string>& children, std::string_view ours,
+                    std::uint64_t limit = 0) const;
+
+    /// For messages: `lock "name"` or `semaphore "name"`.
+    std::string quoted(std::string_view name) const;
+    /// For messages: the kind a foreign child belongs to.
+    const char* other_kind() const noexcept;
+    /// For messages: why a wait is needed ("is held by someone else", "has no permits free").
+    const char* busy() const noexcept;
+    /// For messages: "still held" or "still full".
+    const char* still() const noexcept;
+
+private:
+    lock_kind kind_;
+    std::uint32_t count_;
+};
 
 }  // namespace dlock::zk::detail

@@ -371,6 +371,68 @@ std::vector<std::string> session::take_vanished() {
     return std::exchange(vanished_, {});
 }
 
+int session::create_protected(protected_node& node, const ACL_vector* acl) {
+    if (node.created()) return ZOK;
+    if (node.in_doubt) {
+        String_vector children{0, nullptr};
+        const int rc = with_handle(
+            [&](zhandle_t* zh) { return zoo_get_children(zh, node.parent.c_str(), 0, &children); });
+        if (rc != ZOK && rc != ZNONODE) return rc;  // still in doubt
+        node.in_doubt = false;
+        if (rc == ZOK) {
+            for (int i = 0; i < children.count; ++i) {
+                if (std::string_view(children.data[i]).starts_with(node.prefix))
+                    node.name = children.data[i];
+            }
+            deallocate_String_vector(&children);
+        }
+        if (node.created()) {
+            // Its czxid (the fencing token) is not in the listing.
+            Stat stat{};
+            const auto path = node.path();
+            const int erc =
+                with_handle([&](zhandle_t* zh) { return zoo_exists(zh, path.c_str(), 0, &stat); });
+            if (erc == ZOK) {
+                node.czxid = static_cast<std::uint64_t>(stat.czxid);
+                return ZOK;
+            }
+            node.name.clear();
+            if (retriable(erc)) {
+                node.in_doubt = true;  // it may still be there: look again
+                return erc;
+            }
+            if (erc != ZNONODE) return erc;
+            // Gone again (deleted by someone): create a new one below.
+        }
+    }
+    const auto want = node.parent + "/" + node.prefix;
+    std::vector<char> buffer(want.size() + 32);
+    Stat stat{};
+    const int rc = with_handle([&](zhandle_t* zh) {
+        return zoo_create2(zh, want.c_str(), nullptr, -1, acl, ZOO_EPHEMERAL_SEQUENTIAL,
+                           buffer.data(), static_cast<int>(buffer.size()), &stat);
+    });
+    if (retriable(rc)) node.in_doubt = true;  // find it by its guid once reconnected
+    if (rc != ZOK) return rc;
+    const std::string_view path(buffer.data());
+    node.name = std::string(path.substr(path.rfind('/') + 1));
+    node.czxid = static_cast<std::uint64_t>(stat.czxid);
+    return ZOK;
+}
+
+int session::remove_guaranteed(const std::string& path) {
+    const int rc = with_handle([&](zhandle_t* zh) { return zoo_delete(zh, path.c_str(), -1); });
+    const bool gone = rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZCLOSING;
+    if (rc != ZOK && rc != ZNONODE && !gone) queue_cleanup({{}, {}, path});
+    return rc;
+}
+
+void session::remove_guaranteed(const protected_node& node) {
+    if (dead()) return;  // its ephemeral nodes are gone with it
+    if (node.created()) remove_guaranteed(node.path());
+    if (node.in_doubt) queue_cleanup({node.parent, node.guid, {}});
+}
+
 void session::queue_cleanup(cleanup_item item) {
     {
         std::lock_guard lock(mutex_);

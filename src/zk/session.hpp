@@ -35,6 +35,30 @@ struct cleanup_item {
     std::string path;  ///< the exact node to delete
 };
 
+/// Our node of one acquire, created in protection mode: its name starts with a guid unique to the
+/// acquire, so a create whose reply was lost with the connection (it may or may not have landed) is
+/// found again by that guid once reconnected instead of being made twice, and whatever is left of
+/// it can be deleted by guid when the acquire gives up (docs/zookeeper.md, "Lost create replies").
+struct protected_node {
+    std::string parent;
+    std::string guid;
+    std::string prefix;  ///< starts with guid; the server appends the sequence
+    /// Our child's name once created or found; empty: none (yet).
+    std::string name{};
+    std::uint64_t czxid = 0;
+    /// A create's outcome is unknown: look for it by guid before creating another.
+    bool in_doubt = false;
+
+    bool created() const noexcept { return !name.empty(); }
+    std::string path() const { return parent + "/" + name; }
+    /// The node is gone (its session ended, or someone deleted it): none is known or in doubt.
+    void forget() noexcept {
+        name.clear();
+        czxid = 0;
+        in_doubt = false;
+    }
+};
+
 struct cleanup_op;
 struct node_op;
 
@@ -128,6 +152,26 @@ public:
     /// asynchronously; retried after a connection loss until answered or the session ends (then
     /// the node is gone, which wakes the waiter as well).
     void wake_successor(const std::string& path);
+
+    /// Creates `node` as an ephemeral sequential child `prefix` + sequence of `parent` with `acl`
+    /// (protection mode). If a previous create of it is in doubt, first looks for a child of
+    /// `parent` starting with its guid and takes that one. Returns ZOK with node.name and
+    /// node.czxid set (at once if it is created() already). Otherwise ZooKeeper's rc and nothing
+    /// is known to be created: ZNONODE when `parent` is missing; after a connection loss or
+    /// timeout node.in_doubt is set and the caller calls again once reconnected (on this session:
+    /// a dead session took any such node with it, so the caller forget()s it then).
+    int create_protected(protected_node& node, const ACL_vector* acl);
+
+    /// Deletes node `path` (any version) now. If that fails for another reason than the node or
+    /// the session being gone (connection loss, timeout: the outcome is unknown), the delete is
+    /// queued and retried by run_cleanup once reconnected, until answered or the session ends
+    /// (which deletes its ephemeral nodes too). Returns the first attempt's rc (ZOK; ZNONODE:
+    /// it was already gone).
+    int remove_guaranteed(const std::string& path);
+    /// An acquire gives `node` up: deletes its node if created() (remove_guaranteed), and if a
+    /// create is in doubt, queues the deletion of every child of its parent named with its guid.
+    /// Nothing to do on a dead session.
+    void remove_guaranteed(const protected_node& node);
 
     /// Queue nodes to delete once connected (background thread sends them: run_cleanup).
     void queue_cleanup(cleanup_item item);

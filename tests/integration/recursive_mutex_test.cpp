@@ -250,6 +250,32 @@ TEST(RecursiveMutex, ReenteringALostGrantThrowsLockLost) {
     m.unlock();
 }
 
+TEST(RecursiveMutex, ReenteringAForeignLeaseIsNotOwnerAsOnEveryBackend) {
+    // backend.hpp: lock_request::reenter naming another client's or another lock's lease is
+    // errc::not_owner on every backend (ZooKeeper answers the same), and takes nothing.
+    dlock::redis::client redis({.url = shared_redis().url()});
+    dlock::redis::client other({.url = shared_redis().url()});
+    const auto name = unique_name();
+    std::error_code ec;
+    auto outer = redis.acquire_until(name, {.kind = dlock::lock_kind::reentrant}, {}, {}, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    auto bad = other.acquire_until(name, {.kind = dlock::lock_kind::reentrant, .reenter = &outer},
+                                   {}, {}, ec);
+    EXPECT_EQ(ec, dlock::errc::not_owner) << "another client's lease";
+    EXPECT_FALSE(bad);
+    bad = redis.acquire_until(name + "x", {.kind = dlock::lock_kind::reentrant, .reenter = &outer},
+                              {}, {}, ec);
+    EXPECT_EQ(ec, dlock::errc::not_owner) << "another lock's lease";
+    const dlock::lease empty;
+    bad = redis.acquire_until(name, {.kind = dlock::lock_kind::reentrant, .reenter = &empty}, {},
+                              {}, ec);
+    EXPECT_EQ(ec, dlock::errc::not_owner) << "an empty lease";
+    bad = redis.acquire_until(name, {.kind = dlock::lock_kind::exclusive, .reenter = &outer}, {},
+                              {}, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << "re-entry is for the reentrant kind only";
+    EXPECT_EQ(server_depths(redis, name), (std::vector<long long>{1})) << "nothing was taken";
+}
+
 TEST(RecursiveMutex, WatchdogKeepsAShortLeaseAliveAtDepthTwo) {
     dlock::redis::client redis({.url = shared_redis().url()});
     dlock::redis::client other({.url = shared_redis().url()});

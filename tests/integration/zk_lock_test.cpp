@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "core/lease_core.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
 
@@ -279,6 +280,57 @@ TEST(ZkLock, ReentrantLevelsShareOneNode) {
     EXPECT_FALSE(ec);
 }
 
+TEST(ZkLock, GrantsCarryTheirKind) {
+    // The lease's kind is what the grant was asked for (a re-entry checks it): every kind, and a
+    // re-entry level, not "exclusive" for all.
+    auto zk = make_client();
+    const auto kind_of = [](const dlock::lease& l) {
+        return dlock::detail::lease_access::core(l)->kind();
+    };
+    for (const auto kind :
+         {dlock::lock_kind::exclusive, dlock::lock_kind::reentrant, dlock::lock_kind::fair,
+          dlock::lock_kind::read, dlock::lock_kind::write, dlock::lock_kind::permits}) {
+        const auto name = dlock::test::unique_name("kind");
+        std::error_code ec;
+        auto l = take(zk, name, kind, 0ms, ec);
+        ASSERT_FALSE(ec) << dlock::to_string(kind);
+        EXPECT_EQ(kind_of(l), kind) << dlock::to_string(kind);
+        if (kind == dlock::lock_kind::reentrant) {
+            auto inner = take(zk, name, kind, 0ms, ec, &l);
+            ASSERT_FALSE(ec);
+            EXPECT_EQ(kind_of(inner), kind) << "a re-entry level";
+        }
+    }
+}
+
+TEST(ZkLock, ReenteringAPlainMutexLeaseIsRefused) {
+    // Only a re-entrant grant has levels: a plain (or fair, or write) grant of the same name on
+    // the same client is not an owner to re-enter, and no level is added to its node.
+    auto zk = make_client();
+    for (const auto kind : {dlock::lock_kind::exclusive, dlock::lock_kind::fair,
+                            dlock::lock_kind::write, dlock::lock_kind::read}) {
+        const auto name = dlock::test::unique_name("plain");
+        std::error_code ec;
+        auto plain = take(zk, name, kind, 0ms, ec);
+        ASSERT_FALSE(ec);
+        auto level = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec, &plain);
+        EXPECT_EQ(ec, dlock::errc::not_owner) << dlock::to_string(kind);
+        EXPECT_FALSE(level);
+        plain.release(ec);
+        EXPECT_FALSE(ec);
+        EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty())
+            << "the release took the node: no level was left on it";
+    }
+    // reenter belongs to the reentrant kind only.
+    const auto name = dlock::test::unique_name("plain");
+    std::error_code ec;
+    auto outer = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec);
+    ASSERT_FALSE(ec);
+    auto l = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec, &outer);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    EXPECT_FALSE(l);
+}
+
 TEST(ZkLock, MaxHoldDeletesTheNode) {
     auto zk = make_client();
     auto other = make_client();
@@ -307,7 +359,7 @@ TEST(ZkLock, NodeDeletedBySomeoneElseIsLost) {
     auto zk = make_client();
     const auto name = dlock::test::unique_name("deleted");
     std::error_code ec;
-    auto l = take(zk, name, dlock::lock_kind::exclusive, 0ms, ec);
+    auto l = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec);
     ASSERT_FALSE(ec);
     auto inner = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec, &l);
     ASSERT_FALSE(ec);
@@ -594,6 +646,49 @@ TEST(ZkSemaphore, SetPermitsWakesTheFirstWaiter) {
 // A holder whose wake-up of the waiter behind it is lost to a dropped connection must still
 // wake it: the waiter may hold too (permits are free), and must not sleep until the holder
 // releases.
+TEST(ZkLock, LostCreateReplyIsFoundByItsGuid) {
+    // The connection drops after the server made our node but before its reply came
+    // (session::create_protected): the acquire goes on with that node, found by its guid once
+    // reconnected, and leaves no second node behind. For a waiter, and for a semaphore.
+    dlock::test::zk_proxy proxy("127.0.0.1", shared_zk().client_port(0));
+    auto holder = make_client();
+    dlock::zk::client via_proxy({.url = "zk://" + proxy.host() + "/dlock-it",
+                                 .session_timeout = 4s,
+                                 .connect_timeout = scaled(5s)});
+    const auto name = dlock::test::unique_name("lostcreate");
+    std::error_code ec;
+    auto held = take(holder, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec);
+    proxy.drop_reply_next(ZOO_CREATE2_OP);
+    std::atomic<bool> granted{false};
+    std::jthread waiter([&] {
+        std::error_code wec;
+        auto l = take(via_proxy, name, dlock::lock_kind::exclusive, scaled(20s), wec);
+        EXPECT_FALSE(wec) << wec.message();
+        granted = !wec;
+        EXPECT_EQ(shared_zk().children(via_proxy.lock_path(name)).size(), 1u);
+    });
+    ASSERT_TRUE(eventually([&] { return proxy.dropped() == 1; }, scaled(10s)));
+    // The waiter's node landed: exactly one beside the holder's, also after the reconnection.
+    ASSERT_TRUE(eventually([&] { return shared_zk().children(holder.lock_path(name)).size() == 2; },
+                           scaled(10s)));
+    held.release();
+    waiter.join();
+    EXPECT_TRUE(granted.load());
+    EXPECT_TRUE(shared_zk().children(holder.lock_path(name)).empty());
+
+    const auto sem = dlock::test::unique_name("lostcreate-sem");
+    proxy.drop_reply_next(ZOO_CREATE2_OP);
+    auto l =
+        via_proxy.acquire_until(sem, {.kind = dlock::lock_kind::permits, .count = 1, .limit = 1},
+                                {}, steady::now() + scaled(10s), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(proxy.dropped(), 2);
+    EXPECT_EQ(shared_zk().children(via_proxy.lock_path(sem)).size(), 1u);
+    l.release();
+    EXPECT_TRUE(shared_zk().children(via_proxy.lock_path(sem)).empty());
+}
+
 TEST(ZkSemaphore, LostWakeUpIsRetried) {
     dlock::test::zk_proxy proxy("127.0.0.1", shared_zk().client_port(0));
     auto all = make_client();

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -395,6 +396,11 @@ void zk_proxy::drop_next(int op) {
     drop_op_ = op;
 }
 
+void zk_proxy::drop_reply_next(int op) {
+    std::lock_guard lock(mutex_);
+    drop_reply_op_ = op;
+}
+
 int zk_proxy::dropped() const {
     std::lock_guard lock(mutex_);
     return dropped_;
@@ -423,11 +429,12 @@ void zk_proxy::accept_loop(std::stop_token stop) {
 }
 
 void zk_proxy::serve(int client, int server, std::stop_token stop) {
-    // Client to server: whole frames (4-byte big-endian length, then the body), so a request
-    // can be dropped; the first frame is the connect request (no request header). Server to
-    // client: bytes as they come.
-    std::string pending;
-    bool first = true;
+    // Both ways in whole frames (4-byte big-endian length, then the body), so a request or a
+    // reply can be dropped. Client to server, the first frame is the connect request (no request
+    // header: xid, type); server to client, the connect response (no reply header: xid, ...).
+    std::string pending, replies;
+    bool first = true, first_reply = true;
+    std::optional<std::uint32_t> doomed_xid;  // drop_reply_next: the reply that ends the link
     const auto send_all = [](int fd, const char* data, std::size_t size) {
         while (size > 0) {
             const auto n = ::send(fd, data, size, MSG_NOSIGNAL);
@@ -437,6 +444,11 @@ void zk_proxy::serve(int client, int server, std::stop_token stop) {
         }
         return true;
     };
+    const auto word = [](const std::string& frames, std::size_t at) {
+        const auto* b = reinterpret_cast<const unsigned char*>(frames.data()) + at;
+        return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
+               (std::uint32_t{b[2]} << 8) | std::uint32_t{b[3]};
+    };
     char buf[16384];
     bool open = true;
     while (open && !stop.stop_requested()) {
@@ -444,27 +456,40 @@ void zk_proxy::serve(int client, int server, std::stop_token stop) {
         if (::poll(p, 2, 20) <= 0) continue;
         if (p[1].revents != 0) {
             const auto n = ::recv(server, buf, sizeof buf, 0);
-            open = n > 0 && send_all(client, buf, static_cast<std::size_t>(n));
+            if (n <= 0) break;
+            replies.append(buf, static_cast<std::size_t>(n));
+            while (open && replies.size() >= 4) {
+                const std::size_t len = word(replies, 0);
+                if (replies.size() < 4 + len) break;
+                if (!first_reply && len >= 4 && doomed_xid && word(replies, 4) == *doomed_xid) {
+                    open = false;  // the request took effect; its reply never arrives
+                    break;
+                }
+                first_reply = false;
+                open = send_all(client, replies.data(), 4 + len);
+                replies.erase(0, 4 + len);
+            }
         }
         if (open && p[0].revents != 0) {
             const auto n = ::recv(client, buf, sizeof buf, 0);
             if (n <= 0) break;
             pending.append(buf, static_cast<std::size_t>(n));
             while (open && pending.size() >= 4) {
-                const auto* b = reinterpret_cast<const unsigned char*>(pending.data());
-                const std::size_t len = (std::size_t{b[0]} << 24) | (std::size_t{b[1]} << 16) |
-                                        (std::size_t{b[2]} << 8) | std::size_t{b[3]};
+                const std::size_t len = word(pending, 0);
                 if (pending.size() < 4 + len) break;
                 if (!first && len >= 8) {
-                    const int type =
-                        static_cast<int>((std::uint32_t{b[8]} << 24) | (std::uint32_t{b[9]} << 16) |
-                                         (std::uint32_t{b[10]} << 8) | b[11]);
+                    const int type = static_cast<int>(word(pending, 8));
                     std::lock_guard lock(mutex_);
                     if (type == drop_op_) {
                         drop_op_ = -1;
                         ++dropped_;
                         open = false;
                         break;
+                    }
+                    if (type == drop_reply_op_) {
+                        drop_reply_op_ = -1;
+                        ++dropped_;
+                        doomed_xid = word(pending, 4);
                     }
                 }
                 first = false;

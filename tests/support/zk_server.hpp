@@ -107,7 +107,10 @@ private:
 /// connection of the next client that sends a request of type `op` (ZOO_SETDATA_OP, ... from
 /// <zookeeper/proto.h>) instead of forwarding it, so the server never sees it and the client
 /// gets ZCONNECTIONLOSS; the client's reconnection then goes through as usual. Everything else
-/// is forwarded as is. Throws std::runtime_error if it cannot listen.
+/// is forwarded as is. drop_reply_next(op) forwards the next request of type `op` (so the server
+/// carries it out) and closes that connection when its reply comes, instead of forwarding the
+/// reply: the client gets ZCONNECTIONLOSS for a request that took effect. Throws
+/// std::runtime_error if it cannot listen.
 class zk_proxy {
 public:
     zk_proxy(std::string upstream_address, std::uint16_t upstream_port);
@@ -118,7 +121,8 @@ public:
     /// "127.0.0.1:<port>"
     std::string host() const;
     void drop_next(int op);
-    /// How many requests were dropped so far.
+    void drop_reply_next(int op);
+    /// How many requests (or replies) were dropped so far.
     int dropped() const;
 
 private:
@@ -131,6 +135,7 @@ private:
     int listener_ = -1;
     mutable std::mutex mutex_;  // guards drop_op_, dropped_, workers_
     int drop_op_ = -1;
+    int drop_reply_op_ = -1;
     int dropped_ = 0;
     std::vector<std::jthread> workers_;
     std::jthread acceptor_;

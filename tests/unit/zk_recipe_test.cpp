@@ -143,4 +143,85 @@ TEST(ZkLocatePermits, RunningSumInQueueOrder) {
     EXPECT_TRUE(p.first_waiter) << "more than the limit: waits for set_permits";
 }
 
+TEST(ZkDriver, LockKindsShareOneQueueOfWriteNodes) {
+    // exclusive, reentrant, fair and write take write nodes; read takes read nodes.
+    for (const auto kind : {dlock::lock_kind::exclusive, dlock::lock_kind::reentrant,
+                            dlock::lock_kind::fair, dlock::lock_kind::write}) {
+        const driver d(kind);
+        EXPECT_EQ(d.prefix(g1), node_prefix(g1, false)) << dlock::to_string(kind);
+        EXPECT_FALSE(d.permits());
+        EXPECT_EQ(d.kind(), kind);
+    }
+    EXPECT_EQ(driver(dlock::lock_kind::read).prefix(g1), node_prefix(g1, true));
+    EXPECT_EQ(driver(dlock::lock_kind::permits, 3).prefix(g1), permit_prefix(g1, 3));
+}
+
+TEST(ZkDriver, ExclusiveAndWriteStandings) {
+    const std::vector<std::string> kids = {node(g1, true, 1), node(g2, false, 2),
+                                           node(g3, false, 3)};
+    for (const auto kind : {dlock::lock_kind::exclusive, dlock::lock_kind::write}) {
+        const driver d(kind);
+        auto st = d.locate(kids, node(g3, false, 3));
+        EXPECT_TRUE(st.found);
+        EXPECT_FALSE(st.holds);
+        EXPECT_FALSE(st.watch_parent);
+        EXPECT_FALSE(st.wake_successor);
+        EXPECT_EQ(st.watch, node(g2, false, 2)) << "its immediate predecessor";
+        st = d.locate({node(g3, false, 3)}, node(g3, false, 3));
+        EXPECT_TRUE(st.holds);
+        EXPECT_FALSE(st.wake_successor);
+        EXPECT_FALSE(d.locate(kids, node(g4, false, 4)).found);
+    }
+}
+
+TEST(ZkDriver, ReadStandings) {
+    const driver d(dlock::lock_kind::read);
+    const std::vector<std::string> kids = {node(g1, true, 1), node(g2, false, 2),
+                                           node(g3, true, 3)};
+    EXPECT_TRUE(d.locate(kids, node(g1, true, 1)).holds);
+    const auto st = d.locate(kids, node(g3, true, 3));
+    EXPECT_FALSE(st.holds);
+    EXPECT_EQ(st.watch, node(g2, false, 2)) << "the nearest earlier writer";
+}
+
+TEST(ZkDriver, SemaphoreStandings) {
+    const driver d(dlock::lock_kind::permits, 2);
+    EXPECT_TRUE(d.permits());
+    const std::vector<std::string> kids = {permit(g1, 1, 1), permit(g2, 2, 2), permit(g3, 1, 3)};
+    auto st = d.locate(kids, permit(g1, 1, 1), 2);
+    EXPECT_TRUE(st.holds);
+    EXPECT_TRUE(st.wake_successor) << "a node follows: it may watch us";
+    st = d.locate(kids, permit(g2, 2, 2), 2);
+    EXPECT_FALSE(st.holds);
+    EXPECT_TRUE(st.watch_parent) << "first waiter: the children and the permits";
+    EXPECT_TRUE(st.watch.empty());
+    st = d.locate(kids, permit(g3, 1, 3), 2);
+    EXPECT_FALSE(st.holds);
+    EXPECT_FALSE(st.watch_parent);
+    EXPECT_EQ(st.watch, permit(g2, 2, 2));
+    st = d.locate(kids, permit(g3, 1, 3), 4);
+    EXPECT_TRUE(st.holds);
+    EXPECT_FALSE(st.wake_successor) << "the last node";
+}
+
+TEST(ZkDriver, OneNameServesOneKind) {
+    const auto lock_node = node(g1, false, 1), read_node = node(g1, true, 1);
+    const auto sem_node = permit(g1, 1, 1);
+    for (const auto kind :
+         {dlock::lock_kind::exclusive, dlock::lock_kind::read, dlock::lock_kind::reentrant}) {
+        const driver d(kind);
+        EXPECT_TRUE(d.foreign(sem_node));
+        EXPECT_FALSE(d.foreign(lock_node));
+        EXPECT_FALSE(d.foreign(read_node));
+        EXPECT_FALSE(d.foreign("foreign")) << "names of neither recipe are ignored";
+    }
+    const driver sem(dlock::lock_kind::permits);
+    EXPECT_TRUE(sem.foreign(lock_node));
+    EXPECT_TRUE(sem.foreign(read_node));
+    EXPECT_FALSE(sem.foreign(sem_node));
+    EXPECT_FALSE(sem.foreign("foreign"));
+    EXPECT_EQ(sem.quoted("x"), "semaphore \"x\"");
+    EXPECT_EQ(driver(dlock::lock_kind::fair).quoted("x"), "lock \"x\"");
+}
+
 }  // namespace

@@ -1,0 +1,70 @@
+#include "core/quorum.hpp"
+
+#include <algorithm>
+
+namespace dlock::detail::quorum {
+
+acquire_tally tally_acquire(std::span<const acquire_vote> votes) {
+    acquire_tally t;
+    t.servers = votes.size();
+    bool any_granted = false;
+    for (const auto& v : votes) {
+        switch (v.what) {
+            case acquire_vote::kind::granted:
+                ++t.granting;
+                t.fence = any_granted ? std::max(t.fence, v.counter) : v.counter;
+                any_granted = true;
+                break;
+            case acquire_vote::kind::held:
+                ++t.holding;
+                if (v.holder_ms >= 0 && (t.holder_ms < 0 || v.holder_ms < t.holder_ms))
+                    t.holder_ms = v.holder_ms;
+                if (v.ticket > 0) t.ticket = v.ticket;
+                break;
+            case acquire_vote::kind::failed: ++t.failed; break;
+        }
+    }
+    for (std::size_t i = 0; i < votes.size(); ++i) {
+        if (votes[i].what == acquire_vote::kind::granted && votes[i].counter == t.fence) {
+            ++t.at_fence;
+        } else {
+            t.behind.push_back(i);
+        }
+    }
+    return t;
+}
+
+acquire_verdict decide_acquire(const acquire_tally& t, std::size_t raised, steady::time_point now,
+                               steady::time_point validity) noexcept {
+    if (t.majority_granted() && t.fence_agreed(raised) && now < validity)
+        return acquire_verdict::granted;
+    return t.reached() ? acquire_verdict::contended : acquire_verdict::unreachable;
+}
+
+owner_tally tally_owner(std::span<const owner_vote> votes, std::size_t servers) {
+    owner_tally t;
+    t.servers = servers;
+    for (const auto v : votes) {
+        switch (v) {
+            case owner_vote::ours: ++t.ours; break;
+            case owner_vote::not_ours: ++t.not_ours; break;
+            case owner_vote::failed: ++t.failed; break;
+        }
+    }
+    return t;
+}
+
+renew_verdict decide_renew(const owner_tally& t) noexcept {
+    if (t.ours >= majority(t.servers)) return renew_verdict::renewed;
+    if (t.not_ours > t.servers - majority(t.servers)) return renew_verdict::lost;
+    return renew_verdict::failed;
+}
+
+release_verdict decide_release(const owner_tally& t) noexcept {
+    const auto tolerated = t.servers - majority(t.servers);
+    if (t.ours > 0 && t.not_ours <= tolerated) return release_verdict::released;
+    if (t.not_ours > tolerated) return release_verdict::lost;
+    return release_verdict::failed;
+}
+
+}  // namespace dlock::detail::quorum
