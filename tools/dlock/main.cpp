@@ -21,6 +21,7 @@
 
 #include "backend.hpp"
 #include "cli.hpp"
+#include "describe.hpp"
 #include "duration.hpp"
 #include "process.hpp"
 
@@ -83,6 +84,10 @@ Every lock kind (mutex, fair, shared, semaphore, recursive) and every backend. "
 waiters queued on the server (fair and write locks on Redis, every waiter on ZooKeeper);
 "subscribed clients" counts client connections subscribed to the lock's release channel: each
 waiting process counts once, however many of its threads wait.)";
+
+const char* const completion_footer = R"(Examples:
+  source <(dlock completion bash)                  in ~/.bashrc
+  dlock completion zsh > "${fpath[1]}/_dlock"      then restart zsh)";
 
 const char* const demo_footer = R"(Examples:
   dlock demo                               on a private redis-server (redis-server from PATH)
@@ -509,6 +514,32 @@ private:
     std::string backend_ = "redis";
 };
 
+/// `dlock completion bash|zsh`.
+class completion_subcommand {
+public:
+    explicit completion_subcommand(CLI::App& app)
+        : cmd_(app.add_subcommand("completion", "Print a shell completion script: bash or zsh")) {
+        cmd_->footer(completion_footer);
+        set_usage(cmd_, "dlock completion bash|zsh");
+        cmd_->add_option("SHELL", shell_, "bash or zsh")
+            ->required()
+            ->type_name("")
+            ->check(CLI::IsMember({"bash", "zsh"}));
+    }
+
+    bool parsed() const { return cmd_->parsed(); }
+
+    int execute(const CLI::App& app) const {
+        reject_extras(cmd_);
+        std::fputs((shell_ == "bash" ? bash_completion(app) : zsh_completion(app)).c_str(), stdout);
+        return exit_status::ok;
+    }
+
+private:
+    CLI::App* cmd_;
+    std::string shell_;
+};
+
 /// One worker process of `dlock demo` (hidden: an empty group name keeps it out of --help).
 class demo_worker_subcommand {
 public:
@@ -538,10 +569,13 @@ int dispatch(int argc, char** argv) {
     app.footer(main_footer);
     set_usage(&app, "dlock [--help | --version] COMMAND [OPTIONS] ...");
     app.allow_extras();
-    // Each binds its own options; none may move once made.
+    // Each binds its own options; none may move once made. The order is --help's.
     run_subcommand run(app);
     status_subcommand status(app);
     demo_subcommand demo(app);
+    completion_subcommand completion(app);
+    // The manual page, generated from these definitions at build time (hidden).
+    CLI::App* man = app.add_subcommand("__man", "")->group("");
     demo_worker_subcommand worker(app);
 
     std::vector<std::string> args(argv + 1, argv + argc);
@@ -552,10 +586,11 @@ int dispatch(int argc, char** argv) {
         return false;
     };
     if (!args.empty() && !args.front().starts_with("-") && !is_command(args.front())) {
-        throw cli_error(exit_status::usage,
-                        fmt::format("unknown command \"{}\" (expected run, status or demo; see "
-                                    "dlock --help)",
-                                    args.front()));
+        throw cli_error(
+            exit_status::usage,
+            fmt::format("unknown command \"{}\" (expected run, status, demo or completion; see "
+                        "dlock --help)",
+                        args.front()));
     }
     args = run.split(std::move(args));
     try {
@@ -580,6 +615,11 @@ int dispatch(int argc, char** argv) {
     if (run.parsed()) return run.execute();
     if (status.parsed()) return status.execute();
     if (demo.parsed()) return demo.execute();
+    if (completion.parsed()) return completion.execute(app);
+    if (man->parsed()) {
+        std::fputs(man_page(app, version).c_str(), stdout);
+        return exit_status::ok;
+    }
     if (worker.parsed()) return worker.execute();
     throw cli_error(exit_status::usage,
                     "missing command: dlock run|status|demo ... (see dlock --help)");
