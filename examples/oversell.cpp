@@ -1,7 +1,7 @@
 // oversell: several processes sell from one stock count kept in Redis, first without a lock and
-// then under a dlock::mutex. Each sale reads the count, pauses briefly (the work between check and
-// write that every real shop has), and writes count - 1. Without the lock, processes overwrite
-// each other's writes and sell more than there was; with it, they sell exactly the stock.
+// then under a dlock::mutex (the shop itself: oversell_shop.hpp, which `dlock demo` runs too).
+// Without the lock, processes overwrite each other's writes and sell more than there was; with
+// it, they sell exactly the stock.
 //
 //   oversell --url redis://127.0.0.1:6379 [--workers 4] [--stock 50] [--mode both|unlocked|locked]
 //
@@ -22,6 +22,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "oversell_shop.hpp"
 
 using namespace std::chrono_literals;
 
@@ -89,49 +91,17 @@ settings parse(int argc, char** argv) {
     return s;
 }
 
-// Commands answer errors as replies (not exceptions); a shop that ignored them would sell blind.
-dlock::redis::reply checked(dlock::redis::client& redis, const std::vector<std::string>& args) {
-    auto reply = redis.command(args);
-    if (reply.is_error()) {
-        throw dlock::error(dlock::errc::server_error, args.front() + ": " + reply.text);
-    }
-    return reply;
-}
-
-long long read_count(dlock::redis::client& redis, const std::string& key) {
-    const auto reply = checked(redis, {"GET", key});
-    return reply.is_nil() ? 0 : std::stoll(reply.text);
-}
-
-// One sale; false once sold out. `guard` is the held mutex in locked mode, null otherwise.
-bool sell_one(dlock::redis::client& redis, const run_keys& keys, const dlock::mutex* guard) {
-    const long long stock = read_count(redis, keys.stock);
-    if (stock <= 0) return false;
-    std::this_thread::sleep_for(2ms);  // the pause between check and write: the race window
-    // A holder paused past its lease must not write. Redis here cannot check a fencing token, so
-    // the sale checks the lease itself; a real store would reject guard->fencing_token() if stale.
-    if (guard && guard->state() == dlock::lock_state::lost) {
-        throw dlock::error(dlock::errc::lock_lost, "lock lost before writing the stock");
-    }
-    checked(redis, {"SET", keys.stock, std::to_string(stock - 1)});
-    checked(redis, {"INCR", keys.sold});
-    return true;
-}
-
 int run_worker(const settings& s) {
     dlock::redis::client redis({.url = s.url});
     const auto keys = keys_for(s.run_id, s.mode);
     if (s.mode == "unlocked") {
-        while (sell_one(redis, keys, nullptr)) {
-            // no lock: every worker checks and writes whenever it gets there
-        }
+        // No lock: every worker checks and writes whenever it gets there.
+        oversell::sell_until_sold_out(redis, keys.stock, keys.sold, nullptr);
         return 0;
     }
     dlock::mutex m(redis, keys.lock, {.lease = 10s});
-    for (;;) {
-        std::unique_lock lk(m);
-        if (!sell_one(redis, keys, &m)) return 0;
-    }
+    oversell::sell_until_sold_out(redis, keys.stock, keys.sold, &m);
+    return 0;
 }
 
 // Shell-quotes one argument for std::system: '...' with each ' written as '\''.
@@ -150,8 +120,8 @@ struct outcome {
 
 outcome run_mode(dlock::redis::client& redis, const settings& s, const std::string& mode) {
     const auto keys = keys_for(s.run_id, mode);
-    checked(redis, {"SET", keys.stock, std::to_string(s.stock)});
-    checked(redis, {"DEL", keys.sold});
+    oversell::checked(redis, {"SET", keys.stock, std::to_string(s.stock)});
+    oversell::checked(redis, {"DEL", keys.sold});
 
     // Workers are separate processes, like the shop's servers: each one re-executes this binary.
     // std::system keeps the example to the standard library; one thread waits on each process.
@@ -174,11 +144,11 @@ outcome run_mode(dlock::redis::client& redis, const settings& s, const std::stri
     o.wall = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
     for (const int st : status) o.failed_workers += st != 0;
-    o.sold = read_count(redis, keys.sold);
+    o.sold = oversell::read_count(redis, keys.sold);
     o.oversold = std::max(0LL, o.sold - s.stock);
-    o.final_stock = read_count(redis, keys.stock);
+    o.final_stock = oversell::read_count(redis, keys.stock);
     // Leave nothing behind on a shared server: the counters and this lock's fence counter.
-    checked(redis, {"DEL", keys.stock, keys.sold, redis.fence_key(keys.lock)});
+    oversell::checked(redis, {"DEL", keys.stock, keys.sold, redis.fence_key(keys.lock)});
     return o;
 }
 

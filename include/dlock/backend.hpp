@@ -6,9 +6,13 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
@@ -47,6 +51,79 @@ struct lock_request {
     const lease* reenter = nullptr;
 };
 
+/// The lock type whose state a name has on the server (lock_info::type).
+enum class lock_type : std::uint8_t {
+    none,                ///< no lock state: free and nobody waits (a fence counter may remain)
+    mutex,               ///< dlock::mutex
+    recursive_mutex,     ///< dlock::recursive_mutex
+    fair_mutex,          ///< dlock::fair_mutex
+    shared_mutex,        ///< dlock::shared_mutex (readers or a writer, waiting writers)
+    counting_semaphore,  ///< dlock::counting_semaphore
+    /// One exclusive lock whose exact type the server cannot tell: ZooKeeper keeps dlock::mutex,
+    /// fair_mutex, recursive_mutex and a shared_mutex writer as the same kind of node.
+    exclusive,
+    foreign,  ///< something dlock did not write is stored under the name; lock_info::detail says
+              ///< what
+};
+
+/// "dlock::mutex", ..., "none", "exclusive", "foreign".
+const char* to_string(lock_type type) noexcept;
+
+/// What a backend knows about lock `name` at one instant (backend::inspect): a snapshot taken
+/// in one atomic read per server (one Lua script on Redis, one getChildren on ZooKeeper), already
+/// stale when it arrives. For inspection and tools, never for deciding who may write: only a
+/// grant's fencing token does that.
+struct lock_info {
+    std::string name{};
+    lock_type type = lock_type::none;
+    /// Someone holds it: a live holder, reader share or permit grant.
+    bool held = false;
+    /// Live grants: 1 for a held exclusive lock (whatever its re-entry depth), the reader shares
+    /// of a shared_mutex, the grants of a semaphore (one grant may hold several permits).
+    std::uint32_t holders = 0;
+    /// shared_mutex: live reader shares; `writer` when a writer holds it.
+    std::uint32_t readers = 0;
+    bool writer = false;
+    /// recursive_mutex: the owner's re-entry depth (0 when free). ZooKeeper keeps depth in the
+    /// owner's process, so it reports 1 there.
+    std::uint32_t depth = 0;
+    /// counting_semaphore: permits held by live grants, and the number of permits set on the
+    /// server (unset when none was set yet).
+    std::uint32_t permits_in_use = 0;
+    std::optional<std::uint32_t> permit_limit{};
+    /// Live waiters queued on the server: fair_mutex waiters and a shared_mutex's waiting writers
+    /// on Redis (a dead waiter's entry does not count), every waiting node on ZooKeeper (readers,
+    /// writers, semaphore acquirers). A dlock::mutex, recursive_mutex or semaphore waiter on Redis
+    /// does not queue: it listens for the release; see `subscribers`.
+    std::uint32_t waiters = 0;
+    /// Redis: client connections subscribed to the name's release channel (a process's waiters
+    /// share one); 0 elsewhere.
+    std::uint32_t subscribers = 0;
+    /// The last fencing token handed out for the name (Redis: its fence counter), or, on
+    /// ZooKeeper, the largest token among the current holders (their nodes' czxid); unset when
+    /// there is none.
+    std::optional<std::uint64_t> fencing_counter{};
+    /// The shortest lease left among the holders: the latest the name (or, for shared kinds, one
+    /// share) frees itself without a release. Unset when free, and on ZooKeeper (a holder's lease
+    /// is its session: it lasts while the holder is alive).
+    std::optional<std::chrono::milliseconds> lease_left{};
+    /// type == foreign: what was found (e.g. "key dlock:{a} is a list"); empty otherwise.
+    std::string detail{};
+
+    /// Several servers (Redlock): `held`, `type`, the counts and `lease_left` are what a quorum
+    /// of `quorum` servers agree on (held on at least quorum servers; lease_left the quorum-th
+    /// longest); fencing_counter, waiters and subscribers are the largest on any server. `servers`
+    /// has each server's own view, in the client's order, with `server` and `error` set. Empty
+    /// for one server.
+    std::vector<lock_info> servers{};
+    std::size_t quorum = 1;
+    std::size_t held_on = 0;  ///< servers on which it is held
+    /// In `servers`: the server ("host:port") and, when it could not be read, why (its other
+    /// fields are then unset).
+    std::string server{};
+    std::string error{};
+};
+
 class backend {
 public:
     virtual ~backend() = default;
@@ -76,6 +153,13 @@ public:
     void set_permits(std::string_view name, std::uint32_t permits);
     virtual void set_permits(std::string_view name, std::uint32_t permits,
                              std::error_code& ec) noexcept;
+
+    /// What the server(s) know about lock `name` right now, whichever kind uses it, without
+    /// changing anything (lock_info). Throws dlock::error: errc::unsupported when the backend
+    /// cannot inspect, another errc when it failed (Redlock: fewer than a quorum of servers
+    /// answered). The twin sets `ec` and returns an empty lock_info.
+    [[nodiscard]] lock_info inspect(std::string_view name);
+    [[nodiscard]] virtual lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
 
     /// Takes the lock `name`, blocking up to `options.wait`. Throws dlock::error: errc::timeout
     /// when the wait bound passed while the lock was held by someone else, another errc when the

@@ -47,6 +47,15 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
     return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 
+lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
+    if (!impl_) {
+        fail(ec, errc::invalid_argument, "inspect on a moved-from client");
+        return {};
+    }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
+    return impl_->engine->inspect(name, ec);
+}
+
 void client::set_permits(std::string_view name, std::uint32_t permits,
                          std::error_code& ec) noexcept {
     if (!impl_) {

@@ -14,10 +14,12 @@
 
 #include "core/acquire_policy.hpp"
 #include "core/callbacks.hpp"
+#include "core/inspect.hpp"
 #include "core/quorum.hpp"
 #include "core/status.hpp"
 #include "core/token.hpp"
 #include "core/validate.hpp"
+#include "redis/inspect.hpp"
 
 namespace dlock::redis::detail {
 
@@ -376,6 +378,49 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
         if (!ec && r.type != reply::kind::integer) script_error(call, r, *conn.get(), ec);
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+    }
+}
+
+lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return {};
+        const auto call = one_call(inspect_call(key(name), channel(name)));
+        std::vector<pooled> conns;
+        std::vector<script_batch> batches;
+        conns.reserve(servers_.size());
+        batches.reserve(servers_.size());
+        for (auto& s : servers_) {
+            conns.emplace_back(*s);
+            batches.push_back({conns.back().get(), call, conns.back().get()->default_deadline()});
+        }
+        run_everywhere(batches);
+        std::vector<lock_info> views(batches.size());
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            auto& b = batches[i];
+            auto& v = views[i];
+            v.name = std::string(name);
+            v.server = b.conn->settings().endpoint.describe();
+            std::string why;
+            if (b.ec) {
+                v.error = b.error.empty() ? dlock::detail::message_for(b.ec) : b.error;
+            } else if (!parse_inspect_reply(b.replies.front(), v, why)) {
+                v.error = "redis " + v.server + ": " + why;
+            }
+            if (!v.error.empty() && servers_.size() == 1) {
+                fail(ec, b.ec ? b.ec : make_error_code(errc::unexpected_reply), v.error);
+                return {};
+            }
+        }
+        if (servers_.size() == 1) {
+            views.front().server.clear();
+            return std::move(views.front());
+        }
+        return dlock::detail::merge_views(std::string(name), std::move(views), quorum(), ec);
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+        return {};
     }
 }
 

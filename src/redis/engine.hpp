@@ -67,6 +67,9 @@ public:
     /// waiters (src/redis/lua/semaphore_set_permits.lua). One server only (errc::unsupported on
     /// several).
     void set_permits(std::string_view name, std::uint32_t permits, std::error_code& ec) noexcept;
+    /// backend::inspect: runs src/redis/lua/inspect.lua on every server at once; several servers
+    /// give the quorum view (dlock::detail::merge_views).
+    lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
 
     std::string key(std::string_view name) const {
         return config_.key_prefix + ":{" + std::string(name) + "}";

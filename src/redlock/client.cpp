@@ -80,6 +80,15 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
     return impl_->engine->acquire_until(name, request, options, deadline, ec);
 }
 
+lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
+    if (!impl_) {
+        fail(ec, errc::invalid_argument, "inspect on a moved-from client");
+        return {};
+    }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
+    return impl_->engine->inspect(name, ec);
+}
+
 std::size_t client::size() const noexcept { return impl_->engine->size(); }
 std::size_t client::quorum() const noexcept { return impl_->engine->quorum(); }
 

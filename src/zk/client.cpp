@@ -43,6 +43,15 @@ void client::set_permits(std::string_view name, std::uint32_t permits,
     impl_->engine->set_permits(name, permits, ec);
 }
 
+lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
+    if (!impl_) {
+        fail(ec, errc::invalid_argument, "inspect on a moved-from client");
+        return {};
+    }
+    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
+    return impl_->engine->inspect(name, ec);
+}
+
 const client_options& client::options() const noexcept { return impl_->engine->options(); }
 
 std::string client::lock_path(std::string_view name) const {

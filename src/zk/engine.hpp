@@ -41,6 +41,10 @@ public:
     /// Sets semaphore `name`'s number of permits (the data of its persistent parent node).
     void set_permits(std::string_view name, std::uint32_t permits, std::error_code& ec) noexcept;
 
+    /// backend::inspect: reads the lock node's data (a semaphore's permits) and children, and
+    /// the holders' czxid (src/zk/inspect.cpp). Writes nothing.
+    lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
+
     void release(lease_core& lease, std::error_code& ec) noexcept override;
     void report_error(std::error_code ec, std::string_view what) noexcept override;
     void notify(const lock_event& event) noexcept override;

@@ -297,4 +297,54 @@ const char* driver::busy() const noexcept {
 
 const char* driver::still() const noexcept { return permits() ? "still full" : "still held"; }
 
+children_view view_children(const std::vector<std::string>& children, std::uint64_t limit) {
+    children_view out;
+    std::vector<lock_node> nodes;
+    std::vector<permit_node> permits;
+    for (const auto& c : children) {
+        if (auto n = parse_node(c)) {
+            nodes.push_back(std::move(*n));
+        } else if (auto p = parse_permit_node(c)) {
+            permits.push_back(std::move(*p));
+        } else {
+            ++out.foreign;
+        }
+    }
+    std::sort(nodes.begin(), nodes.end(),
+              [](const lock_node& a, const lock_node& b) { return a.sequence < b.sequence; });
+    bool write_before = false;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const auto& n = nodes[i];
+        out.any_read = out.any_read || n.read;
+        const bool holds = n.read ? !write_before : i == 0;
+        if (!n.read) write_before = true;
+        if (!holds) {
+            ++out.lock_waiters;
+            continue;
+        }
+        out.holding.push_back(n.name);
+        if (n.read) {
+            ++out.readers;
+        } else {
+            out.writer = true;
+        }
+    }
+    std::sort(permits.begin(), permits.end(),
+              [](const permit_node& a, const permit_node& b) { return a.sequence < b.sequence; });
+    std::uint64_t sum = 0;
+    bool previous_holds = true;
+    for (const auto& p : permits) {
+        sum += p.count;
+        previous_holds = previous_holds && sum <= limit;
+        if (!previous_holds) {
+            ++out.permit_waiters;
+            continue;
+        }
+        ++out.permit_holders;
+        out.permits_in_use += p.count;
+        out.holding.push_back(p.name);
+    }
+    return out;
+}
+
 }  // namespace dlock::zk::detail

@@ -122,4 +122,21 @@ private:
     std::uint32_t count_;
 };
 
+/// Who holds and who waits among the children of a lock node (backend::inspect), by the same
+/// rules as locate() and locate_permits(). Children of neither shape are counted in `foreign`.
+struct children_view {
+    std::uint32_t readers = 0;         ///< read nodes that hold
+    bool writer = false;               ///< a write node holds
+    std::uint32_t lock_waiters = 0;    ///< read and write nodes that wait
+    bool any_read = false;             ///< a read node is among the children
+    std::uint32_t permit_holders = 0;  ///< semaphore nodes that hold
+    std::uint64_t permits_in_use = 0;  ///< the permits they hold
+    std::uint32_t permit_waiters = 0;  ///< semaphore nodes that wait
+    std::uint32_t foreign = 0;
+    std::vector<std::string> holding{};  ///< the names of the holding children
+};
+
+/// `limit`: the semaphore's number of permits (ignored without semaphore nodes).
+children_view view_children(const std::vector<std::string>& children, std::uint64_t limit);
+
 }  // namespace dlock::zk::detail

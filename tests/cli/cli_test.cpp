@@ -418,6 +418,89 @@ TEST(CliStatus, NeverPrintsThePassword) {
     EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
 }
 
+/// `dlock status --json` as an object (fails the test on a non-zero status).
+nlohmann::json status_json(const std::string& u, const std::string& name) {
+    const auto r = run_cli({"status", "--json", "--url", u, name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.status == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+TEST(CliStatus, HeldSemaphore) {
+    const auto name = dlock::test::unique_name("sem");
+    dlock::redis::client redis({.url = url()});
+    const auto grant =
+        redis.acquire(name, {.kind = dlock::lock_kind::permits, .count = 2, .limit = 3}, {});
+    auto r = run_cli({"status", "--url", url(), name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("dlock::counting_semaphore"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("held: 2 of 3 permits in use (1 grant), lease"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("not a dlock lock"), std::string::npos) << r.out;
+    const auto j = status_json(url(), name);
+    EXPECT_EQ(j["type"], "counting_semaphore");
+    EXPECT_EQ(j["held"], true);
+    EXPECT_EQ(j["permits_in_use"], 2);
+    EXPECT_EQ(j["permit_limit"], 3);
+    EXPECT_EQ(j["fencing_counter"].get<std::uint64_t>(), grant.fencing_token());
+}
+
+TEST(CliStatus, NameReadersHold) {
+    const auto name = dlock::test::unique_name("rw");
+    dlock::redis::client redis({.url = url()});
+    const auto r1 = redis.acquire(name, {.kind = dlock::lock_kind::read}, {});
+    const auto r2 = redis.acquire(name, {.kind = dlock::lock_kind::read}, {});
+    const auto r = run_cli({"status", "--url", url(), name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("held by 2 readers, lease"), std::string::npos) << r.out;
+    const auto j = status_json(url(), name);
+    EXPECT_EQ(j["type"], "shared_mutex");
+    EXPECT_EQ(j["held"], true);
+    EXPECT_EQ(j["readers"], 2);
+    EXPECT_EQ(j["writer"], false);
+}
+
+TEST(CliStatus, FairLockWithAQueuedWaiter) {
+    const auto name = dlock::test::unique_name("fair");
+    dlock::redis::client redis({.url = url()});
+    auto grant = redis.acquire(name, {.kind = dlock::lock_kind::fair}, {});
+    cli_process waiting({"run", "--fair", "--url", url(), name, "--", "true"});
+    ASSERT_TRUE(eventually([&] { return status_json(url(), name)["waiters"] == 1; }, 10s))
+        << waiting.err();
+    const auto r = run_cli({"status", "--url", url(), name});
+    EXPECT_NE(r.out.find("dlock::fair_mutex"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("1 queued"), std::string::npos) << r.out;
+    grant.release();
+    EXPECT_EQ(waiting.wait(10s).status, 0);
+    const auto j = status_json(url(), name);
+    EXPECT_EQ(j["held"], false);
+    EXPECT_EQ(j["waiters"], 0);
+}
+
+TEST(CliStatus, ZooKeeperLock) {
+    const auto zk = dlock::test::shared_zk().url("/dlock-cli");
+    const auto name = dlock::test::unique_name("zk");
+    auto r = run_cli({"status", "--url", zk, name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("state:               free"), std::string::npos) << r.out;
+
+    dlock::zk::client holder({.url = zk});
+    auto held = holder.acquire(name, {.wait = 10s});
+    cli_process waiting({"run", "--url", zk, name, "--", "true"});
+    ASSERT_TRUE(eventually([&] { return status_json(zk, name)["waiters"] == 1; }, 20s))
+        << waiting.err();
+    r = run_cli({"status", "--url", zk, name});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("held (while the holder's ZooKeeper session lives)"), std::string::npos)
+        << r.out;
+    const auto j = status_json(zk, name);
+    EXPECT_EQ(j["backend"], "zookeeper");
+    EXPECT_EQ(j["held"], true);
+    EXPECT_EQ(j["type"], "exclusive");
+    EXPECT_EQ(j["fencing_counter"].get<std::uint64_t>(), held.fencing_token());
+    held.release();
+    EXPECT_EQ(waiting.wait(20s).status, 0);
+}
+
 // --- dlock demo ---------------------------------------------------------------------------------
 
 /// The "oversold" row of the summary: {without a lock, with dlock}.
@@ -670,7 +753,6 @@ TEST(CliBadInput, NotAvailableInThisBuild) {
          unavailable,
          "not available on Redlock"},
         {{"run", "--url", "rediss://127.0.0.1:6380", "n", "--", "true"}, unavailable, "TLS"},
-        {{"status", "--url", "zk://127.0.0.1:2181/locks", "n"}, unavailable, "zk://"},
         {{"status", "--url", "etcd://127.0.0.1:2379", "n"}, unavailable, "etcd:// URLs"},
         {{"demo", "--backend", "zk"}, unavailable, "not available in this build"},
     };

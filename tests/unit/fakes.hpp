@@ -90,6 +90,22 @@ public:
             now + std::chrono::hours(1)));
     }
 
+    /// A held name is a held dlock::mutex; the counter is the last token of any name.
+    using dlock::backend::inspect;
+    [[nodiscard]] dlock::lock_info inspect(std::string_view name,
+                                           std::error_code& ec) noexcept override {
+        ec.clear();
+        dlock::lock_info info;
+        info.name = std::string(name);
+        if (owner->held.count(std::string(name)) != 0) {
+            info.type = dlock::lock_type::mutex;
+            info.held = true;
+            info.holders = 1;
+        }
+        if (fencing > 0) info.fencing_counter = fencing;
+        return info;
+    }
+
     std::shared_ptr<fake_owner> owner = std::make_shared<fake_owner>();
     std::vector<std::chrono::steady_clock::time_point> deadlines;
     std::vector<dlock::lock_request> requests;

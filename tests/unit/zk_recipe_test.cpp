@@ -224,4 +224,33 @@ TEST(ZkDriver, OneNameServesOneKind) {
     EXPECT_EQ(driver(dlock::lock_kind::fair).quoted("x"), "lock \"x\"");
 }
 
+TEST(ZkInspect, ViewOfLockChildren) {
+    // Two readers, then a writer waiting, then a reader behind it (writer preference).
+    const auto v = view_children(
+        {node(g3, false, 3), node(g1, true, 1), node(g2, true, 2), node(g4, true, 4), "junk"}, 0);
+    EXPECT_EQ(v.readers, 2u);
+    EXPECT_FALSE(v.writer);
+    EXPECT_EQ(v.lock_waiters, 2u);
+    EXPECT_TRUE(v.any_read);
+    EXPECT_EQ(v.foreign, 1u);
+    EXPECT_EQ(v.holding.size(), 2u);
+
+    const auto w = view_children({node(g2, false, 7), node(g1, false, 5)}, 0);
+    EXPECT_TRUE(w.writer);
+    EXPECT_EQ(w.lock_waiters, 1u);
+    ASSERT_EQ(w.holding.size(), 1u);
+    EXPECT_EQ(w.holding.front(), node(g1, false, 5));
+}
+
+TEST(ZkInspect, ViewOfSemaphoreChildren) {
+    // limit 3: 2 + 1 hold, the next 1 waits (first come first served, also behind a big one).
+    const auto v = view_children({permit(g1, 2, 1), permit(g2, 1, 2), permit(g3, 1, 3)}, 3);
+    EXPECT_EQ(v.permit_holders, 2u);
+    EXPECT_EQ(v.permits_in_use, 3u);
+    EXPECT_EQ(v.permit_waiters, 1u);
+    const auto w = view_children({permit(g1, 5, 1), permit(g2, 1, 2)}, 3);
+    EXPECT_EQ(w.permit_holders, 0u);
+    EXPECT_EQ(w.permit_waiters, 2u);
+}
+
 }  // namespace

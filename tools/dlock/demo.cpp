@@ -1,8 +1,8 @@
-// `dlock demo`: the oversell scenario as a newcomer's first run. W worker processes sell from one
-// stock count kept in Redis; each sale reads the count, pauses 1-2 ms (the work a real shop does
-// between checking and writing), and writes count - 1. First without a lock, then with each sale
-// under a dlock::mutex. Workers are this same binary re-executed with the hidden `__demo-worker`
-// subcommand (posix_spawn of /proc/self/exe: never fork without exec in a threaded process).
+// `dlock demo`: the oversell scenario (examples/oversell_shop.hpp, the same shop as
+// examples/oversell.cpp) as a newcomer's first run. W worker processes sell from one stock count
+// kept in Redis, first without a lock, then with each sale under a dlock::mutex. Workers are this
+// same binary re-executed with the hidden `__demo-worker` subcommand (posix_spawn of
+// /proc/self/exe: never fork without exec in a threaded process).
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 
@@ -27,6 +27,7 @@
 
 #include "backend.hpp"
 #include "cli.hpp"
+#include "oversell_shop.hpp"
 #include "duration.hpp"
 #include "process.hpp"
 
@@ -48,25 +49,8 @@ demo_keys keys_for(const std::string& run_id, const std::string& mode) {
             fmt::format("dlock-demo/{}", run_id)};
 }
 
-/// A command whose error reply is a failure: a shop that ignored them would sell blind.
-reply checked(dlock::redis::client& client, const std::vector<std::string>& args) {
-    reply r = client.command(args);
-    if (r.is_error()) {
-        throw dlock::error(dlock::errc::server_error, fmt::format("{}: {}", args.front(), r.text));
-    }
-    return r;
-}
-
-long long read_number(dlock::redis::client& client, const std::string& key) {
-    const reply r = checked(client, {"GET", key});
-    if (r.is_nil()) return 0;
-    try {
-        return std::stoll(r.text);
-    } catch (const std::exception&) {
-        throw dlock::error(dlock::errc::unexpected_reply,
-                           fmt::format("{} holds \"{}\", not a number", key, r.text));
-    }
-}
+using oversell::checked;
+using oversell::read_count;
 
 struct mode_result {
     long long sold = 0;
@@ -136,7 +120,7 @@ public:
         }
         result.wall =
             std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - started);
-        result.sold = read_number(client_, keys.sold);
+        result.sold = read_count(client_, keys.sold);
         result.oversold = std::max(0LL, result.sold - o_.stock);
         // Leave nothing behind on a shared server (the lock's keys: see demo_command).
         checked(client_, {"DEL", keys.stock, keys.sold});
@@ -286,23 +270,8 @@ int demo_worker_command(const demo_worker_options& o) {
         if (o.mode == "locked") {
             mutex.emplace(service.backend(), keys.lock_name, dlock::lock_options{.lease = 10s});
         }
-        std::minstd_rand pauses(std::random_device{}());
-        std::uniform_int_distribution<int> pause_us(1000, 2000);
-        for (;;) {
-            std::unique_lock<dlock::mutex> guard;
-            if (mutex) guard = std::unique_lock(*mutex);
-            const long long stock = read_number(client, keys.stock);
-            if (stock <= 0) return 0;
-            std::this_thread::sleep_for(std::chrono::microseconds(pause_us(pauses)));
-            // A real store would reject a stale mutex->fencing_token(); Redis SET cannot, so
-            // the worker checks the lease itself before writing.
-            if (mutex && mutex->state() == dlock::lock_state::lost) {
-                throw dlock::error(dlock::errc::lock_lost,
-                                   "lost the lock before writing the stock");
-            }
-            checked(client, {"SET", keys.stock, std::to_string(stock - 1)});
-            checked(client, {"INCR", keys.sold});
-        }
+        oversell::sell_until_sold_out(client, keys.stock, keys.sold, mutex ? &*mutex : nullptr);
+        return 0;
     } catch (const std::exception& e) {  // dlock::error, or a cli_error for the URL
         std::fprintf(stderr, "dlock: demo worker %d (%s): %s\n", o.index, o.mode.c_str(), e.what());
         return 1;

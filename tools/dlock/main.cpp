@@ -40,7 +40,7 @@ const char* const main_footer = R"(Examples:
 The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   redis://[user:password@]host[:port][/db]    one Redis server (also unix:///path/to.sock)
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
-  zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble (no `dlock status` yet)
+  zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
 
 Exit statuses (besides these, `dlock run` exits with the command's own status, or ends by the
 signal that killed the command):
@@ -80,6 +80,8 @@ const char* const status_footer = R"(Examples:
   dlock status nightly-report
   dlock status nightly-report --json | jq .lease_remaining_ms
 
+Every lock kind (mutex, fair, shared, semaphore, recursive) and every backend. "waiters" counts
+waiters queued on the server (fair and write locks on Redis, every waiter on ZooKeeper);
 "subscribed clients" counts client connections subscribed to the lock's release channel: each
 waiting process counts once, however many of its threads wait.)";
 
@@ -115,48 +117,30 @@ void set_usage(CLI::App* cmd, std::string usage) {
     cmd->formatter(std::make_shared<usage_formatter>(std::move(usage)));
 }
 
-/// The options `dlock run` etc. bind to, as text until validated.
-struct raw_options {
+/// --url, --password-file and --key-prefix of the commands that talk to a lock server, as text
+/// until resolve() validates them.
+struct server_args {
     std::string url;
     std::string password_file;
     std::string key_prefix = "dlock";
-    std::string name;
-    std::string lease = "30s";
-    std::string wait;
-    bool no_wait = false;
-    std::string max_hold;
-    std::string grace = "5s";
-    int conflict_exit_code = exit_status::conflict;
-    bool foreground = false;
-    bool quiet = false;
-    bool verbose = false;
-    bool shared = false;
-    bool write = false;
-    bool fair = false;
-    int permits = 0;
-    bool json = false;
-    std::string demo_url;
-    int workers = 4;
-    int stock = 50;
-    std::string backend = "redis";
-    std::string run_id, mode;
-    int index = 0;
-};
 
-void add_server_options(CLI::App* cmd, raw_options& raw) {
-    cmd->add_option("--url", raw.url,
-                    "redis://[user:password@]host[:port][/db], unix:///path/to.sock\n"
-                    "or redlock://host:port,host:port,host:port\n"
-                    "(default: $DLOCK_URL, else redis://127.0.0.1:6379)")
-        ->type_name("URL");
-    cmd->add_option("--password-file", raw.password_file,
-                    "Read the server's password from FILE (first line), so it\n"
-                    "is not in the process list (also: $DLOCK_PASSWORD)")
-        ->type_name("FILE");
-    cmd->add_option("--key-prefix", raw.key_prefix, "Prefix of the lock's Redis keys")
-        ->type_name("TEXT")
-        ->default_str("dlock");
-}
+    void add_to(CLI::App* cmd) {
+        cmd->add_option("--url", url,
+                        "redis://[user:password@]host[:port][/db], unix:///path/to.sock,\n"
+                        "redlock://host:port,host:port,host:port\n"
+                        "or zk://host:port,host:port[/base]\n"
+                        "(default: $DLOCK_URL, else redis://127.0.0.1:6379)")
+            ->type_name("URL");
+        cmd->add_option("--password-file", password_file,
+                        "Read the server's password from FILE (first line), so it\n"
+                        "is not in the process list (also: $DLOCK_PASSWORD)")
+            ->type_name("FILE");
+        cmd->add_option("--key-prefix", key_prefix, "Prefix of the lock's Redis keys")
+            ->type_name("TEXT")
+            ->default_str("dlock");
+    }
+    server_options resolve(const CLI::App* cmd) const;
+};
 
 /// Splits `dlock run [OPTIONS] NAME [--] COMMAND...` into what CLI11 parses (up to NAME) and the
 /// command, so the command's own options never reach dlock's parser. Without "--", the first
@@ -213,7 +197,6 @@ void check_range(std::string_view option, int value, int low, int high) {
     }
 }
 
-/// --url as given, else the default; an explicitly empty --url is an error, not the default.
 /// The first line of a password file. Its content never appears in a message.
 std::string read_password_file(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -251,21 +234,20 @@ std::string read_password_file(const std::string& path) {
 
 /// --url as given, else the default; an explicitly empty --url is an error, not the default.
 /// With --password-file (else $DLOCK_PASSWORD, if set and not empty) the password goes into it.
-std::string server_url(const CLI::App* cmd, const raw_options& raw) {
-    std::string url;
+server_options server_args::resolve(const CLI::App* cmd) const {
+    std::string full;
     if (cmd->get_option("--url")->count() == 0) {
-        url = default_url();
+        full = default_url();
     } else {
-        if (raw.url.empty()) throw cli_error(exit_status::usage, "--url \"\": empty URL");
-        url = raw.url;
+        if (url.empty()) throw cli_error(exit_status::usage, "--url \"\": empty URL");
+        full = url;
     }
     if (cmd->get_option("--password-file")->count() > 0) {
-        return with_password(url, read_password_file(raw.password_file));
+        full = with_password(full, read_password_file(password_file));
+    } else if (const std::string password = env_value("DLOCK_PASSWORD"); !password.empty()) {
+        full = with_password(full, password);
     }
-    if (const std::string password = env_value("DLOCK_PASSWORD"); !password.empty()) {
-        return with_password(url, password);
-    }
-    return url;
+    return {full, key_prefix};
 }
 
 /// Overwrites passwords in dlock's own arguments (argv[1..count]) with '*', so that
@@ -280,63 +262,306 @@ void hide_passwords(char** argv, std::size_t count) {
     }
 }
 
-run_options make_run_options(const CLI::App* run, const raw_options& raw,
-                             std::vector<std::string> command) {
-    const auto given = [run](const char* option) { return run->get_option(option)->count() > 0; };
-    if (int(raw.shared) + int(raw.write) + int(raw.fair) + int(given("--permits")) > 1) {
-        throw cli_error(exit_status::usage,
-                        "run: --shared, --write, --fair and --permits choose the lock kind: give "
-                        "one");
+/// `dlock run`: its options, bound on the subcommand, and their validation into run_options.
+class run_subcommand {
+public:
+    explicit run_subcommand(CLI::App& app)
+        : cmd_(app.add_subcommand("run", "Run a command while holding a lock")) {
+        cmd_->allow_extras();
+        cmd_->footer(run_footer);
+        set_usage(cmd_, "dlock run [OPTIONS] NAME [--] COMMAND [ARGS...]");
+        cmd_->add_option("NAME", name_, "The lock's name")->type_name("");
+        // Shown in --help only: the command is split off before parsing (split_run_command).
+        cmd_->add_option("COMMAND", shown_only_, "The command to run, and its arguments")
+            ->type_name("");
+        server_.add_to(cmd_);
+        cmd_->add_option("--lease", lease_,
+                         "Lease, renewed in the background; if dlock dies, the lock\n"
+                         "is free this long after its last renewal")
+            ->type_name("DURATION")
+            ->default_str("30s");
+        cmd_->add_option("--wait", wait_, "Give up (status 75) if not had within DURATION")
+            ->type_name("DURATION")
+            ->default_str("forever");
+        cmd_->add_flag("--no-wait", no_wait_, "Give up at once if the lock is held (status 75)");
+        cmd_->add_option("--conflict-exit-code", conflict_exit_code_,
+                         "Exit status when the lock is not had in time (0-255)")
+            ->type_name("N")
+            ->default_str("75");
+        cmd_->add_option("--max-hold", max_hold_,
+                         "Stop the command, as if the lock were lost, after\nholding it this long")
+            ->type_name("DURATION")
+            ->default_str("forever");
+        cmd_->add_option("--grace", grace_,
+                         "When the lock is lost: SIGTERM, then SIGKILL after this")
+            ->type_name("DURATION")
+            ->default_str("5s");
+        cmd_->add_flag("--foreground", foreground_,
+                       "Accepted for compatibility: the command always gets the\n"
+                       "terminal while dlock has it");
+        cmd_->add_flag("-q,--quiet", quiet_, "No progress line or notes");
+        cmd_->add_flag("-v,--verbose", verbose_, "Print lock events (acquired, renewed, lost...)");
+        const char* kind = "Lock kind (default: exclusive)";
+        cmd_->add_flag("--fair", fair_,
+                       "First come, first served: waiters queue and the lock is\n"
+                       "handed to the longest-waiting one (dlock::fair_mutex)")
+            ->group(kind);
+        cmd_->add_flag("--shared", shared_,
+                       "The read side of a reader-writer lock: many --shared\n"
+                       "holders at once, none while a --write holder holds or\n"
+                       "waits (dlock::shared_mutex)")
+            ->group(kind);
+        cmd_->add_flag("--write", write_,
+                       "The write side of the reader-writer lock that --shared\n"
+                       "holders share: alone, and served before later readers.\n"
+                       "(A plain `dlock run` is a different lock kind: one name\n"
+                       "is used by one kind only.)")
+            ->group(kind);
+        cmd_->add_option("--permits", permits_,
+                         "A counting semaphore: up to N holders at once, each\n"
+                         "holding one permit (N is set on first use)")
+            ->type_name("N")
+            ->group(kind);
     }
-    if (given("--wait") && raw.no_wait) {
-        throw cli_error(exit_status::usage, "run: --wait and --no-wait cannot be combined");
+
+    /// `args` (all of dlock's arguments) with the command after NAME taken out and kept, so the
+    /// command's own options never reach CLI11.
+    std::vector<std::string> split(std::vector<std::string> args) {
+        if (args.empty() || args.front() != "run") return args;
+        std::vector<std::string> rest(args.begin() + 1, args.end());
+        auto head = split_run_command(*cmd_, rest, command_);
+        head.insert(head.begin(), "run");
+        return head;
     }
-    if (raw.quiet && raw.verbose) {
-        throw cli_error(exit_status::usage, "run: --quiet and --verbose cannot be combined");
+
+    bool parsed() const { return cmd_->parsed(); }
+
+    int execute() {
+        reject_extras(cmd_);
+        require_name(cmd_, name_);
+        return run_command(options());
     }
-    check_range("--conflict-exit-code", raw.conflict_exit_code, 0, 255);
-    run_options o;
-    o.server = {server_url(run, raw), raw.key_prefix};
-    o.name = raw.name;
-    if (raw.fair) o.request.kind = dlock::lock_kind::fair;
-    if (raw.shared) o.request.kind = dlock::lock_kind::read;
-    if (raw.write) o.request.kind = dlock::lock_kind::write;
-    if (given("--permits")) {
-        check_range("--permits", raw.permits, 1, 1'000'000);
-        o.request = {.kind = dlock::lock_kind::permits,
-                     .count = 1,
-                     .limit = static_cast<std::uint32_t>(raw.permits)};
+
+private:
+    run_options options() {
+        const auto given = [this](const char* option) {
+            return cmd_->get_option(option)->count() > 0;
+        };
+        if (int(shared_) + int(write_) + int(fair_) + int(given("--permits")) > 1) {
+            throw cli_error(exit_status::usage,
+                            "run: --shared, --write, --fair and --permits choose the lock kind: "
+                            "give one");
+        }
+        if (given("--wait") && no_wait_) {
+            throw cli_error(exit_status::usage, "run: --wait and --no-wait cannot be combined");
+        }
+        if (quiet_ && verbose_) {
+            throw cli_error(exit_status::usage, "run: --quiet and --verbose cannot be combined");
+        }
+        check_range("--conflict-exit-code", conflict_exit_code_, 0, 255);
+        run_options o;
+        o.server = server_.resolve(cmd_);
+        o.name = name_;
+        if (fair_) o.request.kind = dlock::lock_kind::fair;
+        if (shared_) o.request.kind = dlock::lock_kind::read;
+        if (write_) o.request.kind = dlock::lock_kind::write;
+        if (given("--permits")) {
+            check_range("--permits", permits_, 1, 1'000'000);
+            o.request = {.kind = dlock::lock_kind::permits,
+                         .count = 1,
+                         .limit = static_cast<std::uint32_t>(permits_)};
+        }
+        o.command = std::move(command_);
+        if (o.command.empty()) {
+            throw cli_error(
+                exit_status::usage,
+                "run: missing the COMMAND: dlock run [OPTIONS] NAME -- COMMAND [ARGS...]");
+        }
+        o.lease = parse_duration("--lease", lease_, {.allow_zero = false});
+        if (o.lease < dlock::min_lease || o.lease > dlock::max_lease) {
+            throw cli_error(
+                exit_status::usage,
+                fmt::format("--lease \"{}\": must be between {} and {}", lease_,
+                            format_duration(dlock::min_lease), format_duration(dlock::max_lease)));
+        }
+        o.wait = no_wait_           ? std::chrono::milliseconds::zero()
+                 : !given("--wait") ? dlock::forever
+                                    : parse_duration("--wait", wait_, {.allow_forever = true});
+        o.max_hold = !given("--max-hold")
+                         ? dlock::forever
+                         : parse_duration("--max-hold", max_hold_,
+                                          {.allow_forever = true, .allow_zero = false});
+        o.grace = parse_duration("--grace", grace_);
+        o.conflict_exit_code = conflict_exit_code_;
+        o.foreground = foreground_;
+        o.quiet = quiet_;
+        o.verbose = verbose_;
+        return o;
     }
-    o.command = std::move(command);
-    if (o.command.empty()) {
-        throw cli_error(exit_status::usage,
-                        "run: missing the COMMAND: dlock run [OPTIONS] NAME -- COMMAND [ARGS...]");
+
+    CLI::App* cmd_;
+    server_args server_;
+    std::string name_;
+    std::vector<std::string> shown_only_;
+    std::vector<std::string> command_;
+    std::string lease_ = "30s";
+    std::string wait_;
+    bool no_wait_ = false;
+    std::string max_hold_;
+    std::string grace_ = "5s";
+    int conflict_exit_code_ = exit_status::conflict;
+    bool foreground_ = false;
+    bool quiet_ = false;
+    bool verbose_ = false;
+    bool fair_ = false;
+    bool shared_ = false;
+    bool write_ = false;
+    int permits_ = 0;
+};
+
+/// `dlock status`.
+class status_subcommand {
+public:
+    explicit status_subcommand(CLI::App& app)
+        : cmd_(
+              app.add_subcommand("status", "Show whether a lock is held, by whom, and who waits")) {
+        cmd_->allow_extras();
+        cmd_->footer(status_footer);
+        set_usage(cmd_, "dlock status [OPTIONS] NAME");
+        cmd_->add_option("NAME", name_, "The lock's name")->type_name("");
+        server_.add_to(cmd_);
+        cmd_->add_flag("--json", json_, "Print JSON");
     }
-    o.lease = parse_duration("--lease", raw.lease, {.allow_zero = false});
-    if (o.lease < dlock::min_lease || o.lease > dlock::max_lease) {
-        throw cli_error(
-            exit_status::usage,
-            fmt::format("--lease \"{}\": must be between {} and {}", raw.lease,
-                        format_duration(dlock::min_lease), format_duration(dlock::max_lease)));
+
+    bool parsed() const { return cmd_->parsed(); }
+
+    int execute() {
+        reject_extras(cmd_);
+        require_name(cmd_, name_);
+        return status_command({.server = server_.resolve(cmd_), .name = name_, .json = json_});
     }
-    o.wait = raw.no_wait        ? std::chrono::milliseconds::zero()
-             : !given("--wait") ? dlock::forever
-                                : parse_duration("--wait", raw.wait, {.allow_forever = true});
-    o.max_hold = !given("--max-hold")
-                     ? dlock::forever
-                     : parse_duration("--max-hold", raw.max_hold,
-                                      {.allow_forever = true, .allow_zero = false});
-    o.grace = parse_duration("--grace", raw.grace);
-    o.conflict_exit_code = raw.conflict_exit_code;
-    o.foreground = raw.foreground;
-    o.quiet = raw.quiet;
-    o.verbose = raw.verbose;
-    return o;
-}
+
+private:
+    CLI::App* cmd_;
+    server_args server_;
+    std::string name_;
+    bool json_ = false;
+};
+
+/// `dlock demo`.
+class demo_subcommand {
+public:
+    explicit demo_subcommand(CLI::App& app)
+        : cmd_(app.add_subcommand(
+              "demo", "See what a lock prevents: processes oversell a stock without one")) {
+        set_usage(cmd_, "dlock demo [OPTIONS]");
+        cmd_->allow_extras();
+        cmd_->footer(demo_footer);
+        cmd_->add_option("--url", url_, "Use this Redis server instead of starting one")
+            ->type_name("URL")
+            ->default_str("a private redis-server");
+        cmd_->add_option("--workers", workers_, "Worker processes")
+            ->type_name("N")
+            ->default_str("4");
+        cmd_->add_option("--stock", stock_, "Items in stock")->type_name("N")->default_str("50");
+        cmd_->add_option("--backend", backend_,
+                         "Without --url: redis (one private server) or redlock (three)")
+            ->type_name("NAME")
+            ->default_str("redis");
+    }
+
+    bool parsed() const { return cmd_->parsed(); }
+
+    int execute() {
+        reject_extras(cmd_);
+        if (backend_ != "redis" && backend_ != "redlock") {
+            if (backend_ == "zk" || backend_ == "etcd") {
+                throw cli_error(exit_status::unavailable,
+                                fmt::format("demo: --backend {} is not available in this build "
+                                            "yet; use --backend redis",
+                                            backend_));
+            }
+            throw cli_error(exit_status::usage,
+                            fmt::format("demo: --backend \"{}\": unknown (expected redis or "
+                                        "redlock)",
+                                        backend_));
+        }
+        check_range("--workers", workers_, 1, 64);
+        check_range("--stock", stock_, 1, 100'000);
+        demo_options o;
+        o.workers = workers_;
+        o.stock = stock_;
+        o.redlock = backend_ == "redlock";
+        if (cmd_->get_option("--url")->count() > 0) {
+            if (url_.empty()) throw cli_error(exit_status::usage, "--url \"\": empty URL");
+            // The URL names the backend; --backend only chooses what to start without one.
+            const bool redlock_url = parse_service_url(url_).redlock;
+            if (cmd_->get_option("--backend")->count() > 0 && redlock_url != o.redlock) {
+                throw cli_error(exit_status::usage,
+                                fmt::format("demo: --backend {} does not match --url {}", backend_,
+                                            redact_url(url_)));
+            }
+            o.url = url_;
+        }
+        return demo_command(o);
+    }
+
+private:
+    CLI::App* cmd_;
+    std::string url_;
+    int workers_ = 4;
+    int stock_ = 50;
+    std::string backend_ = "redis";
+};
+
+/// `dlock completion bash|zsh`.
+class completion_subcommand {
+public:
+    explicit completion_subcommand(CLI::App& app)
+        : cmd_(app.add_subcommand("completion", "Print a shell completion script: bash or zsh")) {
+        cmd_->footer(completion_footer);
+        set_usage(cmd_, "dlock completion bash|zsh");
+        cmd_->add_option("SHELL", shell_, "bash or zsh")
+            ->required()
+            ->type_name("")
+            ->check(CLI::IsMember({"bash", "zsh"}));
+    }
+
+    bool parsed() const { return cmd_->parsed(); }
+
+    int execute(const CLI::App& app) const {
+        reject_extras(cmd_);
+        std::fputs((shell_ == "bash" ? bash_completion(app) : zsh_completion(app)).c_str(), stdout);
+        return exit_status::ok;
+    }
+
+private:
+    CLI::App* cmd_;
+    std::string shell_;
+};
+
+/// One worker process of `dlock demo` (hidden: an empty group name keeps it out of --help).
+class demo_worker_subcommand {
+public:
+    explicit demo_worker_subcommand(CLI::App& app)
+        : cmd_(app.add_subcommand("__demo-worker", "")->group("")) {
+        cmd_->add_option("--url", o_.url)->required();
+        cmd_->add_option("--run", o_.run_id)->required();
+        cmd_->add_option("--mode", o_.mode)
+            ->required()
+            ->check(CLI::IsMember({"unlocked", "locked"}));
+        cmd_->add_option("--index", o_.index);
+    }
+
+    bool parsed() const { return cmd_->parsed(); }
+    int execute() const { return demo_worker_command(o_); }
+
+private:
+    CLI::App* cmd_;
+    demo_worker_options o_;
+};
 
 int dispatch(int argc, char** argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
-
     CLI::App app{
         "dlock: run commands under distributed locks, inspect locks, see what they prevent.",
         "dlock"};
@@ -344,108 +569,16 @@ int dispatch(int argc, char** argv) {
     app.footer(main_footer);
     set_usage(&app, "dlock [--help | --version] COMMAND [OPTIONS] ...");
     app.allow_extras();
-    raw_options raw;
-
-    CLI::App* run = app.add_subcommand("run", "Run a command while holding a lock");
-    run->allow_extras();
-    run->footer(run_footer);
-    set_usage(run, "dlock run [OPTIONS] NAME [--] COMMAND [ARGS...]");
-    run->add_option("NAME", raw.name, "The lock's name")->type_name("");
-    std::vector<std::string> shown_only;  // the command is split off before parsing (see above)
-    run->add_option("COMMAND", shown_only, "The command to run, and its arguments")->type_name("");
-    add_server_options(run, raw);
-    run->add_option("--lease", raw.lease,
-                    "Lease, renewed in the background; if dlock dies, the lock\n"
-                    "is free this long after its last renewal")
-        ->type_name("DURATION")
-        ->default_str("30s");
-    run->add_option("--wait", raw.wait, "Give up (status 75) if not had within DURATION")
-        ->type_name("DURATION")
-        ->default_str("forever");
-    run->add_flag("--no-wait", raw.no_wait, "Give up at once if the lock is held (status 75)");
-    run->add_option("--conflict-exit-code", raw.conflict_exit_code,
-                    "Exit status when the lock is not had in time (0-255)")
-        ->type_name("N")
-        ->default_str("75");
-    run->add_option("--max-hold", raw.max_hold,
-                    "Stop the command, as if the lock were lost, after\nholding it this long")
-        ->type_name("DURATION")
-        ->default_str("forever");
-    run->add_option("--grace", raw.grace, "When the lock is lost: SIGTERM, then SIGKILL after this")
-        ->type_name("DURATION")
-        ->default_str("5s");
-    run->add_flag("--foreground", raw.foreground,
-                  "Accepted for compatibility: the command always gets the\n"
-                  "terminal while dlock has it");
-    run->add_flag("-q,--quiet", raw.quiet, "No progress line or notes");
-    run->add_flag("-v,--verbose", raw.verbose, "Print lock events (acquired, renewed, lost...)");
-    run->add_flag("--fair", raw.fair,
-                  "First come, first served: waiters queue and the lock is\n"
-                  "handed to the longest-waiting one (dlock::fair_mutex)")
-        ->group("Lock kind (default: exclusive)");
-    run->add_flag("--shared", raw.shared,
-                  "The read side of a reader-writer lock: many --shared\n"
-                  "holders at once, none while a --write holder holds or\n"
-                  "waits (dlock::shared_mutex)")
-        ->group("Lock kind (default: exclusive)");
-    run->add_flag("--write", raw.write,
-                  "The write side of the reader-writer lock that --shared\n"
-                  "holders share: alone, and served before later readers.\n"
-                  "(A plain `dlock run` is a different lock kind: one name\n"
-                  "is used by one kind only.)")
-        ->group("Lock kind (default: exclusive)");
-    run->add_option("--permits", raw.permits,
-                    "A counting semaphore: up to N holders at once, each\n"
-                    "holding one permit (N is set on first use)")
-        ->type_name("N")
-        ->group("Lock kind (default: exclusive)");
-
-    CLI::App* status = app.add_subcommand("status", "Show whether a lock is held, and by how much");
-    status->allow_extras();
-    status->footer(status_footer);
-    set_usage(status, "dlock status [OPTIONS] NAME");
-    status->add_option("NAME", raw.name, "The lock's name")->type_name("");
-    add_server_options(status, raw);
-    status->add_flag("--json", raw.json, "Print JSON");
-
-    CLI::App* demo = app.add_subcommand(
-        "demo", "See what a lock prevents: processes oversell a stock without one");
-    set_usage(demo, "dlock demo [OPTIONS]");
-    demo->allow_extras();
-    demo->footer(demo_footer);
-    demo->add_option("--url", raw.demo_url, "Use this Redis server instead of starting one")
-        ->type_name("URL")
-        ->default_str("a private redis-server");
-    demo->add_option("--workers", raw.workers, "Worker processes")
-        ->type_name("N")
-        ->default_str("4");
-    demo->add_option("--stock", raw.stock, "Items in stock")->type_name("N")->default_str("50");
-    demo->add_option("--backend", raw.backend,
-                     "Without --url: redis (one private server) or redlock (three)")
-        ->type_name("NAME")
-        ->default_str("redis");
-
-    std::string shell;
-    CLI::App* completion =
-        app.add_subcommand("completion", "Print a shell completion script: bash or zsh");
-    completion->footer(completion_footer);
-    set_usage(completion, "dlock completion bash|zsh");
-    completion->add_option("SHELL", shell, "bash or zsh")
-        ->required()
-        ->type_name("")
-        ->check(CLI::IsMember({"bash", "zsh"}));
+    // Each binds its own options; none may move once made. The order is --help's.
+    run_subcommand run(app);
+    status_subcommand status(app);
+    demo_subcommand demo(app);
+    completion_subcommand completion(app);
     // The manual page, generated from these definitions at build time (hidden).
     CLI::App* man = app.add_subcommand("__man", "")->group("");
+    demo_worker_subcommand worker(app);
 
-    // One worker process of `dlock demo` (hidden: an empty group name keeps it out of --help).
-    CLI::App* worker = app.add_subcommand("__demo-worker", "")->group("");
-    worker->add_option("--url", raw.demo_url)->required();
-    worker->add_option("--run", raw.run_id)->required();
-    worker->add_option("--mode", raw.mode)
-        ->required()
-        ->check(CLI::IsMember({"unlocked", "locked"}));
-    worker->add_option("--index", raw.index);
-
+    std::vector<std::string> args(argv + 1, argv + argc);
     const auto is_command = [&](const std::string& word) {
         for (const CLI::App* sub : app.get_subcommands({})) {
             if (sub->get_name() == word) return true;
@@ -459,14 +592,7 @@ int dispatch(int argc, char** argv) {
                         "dlock --help)",
                         args.front()));
     }
-
-    std::vector<std::string> command;
-    if (!args.empty() && args.front() == "run") {
-        std::vector<std::string> rest(args.begin() + 1, args.end());
-        auto head = split_run_command(*run, rest, command);
-        head.insert(head.begin(), "run");
-        args = std::move(head);
-    }
+    args = run.split(std::move(args));
     try {
         std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's order
         app.parse(reversed);
@@ -486,64 +612,15 @@ int dispatch(int argc, char** argv) {
                                     e.what(), sub.empty() ? "" : sub + " "));
     }
     reject_extras(&app);
-    if (run->parsed()) {
-        reject_extras(run);
-        require_name(run, raw.name);
-        return run_command(make_run_options(run, raw, std::move(command)));
-    }
-    if (status->parsed()) {
-        reject_extras(status);
-        require_name(status, raw.name);
-        return status_command({.server = {server_url(status, raw), raw.key_prefix},
-                               .name = raw.name,
-                               .json = raw.json});
-    }
-    if (demo->parsed()) {
-        reject_extras(demo);
-        if (raw.backend != "redis" && raw.backend != "redlock") {
-            if (raw.backend == "zk" || raw.backend == "etcd") {
-                throw cli_error(exit_status::unavailable,
-                                fmt::format("demo: --backend {} is not available in this build "
-                                            "yet; use --backend redis",
-                                            raw.backend));
-            }
-            throw cli_error(exit_status::usage,
-                            fmt::format("demo: --backend \"{}\": unknown (expected redis or "
-                                        "redlock)",
-                                        raw.backend));
-        }
-        check_range("--workers", raw.workers, 1, 64);
-        check_range("--stock", raw.stock, 1, 100'000);
-        demo_options o;
-        o.workers = raw.workers;
-        o.stock = raw.stock;
-        o.redlock = raw.backend == "redlock";
-        if (demo->get_option("--url")->count() > 0) {
-            if (raw.demo_url.empty()) throw cli_error(exit_status::usage, "--url \"\": empty URL");
-            // The URL names the backend; --backend only chooses what to start without one.
-            const bool redlock_url = parse_service_url(raw.demo_url).redlock;
-            if (demo->get_option("--backend")->count() > 0 && redlock_url != o.redlock) {
-                throw cli_error(exit_status::usage,
-                                fmt::format("demo: --backend {} does not match --url {}",
-                                            raw.backend, redact_url(raw.demo_url)));
-            }
-            o.url = raw.demo_url;
-        }
-        return demo_command(o);
-    }
-    if (completion->parsed()) {
-        reject_extras(completion);
-        std::fputs((shell == "bash" ? bash_completion(app) : zsh_completion(app)).c_str(), stdout);
-        return exit_status::ok;
-    }
+    if (run.parsed()) return run.execute();
+    if (status.parsed()) return status.execute();
+    if (demo.parsed()) return demo.execute();
+    if (completion.parsed()) return completion.execute(app);
     if (man->parsed()) {
         std::fputs(man_page(app, version).c_str(), stdout);
         return exit_status::ok;
     }
-    if (worker->parsed()) {
-        return demo_worker_command(
-            {.url = raw.demo_url, .run_id = raw.run_id, .mode = raw.mode, .index = raw.index});
-    }
+    if (worker.parsed()) return worker.execute();
     throw cli_error(exit_status::usage,
                     "missing command: dlock run|status|demo ... (see dlock --help)");
 }

@@ -1,16 +1,17 @@
-// `dlock status NAME`: what the lock server(s) know about one lock, read with plain commands on
-// the keys the client names (docs/redis-lock.md, "Keys and hash tags"). With Redlock every server
-// is read, and the lock counts as held when a quorum of them has its key.
+// `dlock status NAME`: what the lock server(s) know about one lock of any kind, from
+// dlock::backend::inspect (docs/cli.md). The backend reads its own state (Redis: one read-only
+// script; Redlock: every server and the quorum view; ZooKeeper: the lock node's children), so
+// this file only formats the answer.
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "backend.hpp"
 #include "cli.hpp"
@@ -19,151 +20,127 @@
 namespace dlock::cli {
 namespace {
 
-using dlock::redis::reply;
-
-reply checked(dlock::redis::client& client, const std::vector<std::string>& args) {
-    reply r = client.command(args);
-    if (r.is_error()) {
-        throw dlock::error(dlock::errc::server_error, fmt::format("{}: {}", args.front(), r.text));
-    }
-    return r;
+/// "mutex", "fair_mutex", ...: the type without the namespace, as JSON carries it.
+std::string type_name(dlock::lock_type type) {
+    std::string_view t = dlock::to_string(type);
+    if (t.starts_with("dlock::")) t.remove_prefix(7);
+    return std::string(t);
 }
 
-/// One server's view of the lock.
-struct server_status {
-    std::string url{};
-    bool held = false;
-    std::optional<std::int64_t> lease_left_ms{};  // unset: free, or held with no expiry
-    std::string key_type{};                       // "string" for a dlock lock
-    std::optional<std::uint64_t> fencing_counter{};
-    std::int64_t subscribed_clients = 0;
-    std::optional<dlock::error> error{};  // the server could not be read
-};
-
-server_status read_server(dlock::redis::client& client, const std::string& name) {
-    server_status s;
-    const std::string lock_key = client.lock_key(name);
-    const std::string fence_key = client.fence_key(name);
-    const reply pttl = checked(client, {"PTTL", lock_key});
-    if (pttl.type != reply::kind::integer) {
-        throw dlock::error(dlock::errc::unexpected_reply, "PTTL did not answer an integer");
+std::string lease_text(const dlock::lock_info& info, bool zk) {
+    if (info.lease_left) {
+        return fmt::format(", lease {} left", format_duration(*info.lease_left));
     }
-    s.held = pttl.integer != -2;  // -2: no such key; -1: a key without expiry
-    if (pttl.integer >= 0) s.lease_left_ms = pttl.integer;
-    if (s.held) s.key_type = checked(client, {"TYPE", lock_key}).text;
+    if (zk) return " (while the holder's ZooKeeper session lives)";
+    return ", with no expiry (the key was not set by dlock)";
+}
 
-    const reply fence = checked(client, {"GET", fence_key});
-    if (!fence.is_nil()) {
-        try {
-            s.fencing_counter = std::stoull(fence.text);
-        } catch (const std::exception&) {
-            throw dlock::error(dlock::errc::unexpected_reply,
-                               fmt::format("{} holds \"{}\", not a number", fence_key, fence.text));
+/// One line: free or held, and by whom.
+std::string state_text(const dlock::lock_info& info, bool zk) {
+    if (!info.error.empty()) return fmt::format("unknown: {}", info.error);
+    if (info.type == dlock::lock_type::foreign) {
+        return fmt::format("foreign: {}", info.detail);
+    }
+    const auto permits = [&] {
+        return info.permit_limit
+                   ? fmt::format("{} of {} permits in use", info.permits_in_use, *info.permit_limit)
+                   : fmt::format("{} permits in use", info.permits_in_use);
+    };
+    if (!info.held) {
+        if (info.type == dlock::lock_type::counting_semaphore) {
+            return fmt::format("free ({})", permits());
         }
+        return "free";
     }
-    // Counts connections subscribed to the release channel: one per waiting *client* (a
-    // process's waiters share its subscriber connection), not one per waiting thread.
-    const reply numsub = checked(client, {"PUBSUB", "NUMSUB", client.release_channel(name)});
-    if (numsub.type == reply::kind::array && numsub.elements.size() == 2 &&
-        numsub.elements[1].type == reply::kind::integer) {
-        s.subscribed_clients = numsub.elements[1].integer;
+    std::string who;
+    switch (info.type) {
+        case dlock::lock_type::shared_mutex:
+            who = info.writer
+                      ? " by a writer"
+                      : fmt::format(" by {} reader{}", info.readers, info.readers == 1 ? "" : "s");
+            break;
+        case dlock::lock_type::counting_semaphore:
+            who = fmt::format(": {} ({} grant{})", permits(), info.holders,
+                              info.holders == 1 ? "" : "s");
+            break;
+        case dlock::lock_type::recursive_mutex: who = fmt::format(" (depth {})", info.depth); break;
+        default: break;
     }
-    return s;
-}
-
-std::string state_text(const server_status& s, const std::string& lock_key) {
-    if (s.error) return fmt::format("unknown: {}", s.error->what());
-    if (!s.held) return "free";
-    if (s.key_type != "string") {
-        return fmt::format("key {} exists but is a {}, not a dlock lock", lock_key, s.key_type);
-    }
-    if (s.lease_left_ms) {
-        return fmt::format("held, lease {} left",
-                           format_duration(std::chrono::milliseconds(*s.lease_left_ms)));
-    }
-    return "held, with no expiry (the key was not set by dlock)";
+    return "held" + who + lease_text(info, zk);
 }
 
 nlohmann::json optional_json(const auto& value) {
     return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
+nlohmann::json lease_json(const dlock::lock_info& info) {
+    return info.lease_left ? nlohmann::json(info.lease_left->count()) : nlohmann::json(nullptr);
+}
+
+/// The fields every view has, for --json.
+void view_json(nlohmann::json& j, const dlock::lock_info& info) {
+    j["type"] = type_name(info.type);
+    j["held"] = info.held;
+    j["lease_remaining_ms"] = lease_json(info);
+    j["fencing_counter"] = optional_json(info.fencing_counter);
+    j["holders"] = info.holders;
+    j["readers"] = info.readers;
+    j["writer"] = info.writer;
+    j["depth"] = info.depth;
+    j["permits_in_use"] = info.permits_in_use;
+    j["permit_limit"] = optional_json(info.permit_limit);
+    j["waiters"] = info.waiters;
+    j["subscribed_clients"] = info.subscribers;
+    if (!info.detail.empty()) j["detail"] = info.detail;
+}
+
 }  // namespace
 
 int status_command(const status_options& o) {
     lock_service service(o.server.url, o.server.key_prefix);
-    if (service.is_zk()) {
-        throw cli_error(exit_status::unavailable,
-                        "dlock status: zk:// locks cannot be inspected yet (their queue is the "
-                        "children of <base>/<name>)");
+    const bool zk = service.is_zk();
+    dlock::lock_info info;
+    try {
+        info = service.backend().inspect(o.name);
+    } catch (const dlock::error& e) {
+        throw to_cli_error(e, o.server.url);
     }
-    const auto servers = service.servers();
-    std::vector<server_status> all;
-    for (std::size_t i = 0; i < servers.size(); ++i) {
-        try {
-            all.push_back(read_server(*servers[i], o.name));
-        } catch (const dlock::error& e) {
-            // A single server's failure is the whole answer; one of N Redlock servers is not.
-            if (!service.is_redlock()) throw to_cli_error(e, o.server.url);
-            all.push_back({.error = e});
-        }
-        all.back().url = service.server_urls()[i];
+    // Key names (no reads): what a Redis user would look for with redis-cli.
+    std::optional<std::string> lock_key, fence_key, channel;
+    if (!zk) {
+        dlock::redis::client& first = *service.servers().front();
+        lock_key = first.lock_key(o.name);
+        fence_key = first.fence_key(o.name);
+        channel = first.release_channel(o.name);
     }
-    const auto readable = std::count_if(all.begin(), all.end(), [](auto& s) { return !s.error; });
-    if (readable == 0) throw to_cli_error(*all.front().error, all.front().url);
-
-    // Summary over the servers: held on a quorum; the lease left on a quorum; the largest
-    // counter (the next token will exceed it); the most subscribers on one server.
-    const std::size_t quorum = service.quorum();
-    std::vector<std::int64_t> leases;
-    std::size_t held_on = 0;
-    std::optional<std::uint64_t> counter;
-    std::int64_t subscribed = 0;
-    for (const auto& s : all) {
-        if (s.held) ++held_on;
-        if (s.held) leases.push_back(s.lease_left_ms.value_or(-1));
-        if (s.fencing_counter) counter = std::max(counter.value_or(0), *s.fencing_counter);
-        subscribed = std::max(subscribed, s.subscribed_clients);
-    }
-    const bool held = held_on >= quorum;
-    std::optional<std::int64_t> lease_left;
-    if (held) {
-        std::sort(leases.begin(), leases.end(), std::greater<>());
-        if (leases[quorum - 1] >= 0) lease_left = leases[quorum - 1];
-    }
-    dlock::redis::client& first = *servers.front();
-    const std::string lock_key = first.lock_key(o.name);
-    const std::string fence_key = first.fence_key(o.name);
+    const auto& urls = service.server_urls();
+    const auto server_url = [&](std::size_t i) {
+        return i < urls.size() ? redact_url(urls[i]) : info.servers[i].server;
+    };
 
     if (o.json) {
         nlohmann::json j = {
             {"name", o.name},
             {"url", redact_url(o.server.url)},
-            {"backend", service.is_redlock() ? "redlock" : "redis"},
-            {"held", held},
-            {"lease_remaining_ms", optional_json(lease_left)},
-            {"fencing_counter", optional_json(counter)},
-            {"subscribed_clients", subscribed},
-            {"keys",
-             {{"lock", lock_key},
-              {"fence", fence_key},
-              {"release_channel", first.release_channel(o.name)}}},
+            {"backend", zk                     ? "zookeeper"
+                        : service.is_redlock() ? "redlock"
+                                               : "redis"},
         };
-        if (!service.is_redlock() && held && all.front().key_type != "string") {
-            j["lock_key_type"] = all.front().key_type;
+        view_json(j, info);
+        if (lock_key) {
+            j["keys"] = {{"lock", *lock_key}, {"fence", *fence_key}, {"release_channel", *channel}};
         }
         if (service.is_redlock()) {
-            j["quorum"] = quorum;
-            j["held_on_servers"] = held_on;
-            for (const auto& s : all) {
-                nlohmann::json js = {{"url", redact_url(s.url)}};
-                if (s.error) {
-                    js["error"] = s.error->what();
+            j["quorum"] = info.quorum;
+            j["held_on_servers"] = info.held_on;
+            j["servers"] = nlohmann::json::array();
+            for (std::size_t i = 0; i < info.servers.size(); ++i) {
+                const auto& s = info.servers[i];
+                nlohmann::json js = {{"url", server_url(i)}};
+                if (!s.error.empty()) {
+                    js["error"] = s.error;
                 } else {
-                    js["held"] = s.held;
-                    js["lease_remaining_ms"] = optional_json(s.lease_left_ms);
-                    js["fencing_counter"] = optional_json(s.fencing_counter);
-                    js["subscribed_clients"] = s.subscribed_clients;
+                    view_json(js, s);
                 }
                 j["servers"].push_back(js);
             }
@@ -174,31 +151,37 @@ int status_command(const status_options& o) {
 
     std::string state;
     if (!service.is_redlock()) {
-        state = state_text(all.front(), lock_key);
-    } else if (held) {
-        state = fmt::format(
-            "held on {} of {} servers (quorum {}){}", held_on, all.size(), quorum,
-            lease_left
-                ? ", lease " + format_duration(std::chrono::milliseconds(*lease_left)) + " left"
-                : std::string());
+        state = state_text(info, zk);
+    } else if (info.held) {
+        state =
+            fmt::format("held on {} of {} servers (quorum {}){}", info.held_on, info.servers.size(),
+                        info.quorum,
+                        info.lease_left ? ", lease " + format_duration(*info.lease_left) + " left"
+                                        : std::string());
     } else {
-        state = fmt::format("free (its key is on {} of {} servers; quorum {})", held_on, all.size(),
-                            quorum);
+        state = fmt::format("free (held on {} of {} servers; quorum {})", info.held_on,
+                            info.servers.size(), info.quorum);
     }
     const std::string counter_text =
-        counter ? fmt::format("{} (the last fencing token handed out)", *counter)
-                : std::string("none (never acquired, or the counter was deleted)");
+        !info.fencing_counter ? std::string("none (never acquired, or the counter was deleted)")
+        : zk ? fmt::format("{} (the current holder's fencing token: its node's czxid)",
+                           *info.fencing_counter)
+             : fmt::format("{} (the last fencing token handed out)", *info.fencing_counter);
     std::printf("lock \"%s\" on %s\n", o.name.c_str(), redact_url(o.server.url).c_str());
+    std::printf("  type:                %s\n", info.type == dlock::lock_type::none
+                                                   ? "none (no lock state under this name)"
+                                                   : dlock::to_string(info.type));
     std::printf("  state:               %s\n", state.c_str());
+    std::printf("  waiters:             %u queued\n", info.waiters);
     std::printf("  fencing counter:     %s\n", counter_text.c_str());
-    std::printf("  subscribed clients:  %lld (client connections waiting for its release)\n",
-                static_cast<long long>(subscribed));
-    std::printf("  keys:                %s, %s\n", lock_key.c_str(), fence_key.c_str());
-    if (service.is_redlock()) {
-        for (const auto& s : all) {
-            std::printf("  server %-28s %s\n", redact_url(s.url).c_str(),
-                        state_text(s, lock_key).c_str());
-        }
+    if (!zk) {
+        std::printf("  subscribed clients:  %u (client connections waiting for its release)\n",
+                    info.subscribers);
+        std::printf("  keys:                %s, %s\n", lock_key->c_str(), fence_key->c_str());
+    }
+    for (std::size_t i = 0; i < info.servers.size(); ++i) {
+        std::printf("  server %-28s %s\n", server_url(i).c_str(),
+                    state_text(info.servers[i], zk).c_str());
     }
     return exit_status::ok;
 }

@@ -76,6 +76,11 @@ public:
     using dlock::backend::acquire;
     using dlock::backend::acquire_until;
 
+    /// See dlock::backend::inspect: one read-only script reads every key of the name, whichever
+    /// kind uses it.
+    [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
+    using dlock::backend::inspect;
+
     /// See dlock::backend::set_permits: one script SETs the semaphore's number of permits and
     /// wakes its waiters, so they re-check at once when permits were added.
     void set_permits(std::string_view name, std::uint32_t permits,

@@ -73,6 +73,11 @@ public:
     using dlock::backend::acquire;
     using dlock::backend::acquire_until;
 
+    /// See dlock::backend::inspect: the read-only script runs on every server at once; the answer
+    /// is the quorum view, with each server's own view in lock_info::servers.
+    [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
+    using dlock::backend::inspect;
+
     /// Number of servers and the quorum (N/2+1).
     std::size_t size() const noexcept;
     std::size_t quorum() const noexcept;

@@ -84,6 +84,12 @@ public:
                      std::error_code& ec) noexcept override;
     using dlock::backend::set_permits;
 
+    /// See dlock::backend::inspect: the lock node's children, read by the recipe's rules
+    /// (docs/zookeeper.md). A holder's lease is its session, so lease_left stays unset; the
+    /// fencing counter is the largest czxid among the holders' nodes.
+    [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
+    using dlock::backend::inspect;
+
     /// The options this client was made with.
     const client_options& options() const noexcept;
 
