@@ -1,5 +1,5 @@
 // The conformance suite: one contract, every lock type, run over one backend per binary
-// (DLOCK_CONFORMANCE_BACKEND names its traits struct in backends.hpp). Typed over the lock types
+// (service(), defined by the binary's conformance_<backend>.cpp). Typed over the lock types
 // of kinds.hpp; each test runs as conformance/<kind>.<contract>. A backend that lacks a kind must
 // answer errc::unsupported, which SetUp asserts before skipping that kind's tests.
 //
@@ -36,7 +36,6 @@ namespace dlock::test::conformance {
 namespace {
 
 namespace fs = std::filesystem;
-using service = DLOCK_CONFORMANCE_BACKEND;
 using steady = std::chrono::steady_clock;
 
 // ---- critical-section checking, shared by threads and child processes ----
@@ -65,11 +64,11 @@ std::uint64_t read_number(const fs::path& p) {
 
 /// Runs one critical section of a holder in role `tag` with fencing `tokens`, in `dir` (entries)
 /// and `dir`.state (counter, last token). Returns "" or what went wrong.
-std::string critical_section(const fs::path& dir, char tag, const std::vector<std::uint64_t>& tokens,
-                             std::uint32_t permits) {
+std::string critical_section(const fs::path& dir, char tag,
+                             const std::vector<std::uint64_t>& tokens, std::uint32_t permits) {
     static std::atomic<unsigned> serial{0};
-    const auto mine = std::string(1, tag) + "." + std::to_string(::getpid()) + "." +
-                      std::to_string(serial++);
+    const auto mine =
+        std::string(1, tag) + "." + std::to_string(::getpid()) + "." + std::to_string(serial++);
     const auto entry = dir / mine;
     { std::ofstream touch(entry); }
     std::string wrong;
@@ -145,12 +144,12 @@ std::vector<std::string> backend_args_from(const std::vector<std::string>& args,
 
 // Role "hammer": kind, tag, name, dir, iterations, permits, backend args...
 const bool hammer_role = register_child("hammer", [](const std::vector<std::string>& args) {
-    auto b = service::make_child(backend_args_from(args, 6), {});
+    auto b = service().make_child(backend_args_from(args, 6), {});
     std::string wrong = "unknown kind";
     for_kind(args.at(0), [&](auto k) {
-        wrong = hammer<decltype(k)>(*b, args.at(2), args.at(1).at(0), args.at(3),
-                                    std::stoi(args.at(4)),
-                                    static_cast<std::uint32_t>(std::stoul(args.at(5))));
+        wrong =
+            hammer<decltype(k)>(*b, args.at(2), args.at(1).at(0), args.at(3), std::stoi(args.at(4)),
+                                static_cast<std::uint32_t>(std::stoul(args.at(5))));
     });
     if (!wrong.empty()) std::fprintf(stderr, "hammer: %s\n", wrong.c_str());
     return wrong.empty() ? 0 : 1;
@@ -160,14 +159,13 @@ const bool hammer_role = register_child("hammer", [](const std::vector<std::stri
 // Takes the lock, writes its fencing tokens to the marker, then waits for lost_token: exits 0
 // once it fired (within 60 s), 3 if it never did.
 const bool holder_role = register_child("holder", [](const std::vector<std::string>& args) {
-    auto b = service::make_child(backend_args_from(args, 7),
-                                 std::chrono::milliseconds(std::stoll(args.at(5))));
+    auto b = service().make_child(backend_args_from(args, 7),
+                                  std::chrono::milliseconds(std::stoll(args.at(5))));
     int status = 99;
     for_kind(args.at(0), [&](auto k) {
-        auto o = decltype(k)::make(*b, args.at(2),
-                                   {.lease = std::chrono::milliseconds(std::stoll(args.at(4)))},
-                                   args.at(1).at(0),
-                                   static_cast<std::uint32_t>(std::stoul(args.at(6))));
+        auto o = decltype(k)::make(
+            *b, args.at(2), {.lease = std::chrono::milliseconds(std::stoll(args.at(4)))},
+            args.at(1).at(0), static_cast<std::uint32_t>(std::stoul(args.at(6))));
         o->lock();
         std::string tokens;
         for (auto t : o->tokens()) tokens += std::to_string(t) + " ";
@@ -197,33 +195,54 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 
 // ---- the typed suite ----
 
+// The checker's control: an overlapping holder, a reader beside a writer, one permit holder too
+// many and a stale fencing token are each reported.
+TEST(conformance_checker, reports_every_violation) {
+    section_dirs dirs;
+    { std::ofstream other(dirs.dir / "x.other"); }
+    EXPECT_NE(critical_section(dirs.dir, 'x', {1}, 1), "");
+    EXPECT_NE(critical_section(dirs.dir, 'r', {1}, 1), "");
+    fs::remove(dirs.dir / "x.other");
+    { std::ofstream other(dirs.dir / "p.other"); }
+    EXPECT_NE(critical_section(dirs.dir, 'p', {1}, 1), "");
+    EXPECT_EQ(critical_section(dirs.dir, 'p', {1}, 2), "");
+    fs::remove(dirs.dir / "p.other");
+    EXPECT_EQ(critical_section(dirs.dir, 'w', {5}, 1), "");
+    EXPECT_NE(critical_section(dirs.dir, 'w', {5}, 1), "") << "a token not above the last one";
+    EXPECT_EQ(dirs.count(), 3u) << "every exclusive section counts, overlapping or not";
+}
+
 template <class K>
 class conformance : public testing::Test {
 protected:
     void SetUp() override {
-        b_ = service::make();
+        b_ = service().make();
         name_ = unique_name(K::label);
         for (const auto kind : K::kinds) {
             std::error_code ec;
-            auto probe = b_->acquire(unique_name("probe"),
-                                     lock_request{.kind = kind, .count = 1, .limit = 1},
-                                     {.wait = 0ms}, ec);
-            if (service::lacks(kind)) {
+            auto probe =
+                b_->acquire(unique_name("probe"),
+                            lock_request{.kind = kind, .count = 1, .limit = 1}, {.wait = 0ms}, ec);
+            if (service().lacks(kind)) {
                 ASSERT_EQ(ec, make_error_code(errc::unsupported))
-                    << service::label << " must refuse " << to_string(kind) << ": "
+                    << service().label << " must refuse " << to_string(kind) << ": "
                     << ec.message();
                 // The lock type surfaces it too.
                 auto o = K::make(*b_, name_, {}, K::main_tag, 1);
                 try {
                     o->lock();
-                    ADD_FAILURE() << K::label << " locked on " << service::label;
+                    ADD_FAILURE() << K::label << " locked on " << service().label;
                 } catch (const dlock::error& e) {
                     EXPECT_EQ(e.code(), make_error_code(errc::unsupported)) << e.what();
                 }
-                GTEST_SKIP() << service::label << " lacks lock kind " << to_string(kind)
+                if (kind == lock_kind::permits) {
+                    b_->set_permits(name_, 1, ec);
+                    EXPECT_EQ(ec, make_error_code(errc::unsupported)) << "set_permits";
+                }
+                GTEST_SKIP() << service().label << " lacks lock kind " << to_string(kind)
                              << " (errc::unsupported, as documented)";
             }
-            ASSERT_FALSE(ec) << service::label << " refused " << to_string(kind) << ": "
+            ASSERT_FALSE(ec) << service().label << " refused " << to_string(kind) << ": "
                              << ec.message();
             probe.release();
         }
@@ -233,16 +252,15 @@ protected:
                                 std::uint32_t permits = 1) {
         return K::make(*b_, name_, std::move(options), tag, permits);
     }
-    std::size_t queued() { return service::queued(*b_, queue_name()); }
+    std::size_t queued() { return service().queued(*b_, queue_name()); }
     /// The name whose queue the FIFO and leftover checks look at (a multi_lock's first part).
-    std::string queue_name() const {
-        return std::is_same_v<K, multi_kind> ? name_ + "/a" : name_;
-    }
-    /// After everything was released: no queue entry is left, and a new owner gets the lock in
-    /// one attempt.
+    std::string queue_name() const { return std::is_same_v<K, multi_kind> ? name_ + "/a" : name_; }
+    /// After everything was released: no queue or liveness entry is left, and a new owner gets
+    /// the lock in one attempt.
     void expect_nothing_left() {
-        EXPECT_TRUE(eventually([&] { return queued() == 0; }, 10s))
-            << queued() << " queue entries left behind";
+        const auto left = [&] { return service().leftovers(*b_, queue_name()); };
+        EXPECT_TRUE(eventually([&] { return left() == 0; }, 10s))
+            << left() << " entries left behind";
         auto fresh = make(K::conflict_tag);
         EXPECT_TRUE(fresh->try_lock_for(0ms)) << "a new owner could not take the free lock";
         fresh->unlock();
@@ -268,7 +286,7 @@ TYPED_TEST_SUITE(conformance, kinds, kind_names);
 TYPED_TEST(conformance, exclusion_across_threads) {
     using K = TypeParam;
     constexpr int threads = 4;
-    const int iterations = std::is_same_v<service, memory> ? 50 : 12;
+    const int iterations = !service().cross_process ? 50 : 12;
     constexpr std::uint32_t permits = 2;
     section_dirs dirs;
     std::vector<std::string> wrong(threads);
@@ -280,8 +298,8 @@ TYPED_TEST(conformance, exclusion_across_threads) {
             if (tag == 'x' || tag == 'w') exclusive_iterations += iterations;
             workers.emplace_back([&, t, tag] {
                 try {
-                    wrong[t] = hammer<K>(*this->b_, this->name_, tag, dirs.dir, iterations,
-                                         permits);
+                    wrong[t] =
+                        hammer<K>(*this->b_, this->name_, tag, dirs.dir, iterations, permits);
                 } catch (const std::exception& e) {
                     wrong[t] = std::string("threw: ") + e.what();
                 }
@@ -296,8 +314,8 @@ TYPED_TEST(conformance, exclusion_across_threads) {
 // The same across processes: two children and this process hammer one name.
 TYPED_TEST(conformance, exclusion_across_processes) {
     using K = TypeParam;
-    if (!service::cross_process)
-        GTEST_SKIP() << service::label << " lives in one process: no other process can reach it";
+    if (!service().cross_process)
+        GTEST_SKIP() << service().label << " lives in one process: no other process can reach it";
     constexpr int iterations = 10;
     constexpr std::uint32_t permits = 2;
     section_dirs dirs;
@@ -305,12 +323,11 @@ TYPED_TEST(conformance, exclusion_across_processes) {
     std::vector<std::unique_ptr<child_process>> children;
     for (int c = 0; c < 2; ++c)
         children.push_back(std::make_unique<child_process>(
-            "hammer", concat({K::label, std::string(1, c == 0 ? child_tag : K::main_tag),
-                              this->name_, dirs.dir.string(), std::to_string(iterations),
-                              std::to_string(permits)},
-                             service::child_args())));
-    const auto mine =
-        hammer<K>(*this->b_, this->name_, K::main_tag, dirs.dir, iterations, permits);
+            "hammer",
+            concat({K::label, std::string(1, c == 0 ? child_tag : K::main_tag), this->name_,
+                    dirs.dir.string(), std::to_string(iterations), std::to_string(permits)},
+                   service().child_args())));
+    const auto mine = hammer<K>(*this->b_, this->name_, K::main_tag, dirs.dir, iterations, permits);
     EXPECT_EQ(mine, "");
     for (auto& c : children) EXPECT_EQ(c->wait(120s), 0) << "a child saw a violation or failed";
     int exclusive = 0;
@@ -383,8 +400,20 @@ TYPED_TEST(conformance, timeout_leaves_nothing_behind) {
     auto holder = this->make(K::conflict_tag);
     holder->lock();
     auto waiter = this->make(K::main_tag);
-    EXPECT_FALSE(waiter->try_lock_for(scaled(200ms)));
+    const auto bound = scaled(200ms);
+    const auto start = steady::now();
+    EXPECT_FALSE(waiter->try_lock_for(bound));
+    EXPECT_GE(steady::now() - start, bound) << "gave up before its bound";
     EXPECT_FALSE(waiter->try_lock_for(0ms));
+    EXPECT_FALSE(waiter->try_lock_for(-5s)) << "a negative timeout counts as zero";
+    // A bounded number of attempts ends in errc::attempts_exhausted, holding nothing.
+    auto limited = this->make(K::main_tag, {.lease = 30s, .max_attempts = 1});
+    try {
+        limited->lock();
+        ADD_FAILURE() << "locked while held";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), make_error_code(errc::attempts_exhausted)) << e.what();
+    }
     holder->unlock();
     this->expect_nothing_left();
     EXPECT_TRUE(waiter->try_lock_for(0ms));
@@ -411,7 +440,9 @@ TYPED_TEST(conformance, cancel_leaves_nothing_behind) {
         }
     });
     ASSERT_TRUE(eventually([&] { return started.load(); }, 10s));
-    if (K::fifo) EXPECT_TRUE(eventually([&] { return this->queued() == base + 1; }, 10s));
+    if (K::fifo) {
+        EXPECT_TRUE(eventually([&] { return this->queued() == base + 1; }, 10s));
+    }
     cancel.request_stop();
     waiter.join();
     EXPECT_EQ(got, make_error_code(errc::canceled)) << got.message();
@@ -426,8 +457,8 @@ TYPED_TEST(conformance, bad_input_is_refused) {
     K::bad_input(*this->b_, this->name_);
     // The longest accepted name (a multi_lock's parts add 2 bytes), then one byte more.
     const auto suffix = std::is_same_v<K, multi_kind> ? 2u : 0u;
-    const auto longest = this->name_ + std::string(service::max_name() - suffix -
-                                                       this->name_.size(), 'n');
+    const auto longest =
+        this->name_ + std::string(service().max_name() - suffix - this->name_.size(), 'n');
     auto ok = K::make(*this->b_, longest, {.lease = 30s}, K::main_tag, 1);
     EXPECT_TRUE(ok->try_lock_for(0ms)) << "a name of the maximal length";
     ok->unlock();
@@ -467,26 +498,133 @@ TYPED_TEST(conformance, lost_token_fires_on_loss) {
     EXPECT_GT(next->tokens().front(), held.front());
     holder->unlock();  // never throws; touches nothing of the next owner's
     EXPECT_EQ(next->state(), lock_state::held);
+    auto third = this->make(K::conflict_tag);
+    EXPECT_FALSE(third->try_lock_for(0ms)) << "the lost holder's unlock freed the next owner's";
     next->unlock();
+    // The lease itself: a lost grant's release() reports errc::lock_lost and deletes nothing.
+    const auto kind = K::kinds.front();
+    const auto other = this->name_ + "/lease";
+    auto l = this->b_->acquire(other, {.kind = kind}, {.lease = 30s, .max_hold = scaled(300ms)});
+    EXPECT_TRUE(eventually([&] { return l.lost_token().stop_requested(); }, 20s));
+    EXPECT_EQ(l.state(), lock_state::lost);
+    const auto taker_kind = kind == lock_kind::read ? lock_kind::write : kind;
+    auto taker =
+        this->b_->acquire(other, {.kind = taker_kind}, {.lease = 30s, .wait = scaled(20s)});
+    std::error_code ec;
+    l.release(ec);
+    EXPECT_EQ(ec, make_error_code(errc::lock_lost)) << ec.message();
+    EXPECT_EQ(taker.state(), lock_state::held);
+    std::error_code again;
+    auto blocked = this->b_->acquire(other, {.kind = taker_kind}, {.wait = 0ms}, again);
+    EXPECT_TRUE(is_contention(again))
+        << "the lost lease's release freed the taker's grant: " << again.message();
+    taker.release();
+}
+
+// How many may hold at once: one exclusive holder; any number of readers but no writer with
+// them; as many permit holders as permits.
+TYPED_TEST(conformance, holders_at_once) {
+    using K = TypeParam;
+    auto first = this->make(K::main_tag, {.lease = 30s}, 2);
+    ASSERT_TRUE(first->try_lock_for(0ms));
+    auto second = this->make(K::main_tag, {.lease = 30s}, 2);
+    const bool shares = K::main_tag == 'r' || K::main_tag == 'p';
+    EXPECT_EQ(second->try_lock_for(0ms), shares);
+    if (shares) {
+        auto third = this->make(K::conflict_tag == 'p' ? 'p' : 'w', {.lease = 30s}, 2);
+        EXPECT_FALSE(third->try_lock_for(0ms)) << "one holder too many";
+        second->unlock();
+    }
+    first->unlock();
+}
+
+// One object shared by all threads: as exclusive as one object per thread.
+TYPED_TEST(conformance, exclusion_with_one_object_shared_by_threads) {
+    using K = TypeParam;
+    constexpr int threads = 3;
+    const int iterations = !service().cross_process ? 30 : 8;
+    section_dirs dirs;
+    auto shared = this->make(K::main_tag, {.lease = 30s}, 1);
+    std::vector<std::string> wrong(threads);
+    {
+        std::vector<std::jthread> workers;
+        for (int t = 0; t < threads; ++t)
+            workers.emplace_back([&, t] {
+                try {
+                    for (int i = 0; i < iterations && wrong[t].empty(); ++i) {
+                        shared->lock();
+                        wrong[t] = critical_section(dirs.dir, K::main_tag == 'r' ? 'r' : 'x',
+                                                    shared->tokens(), 1);
+                        shared->unlock();
+                    }
+                } catch (const std::exception& e) {
+                    wrong[t] = std::string("threw: ") + e.what();
+                }
+            });
+    }
+    for (int t = 0; t < threads; ++t) EXPECT_EQ(wrong[t], "") << "thread " << t;
+    if (K::main_tag != 'r') {
+        EXPECT_EQ(dirs.count(), static_cast<std::uint64_t>(threads * iterations));
+    }
+    this->expect_nothing_left();
+}
+
+// A name belongs to one kind: another kind's acquire while it is in use is never granted. It is
+// refused with errc::unexpected_reply, except that on a backend whose lock kinds share one queue
+// (ZooKeeper: every exclusive kind is a `wr` node) another lock kind simply waits its turn;
+// a semaphore and a lock never share a name anywhere.
+TYPED_TEST(conformance, kinds_do_not_mix) {
+    using K = TypeParam;
+    if (std::is_same_v<K, multi_kind>) GTEST_SKIP() << "multi_lock's parts are mutexes";
+    const auto mine = K::kinds.front();
+    std::vector<lock_kind> others;
+    if (mine == lock_kind::permits) {
+        others = {lock_kind::exclusive};
+    } else {
+        others = {mine == lock_kind::exclusive ? lock_kind::fair : lock_kind::exclusive,
+                  lock_kind::permits};
+    }
+    auto holder = this->make(K::main_tag);
+    holder->lock();
+    for (const auto other : others) {
+        if (service().lacks(other)) continue;
+        std::error_code ec;
+        auto l = this->b_->acquire(this->name_, {.kind = other, .count = 1, .limit = 1},
+                                   {.wait = 0ms}, ec);
+        EXPECT_FALSE(l) << "a " << to_string(other) << " grant on a name held as " << K::label;
+        const bool both_locks = mine != lock_kind::permits && other != lock_kind::permits;
+        if (service().lock_kinds_share_a_queue && both_locks) {
+            EXPECT_TRUE(is_contention(ec)) << to_string(other) << ": " << ec.message();
+        } else {
+            EXPECT_EQ(ec, make_error_code(errc::unexpected_reply))
+                << to_string(other) << ": " << ec.message();
+        }
+    }
+    EXPECT_EQ(holder->state(), lock_state::held) << "the refused acquire touched the holder";
+    holder->unlock();
+    this->expect_nothing_left();
 }
 
 template <class K>
 void dead_holder(conformance<K>& t, backend& b, const std::string& name, bool kill) {
-    if (!service::cross_process)
-        GTEST_SKIP() << service::label << " lives in one process: no other process can reach it";
+    if (!service().cross_process)
+        GTEST_SKIP() << service().label << " lives in one process: no other process can reach it";
     section_dirs dirs;
     const auto marker = dirs.dir / "token";
     const auto lease = scaled(800ms);
-    child_process child("holder", concat({K::label, std::string(1, K::main_tag), name,
-                                          marker.string(), std::to_string(lease.count()),
-                                          std::to_string(scaled(1000ms).count()), "1"},
-                                         service::child_args()));
+    const auto session = scaled(1000ms);
+    child_process child(
+        "holder", concat({K::label, std::string(1, K::main_tag), name, marker.string(),
+                          std::to_string(lease.count()), std::to_string(session.count()), "1"},
+                         service().child_args()));
     ASSERT_TRUE(eventually([&] { return fs::exists(marker); }, 30s)) << "the child never held";
     const auto theirs = parse_tokens(read_text(marker));
     ASSERT_FALSE(theirs.empty());
     child.stop_signal(kill ? SIGKILL : SIGSTOP);
     auto next = K::make(b, name, {.lease = 30s}, K::conflict_tag, 1);
-    ASSERT_TRUE(next->try_lock_for(30s)) << "the dead holder's grant never lapsed";
+    // Its lease (session) plus a margin for the backend to notice: never longer.
+    ASSERT_TRUE(next->try_lock_for(std::max(lease, session) + scaled(2s)))
+        << "the dead holder's grant outlived its lease";
     const auto mine = next->tokens();
     for (std::size_t i = 0; i < mine.size() && i < theirs.size(); ++i)
         EXPECT_GT(mine[i], theirs[i]) << "part " << i;

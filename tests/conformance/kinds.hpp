@@ -146,6 +146,18 @@ void exercise_lockable(const std::string& name, Make make) {
     EXPECT_FALSE(other_a->try_lock());
     a->unlock();
     b->unlock();
+    // Not held any more: observers say so.
+    EXPECT_EQ(a->state(), lock_state::lost);
+    EXPECT_TRUE(a->lost_token().stop_requested());
+    try {
+        if constexpr (std::is_same_v<T, multi_lock>)
+            (void)a->fencing_tokens();
+        else
+            (void)a->fencing_token();
+        ADD_FAILURE() << "fencing token of an unlocked object";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), make_error_code(errc::not_owner)) << e.what();
+    }
     EXPECT_TRUE(other_a->try_lock());
     other_a->unlock();
 }
@@ -210,8 +222,22 @@ struct recursive_kind {
             std::scoped_lock inner(m);
             EXPECT_EQ(m.depth(), 2u);
             EXPECT_EQ(m.fencing_token(), token);
+            std::unique_lock timed(m, std::chrono::milliseconds(10));  // try_lock_for
+            EXPECT_TRUE(timed.owns_lock());
+            EXPECT_EQ(m.depth(), 3u);
         }
         EXPECT_EQ(m.depth(), 1u);
+        mutex plain(b, name + "/plain");
+        {
+            std::scoped_lock both(m, plain);  // std::lock's algorithm with a re-entered level
+            EXPECT_EQ(m.depth(), 2u);
+        }
+        EXPECT_EQ(m.depth(), 1u);
+        outer.unlock();
+        EXPECT_EQ(m.depth(), 0u);
+        recursive_mutex other(b, name + "/nested");
+        EXPECT_TRUE(other.try_lock()) << "the last level's unlock released the lock";
+        other.unlock();
     }
     static void bad_input(backend& b, const std::string&) {
         detail::expect_invalid([&] { recursive_mutex m(b, ""); }, "empty name");
@@ -316,7 +342,7 @@ struct multi_kind {
     static std::unique_ptr<owner> make(backend& b, const std::string& name, lock_options o, char,
                                        std::uint32_t) {
         return std::make_unique<detail::lockable_owner<multi_lock>>(detail::multi_parts(b, name),
-                                                                   std::move(o));
+                                                                    std::move(o));
     }
     static void adapters(backend& b, const std::string& name) {
         detail::exercise_lockable<multi_lock>(name, [&](const std::string& n) {

@@ -130,8 +130,7 @@ struct memory_backend::state final : detail::lease_owner {
             }
         }
         for (auto& [core, until] : renewed) core->renewed(until);
-        for (auto& core : lost)
-            core->lose(make_error_code(errc::lock_lost));
+        for (auto& core : lost) core->lose(make_error_code(errc::lock_lost));
     }
 };
 
@@ -166,7 +165,8 @@ lease memory_backend::acquire_until(std::string_view name, const lock_request& r
     if (ec) return {};
     detail::validate_lock_options(options, ec);
     if (ec) return {};
-    if (request.kind == lock_kind::permits && (request.count == 0 || request.limit < request.count)) {
+    if (request.kind == lock_kind::permits &&
+        (request.count == 0 || request.limit < request.count)) {
         detail::fail(ec, errc::invalid_argument,
                      "memory backend: permits count " + std::to_string(request.count) +
                          " must be in [1, limit " + std::to_string(request.limit) + "]");
@@ -189,9 +189,9 @@ lease memory_backend::acquire_until(std::string_view name, const lock_request& r
             return core != nullptr && g.id == core;
         });
         if (mine == n.grants.end()) {
-            detail::fail(ec, errc::lock_lost,
-                         "memory backend: the re-entered grant of \"" + std::string(name) +
-                             "\" is lost");
+            detail::fail(
+                ec, errc::lock_lost,
+                "memory backend: the re-entered grant of \"" + std::string(name) + "\" is lost");
             return {};
         }
         owner = mine->owner;
@@ -210,12 +210,10 @@ lease memory_backend::acquire_until(std::string_view name, const lock_request& r
         const auto now = steady::now();
         const auto live = [&](const grant& g) { return now < g.valid_until; };
         switch (request.kind) {
-            case lock_kind::exclusive:
-                return std::none_of(n.grants.begin(), n.grants.end(), live);
+            case lock_kind::exclusive: return std::none_of(n.grants.begin(), n.grants.end(), live);
             case lock_kind::reentrant:
-                return std::none_of(n.grants.begin(), n.grants.end(), [&](const grant& g) {
-                    return live(g) && g.owner != owner;
-                });
+                return std::none_of(n.grants.begin(), n.grants.end(),
+                                    [&](const grant& g) { return live(g) && g.owner != owner; });
             case lock_kind::fair:
             case lock_kind::write:
                 return n.queue.front() == ticket &&
@@ -269,8 +267,8 @@ lease memory_backend::acquire_until(std::string_view name, const lock_request& r
     else
         fence = ++n.fence;
     const auto now = steady::now();
-    const auto hold_end = options.max_hold == forever ? steady::time_point::max()
-                                                      : now + options.max_hold;
+    const auto hold_end =
+        options.max_hold == forever ? steady::time_point::max() : now + options.max_hold;
     const auto valid_until = std::min(now + options.lease, hold_end);
     auto core = std::make_shared<detail::lease_core>(state_, std::string(name), owner, fence,
                                                      options, now, valid_until, request.kind);
