@@ -254,4 +254,16 @@ TEST(RedisLock, SurvivesServerRestart) {
     EXPECT_EQ(after.state(), dlock::lock_state::held);
 }
 
+// Used by RedisWaiting.BlockedWaiterGetsLockAfterHolderCrash (redis_waiting_test.cpp, same binary).
+const bool holder_child =
+    dlock::test::register_child("holder", [](const std::vector<std::string>& args) {
+        // args: url, lock name, lease ms, marker key. Holds the lock until killed.
+        dlock::redis::client redis({.url = args.at(0)});
+        auto grant =
+            redis.acquire(args.at(1), {.lease = std::chrono::milliseconds(std::stoll(args.at(2)))});
+        redis.command({"SET", args.at(3), std::to_string(grant.fencing_token())});
+        std::this_thread::sleep_for(1h);
+        return 0;
+    });
+
 }  // namespace
