@@ -24,13 +24,6 @@ using dlock::test::scaled;
 using dlock::test::shared_redis;
 using dlock::test::unique_name;
 
-void unsafe_increment(dlock::redis::client& redis, const std::string& counter) {
-    const auto current = redis.command({"GET", counter});
-    const long long value = current.is_nil() ? 0 : std::stoll(current.text);
-    std::this_thread::sleep_for(50us);
-    redis.command({"SET", counter, std::to_string(value + 1)});
-}
-
 long long integer_of(const dlock::redis::reply& r) {
     if (r.is_nil()) return 0;
     return r.type == dlock::redis::reply::kind::integer ? r.integer : std::stoll(r.text);
@@ -38,76 +31,6 @@ long long integer_of(const dlock::redis::reply& r) {
 
 long long queue_length(dlock::redis::client& redis, const std::string& name) {
     return integer_of(redis.command({"ZCARD", redis.lock_key(name) + ":queue"}));
-}
-
-TEST(FairMutex, EightThreadsCounterIsExact) {
-    dlock::redis::client redis({.url = shared_redis().url()});
-    const auto counter = unique_name("counter");
-    const auto name = unique_name("lock");
-    std::vector<std::jthread> workers;
-    for (int t = 0; t < 8; ++t) {
-        workers.emplace_back([&] {
-            dlock::fair_mutex m(redis, name, {.lease = 10s});
-            for (int i = 0; i < 100; ++i) {
-                std::unique_lock guard(m);
-                unsafe_increment(redis, counter);
-            }
-        });
-    }
-    workers.clear();
-    EXPECT_EQ(integer_of(redis.command({"GET", counter})), 800);
-    EXPECT_EQ(queue_length(redis, name), 0);
-}
-
-const bool counter_child =
-    dlock::test::register_child("fair-counter", [](const std::vector<std::string>& args) {
-        dlock::redis::client redis({.url = args.at(0)});
-        dlock::fair_mutex m(redis, args.at(1), {.lease = 10s});
-        for (int i = 0; i < std::stoi(args.at(3)); ++i) {
-            std::unique_lock guard(m);
-            unsafe_increment(redis, args.at(2));
-        }
-        return 0;
-    });
-
-TEST(FairMutex, ThreeProcessesCounterIsExact) {
-    ASSERT_TRUE(counter_child);
-    dlock::redis::client redis({.url = shared_redis().url()});
-    const auto counter = unique_name("counter");
-    const auto name = unique_name("lock");
-    std::vector<std::unique_ptr<dlock::test::child_process>> children;
-    for (int p = 0; p < 3; ++p) {
-        children.push_back(std::make_unique<dlock::test::child_process>(
-            "fair-counter", std::vector<std::string>{shared_redis().url(), name, counter, "100"}));
-    }
-    for (auto& child : children) EXPECT_EQ(child->wait(scaled(120s)), 0);
-    EXPECT_EQ(integer_of(redis.command({"GET", counter})), 300);
-}
-
-TEST(FairMutex, WaitersAreServedInArrivalOrder) {
-    dlock::redis::client redis({.url = shared_redis().url()});
-    const auto name = unique_name("lock");
-    dlock::fair_mutex holder(redis, name);
-    holder.lock();
-    constexpr int waiters = 6;
-    std::mutex order_mutex;
-    std::vector<int> order;
-    std::vector<std::jthread> threads;
-    for (int i = 0; i < waiters; ++i) {
-        threads.emplace_back([&, i] {
-            dlock::fair_mutex m(redis, name);
-            std::unique_lock guard(m);
-            std::lock_guard record(order_mutex);
-            order.push_back(i);
-        });
-        // The next waiter starts only once this one has its place in the queue.
-        ASSERT_TRUE(eventually([&] { return queue_length(redis, name) == i + 1; }, 5s));
-    }
-    holder.unlock();
-    threads.clear();
-    std::vector<int> expected;
-    for (int i = 0; i < waiters; ++i) expected.push_back(i);
-    EXPECT_EQ(order, expected);
 }
 
 TEST(FairMutex, ReleaseHandsOverDirectlySoNobodyBargesIn) {
@@ -161,39 +84,6 @@ TEST(FairMutex, HandOffNeedsNoRoundTripAndWakesOnlyTheHead) {
     EXPECT_EQ(granted.load(), 3);
 }
 
-TEST(FairMutex, WaiterThatTimesOutLeavesTheQueue) {
-    dlock::redis::client redis({.url = shared_redis().url()});
-    const auto name = unique_name("lock");
-    dlock::fair_mutex holder(redis, name);
-    holder.lock();
-    dlock::fair_mutex waiter(redis, name);
-    EXPECT_FALSE(waiter.try_lock_for(scaled(300ms)));
-    EXPECT_EQ(queue_length(redis, name), 0);
-    EXPECT_EQ(integer_of(redis.command({"HLEN", redis.lock_key(name) + ":alive"})), 0);
-    holder.unlock();
-    EXPECT_TRUE(waiter.try_lock());
-}
-
-TEST(FairMutex, CanceledWaiterLeavesTheQueueAndHoldsNothing) {
-    dlock::redis::client redis({.url = shared_redis().url()});
-    const auto name = unique_name("lock");
-    dlock::fair_mutex holder(redis, name);
-    holder.lock();
-    std::stop_source stop;
-    std::error_code ec;
-    std::jthread waiter([&] {
-        auto l = redis.acquire_until(name, dlock::lock_request{dlock::lock_kind::fair},
-                                     {.cancel = stop.get_token()},
-                                     std::chrono::steady_clock::time_point::max(), ec);
-        EXPECT_FALSE(l);
-    });
-    ASSERT_TRUE(eventually([&] { return queue_length(redis, name) == 1; }, 5s));
-    stop.request_stop();
-    waiter.join();
-    EXPECT_EQ(ec, dlock::errc::canceled);
-    EXPECT_EQ(queue_length(redis, name), 0);
-}
-
 TEST(FairMutex, RenewedPastItsLeaseAfterAHandOff) {
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name("lock");
@@ -229,21 +119,6 @@ TEST(FairMutex, PlainMutexKeyOfAnotherTypeIsAnError) {
         EXPECT_EQ(e.code(), dlock::errc::unexpected_reply) << e.what();
     }
     EXPECT_EQ(integer_of(redis.command({"HGET", redis.lock_key(name), "x"})), 1);
-}
-
-TEST(FairMutex, RedlockRefusesTheFairKind) {
-    // Refused before any server is contacted, so the other two need not exist.
-    dlock::redlock::client redlock(
-        {.urls = {shared_redis().url(),
-                  "redis://127.0.0.1:" + std::to_string(dlock::test::free_port()),
-                  "redis://127.0.0.1:" + std::to_string(dlock::test::free_port())}});
-    dlock::fair_mutex m(redlock, unique_name("lock"));
-    try {
-        (void)m.try_lock();
-        FAIL() << "expected errc::unsupported";
-    } catch (const dlock::error& e) {
-        EXPECT_EQ(e.code(), dlock::errc::unsupported) << e.what();
-    }
 }
 
 }  // namespace

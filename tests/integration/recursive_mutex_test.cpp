@@ -301,28 +301,6 @@ TEST(RecursiveMutex, WatchdogKeepsAShortLeaseAliveAtDepthTwo) {
     theirs.unlock();
 }
 
-TEST(RecursiveMutex, NestedStdUniqueLocksAndScopedLock) {
-    dlock::redis::client redis({.url = shared_redis().url()});
-    dlock::recursive_mutex m(redis, unique_name(), {.lease = 10s});
-    dlock::mutex plain(redis, unique_name("plain"), {.lease = 10s});
-    {
-        std::unique_lock outer(m);
-        {
-            std::unique_lock inner(m);
-            EXPECT_TRUE(inner.owns_lock());
-            EXPECT_EQ(m.depth(), 2u);
-            std::unique_lock timed(m, 10ms);  // try_lock_for
-            EXPECT_TRUE(timed.owns_lock());
-            EXPECT_EQ(m.depth(), 3u);
-        }
-        EXPECT_EQ(m.depth(), 1u);
-        std::scoped_lock both(m, plain);  // std::lock's algorithm with a re-entered level
-        EXPECT_EQ(m.depth(), 2u);
-    }
-    EXPECT_EQ(m.depth(), 0u);
-    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(m.name())}).integer, 0);
-}
-
 TEST(RecursiveMutex, ObserversWhenNotHeld) {
     dlock::redis::client redis({.url = shared_redis().url()});
     dlock::recursive_mutex m(redis, unique_name());

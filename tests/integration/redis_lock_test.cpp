@@ -46,30 +46,6 @@ dlock::redis::client make_client(const std::string& url, collected_errors* error
     return dlock::redis::client(std::move(o));
 }
 
-TEST(RedisLock, WorksWithUniqueLockScopedLockAndStdLock) {
-    auto redis = make_client(shared_redis().url());
-    dlock::mutex a(redis, unique_name("a")), b(redis, unique_name("b"));
-    {
-        std::unique_lock guard(a);
-        EXPECT_TRUE(guard.owns_lock());
-        EXPECT_EQ(a.state(), dlock::lock_state::held);
-        EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(a.name())}).integer, 1);
-    }
-    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(a.name())}).integer, 0)
-        << "unique_lock released it";
-    {
-        std::scoped_lock both(a, b);  // std::lock's deadlock-avoidance over try_lock
-        EXPECT_EQ(a.state(), dlock::lock_state::held);
-        EXPECT_EQ(b.state(), dlock::lock_state::held);
-    }
-    std::lock(a, b);
-    EXPECT_EQ(a.state(), dlock::lock_state::held);
-    a.unlock();
-    b.unlock();
-    EXPECT_EQ(a.state(), dlock::lock_state::lost);
-    EXPECT_THROW((void)a.fencing_token(), dlock::error);
-}
-
 TEST(RedisLock, TryLockFailsOnlyWhenHeldElsewhere) {
     auto redis = make_client(shared_redis().url());
     const auto name = unique_name();
@@ -278,6 +254,7 @@ TEST(RedisLock, SurvivesServerRestart) {
     EXPECT_EQ(after.state(), dlock::lock_state::held);
 }
 
+// Used by RedisWaiting.BlockedWaiterGetsLockAfterHolderCrash (redis_waiting_test.cpp, same binary).
 const bool holder_child =
     dlock::test::register_child("holder", [](const std::vector<std::string>& args) {
         // args: url, lock name, lease ms, marker key. Holds the lock until killed.
@@ -288,24 +265,5 @@ const bool holder_child =
         std::this_thread::sleep_for(1h);
         return 0;
     });
-
-TEST(RedisLock, KilledHolderFreesTheLockAfterItsLease) {
-    ASSERT_TRUE(holder_child);
-    auto redis = make_client(shared_redis().url());
-    const auto name = unique_name();
-    const auto marker = unique_name("marker");
-    const auto lease = scaled(1500ms);
-    dlock::test::child_process holder(
-        "holder", {shared_redis().url(), name, std::to_string(lease.count()), marker});
-    ASSERT_TRUE(eventually([&] { return !redis.command({"GET", marker}).is_nil(); }, 10s));
-    const auto holder_token = std::stoull(redis.command({"GET", marker}).text);
-    holder.kill9();
-    const auto killed_at = std::chrono::steady_clock::now();
-    dlock::mutex m(redis, name);
-    ASSERT_TRUE(m.try_lock_for(lease + scaled(1s))) << "within lease + 1 s of the crash";
-    EXPECT_LE(std::chrono::steady_clock::now() - killed_at, lease + scaled(1s));
-    EXPECT_GT(m.fencing_token(), holder_token);
-    m.unlock();
-}
 
 }  // namespace

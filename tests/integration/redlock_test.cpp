@@ -67,39 +67,6 @@ TEST(Redlock, MutexContractOnFiveServers) {
     other.unlock();
 }
 
-TEST(Redlock, FencingTokensIncreaseAcrossGrants) {
-    auto redlock = make_redlock();
-    const auto name = unique_name();
-    std::uint64_t previous = 0;
-    for (int i = 0; i < 10; ++i) {
-        auto grant = redlock.acquire(name, {.wait = 0s});
-        EXPECT_GT(grant.fencing_token(), previous);
-        previous = grant.fencing_token();
-    }
-}
-
-TEST(Redlock, EightThreadsCounterStaysExact) {
-    auto redlock = make_redlock();
-    dlock::redis::client store({.url = fleet()[0].url()});
-    const auto counter = unique_name("counter");
-    const auto name = unique_name();
-    std::vector<std::jthread> workers;
-    for (int t = 0; t < 8; ++t) {
-        workers.emplace_back([&] {
-            dlock::mutex m(redlock, name, {.lease = 10s});
-            for (int i = 0; i < 50; ++i) {
-                std::unique_lock guard(m);
-                const auto v = store.command({"GET", counter});
-                const long long value = v.is_nil() ? 0 : std::stoll(v.text);
-                std::this_thread::sleep_for(50us);
-                store.command({"SET", counter, std::to_string(value + 1)});
-            }
-        });
-    }
-    workers.clear();
-    EXPECT_EQ(store.command({"GET", counter}).text, "400");
-}
-
 TEST(Redlock, ReleaseWakesAWaiterLongBeforeTheLeaseRunsOut) {
     auto redlock = make_redlock();
     const auto name = unique_name();

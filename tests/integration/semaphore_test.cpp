@@ -386,16 +386,4 @@ TEST(Semaphore, DestructorReleasesEverything) {
     EXPECT_TRUE(other.try_acquire(3));
 }
 
-TEST(Semaphore, RedlockHasNoSemaphore) {
-    // Refused before any lock script runs, so the other two need not exist (two databases of one
-    // server would be one server voting twice: refused when the client is made).
-    dlock::redlock::client redlock(
-        {.urls = {shared_redis().url(),
-                  "redis://127.0.0.1:" + std::to_string(dlock::test::free_port()),
-                  "redis://127.0.0.1:" + std::to_string(dlock::test::free_port())}});
-    dlock::counting_semaphore sem(redlock, unique_name(), 2);
-    EXPECT_EQ(error_of([&] { (void)sem.try_acquire(); }), dlock::errc::unsupported);
-    EXPECT_EQ(error_of([&] { sem.set_permits(3); }), dlock::errc::unsupported);
-}
-
 }  // namespace

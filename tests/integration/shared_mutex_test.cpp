@@ -100,35 +100,6 @@ TEST(SharedMutex, EightWriterThreadsCounterIsExactAndReadersNeverSeeATornPair) {
     EXPECT_EQ(waiting_writers(redis, name), 0);
 }
 
-const bool counter_child =
-    dlock::test::register_child("rw_counter", [](const std::vector<std::string>& args) {
-        // args: url, lock name, key a, key b, increments
-        dlock::redis::client redis({.url = args.at(0)});
-        dlock::shared_mutex m(redis, args.at(1), {.lease = 10s});
-        const int n = std::stoi(args.at(4));
-        for (int i = 0; i < n; ++i) {
-            std::unique_lock guard(m);
-            unsafe_pair_increment(redis, args.at(2), args.at(3));
-        }
-        return 0;
-    });
-
-TEST(SharedMutex, ThreeWriterProcessesCounterIsExact) {
-    ASSERT_TRUE(counter_child);
-    dlock::redis::client redis({.url = shared_redis().url()});
-    const auto name = unique_name("lock");
-    const auto a = unique_name("a");
-    const auto b = unique_name("b");
-    std::vector<std::unique_ptr<dlock::test::child_process>> children;
-    for (int p = 0; p < 3; ++p) {
-        children.push_back(std::make_unique<dlock::test::child_process>(
-            "rw_counter", std::vector<std::string>{shared_redis().url(), name, a, b, "100"}));
-    }
-    for (auto& child : children) EXPECT_EQ(child->wait(60s), 0);
-    EXPECT_EQ(integer_of(redis.command({"GET", a})), 300);
-    EXPECT_EQ(integer_of(redis.command({"GET", b})), 300);
-}
-
 TEST(SharedMutex, ReadersHoldTogether) {
     dlock::redis::client redis({.url = shared_redis().url()});
     dlock::shared_mutex m(redis, unique_name(), {.lease = 10s});

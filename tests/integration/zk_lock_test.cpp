@@ -50,81 +50,6 @@ dlock::lease take(dlock::zk::client& zk, const std::string& name, dlock::lock_ki
                             steady::now() + wait, ec);
 }
 
-/// Load, pause, store: two separate atomic steps, so concurrent unlocked callers lose updates
-/// (atomics keep TSan quiet: libzookeeper is not instrumented, so TSan cannot see the lock's
-/// happens-before).
-void unsafe_increment(std::atomic<long>& counter) {
-    const auto v = counter.load();
-    std::this_thread::sleep_for(50us);
-    counter.store(v + 1);
-}
-
-TEST(ZkLock, EightThreadsHundredIncrementsEach) {
-    auto zk = make_client();
-    const auto name = dlock::test::unique_name("lock");
-    std::atomic<long> counter{0};
-    std::vector<std::jthread> workers;
-    for (int t = 0; t < 8; ++t) {
-        workers.emplace_back([&] {
-            dlock::mutex m(zk, name);
-            for (int i = 0; i < 100; ++i) {
-                std::unique_lock guard(m);
-                unsafe_increment(counter);
-            }
-        });
-    }
-    workers.clear();
-    EXPECT_EQ(counter.load(), 800);
-    EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
-}
-
-// File counter for the multi-process test: read, pause, write.
-void file_increment(const std::string& path) {
-    long value = 0;
-    {
-        std::ifstream in(path);
-        in >> value;
-    }
-    std::this_thread::sleep_for(100us);
-    std::ofstream(path, std::ios::trunc) << value + 1 << "\n";
-}
-
-const bool counter_child =
-    dlock::test::register_child("zk_counter", [](const std::vector<std::string>& args) {
-        // args: url, lock name, counter file, increments
-        dlock::zk::client zk({.url = args.at(0), .connect_timeout = 10s});
-        dlock::mutex m(zk, args.at(1));
-        const int n = std::stoi(args.at(3));
-        for (int i = 0; i < n; ++i) {
-            std::unique_lock guard(m);
-            file_increment(args.at(2));
-        }
-        return 0;
-    });
-
-TEST(ZkLock, FourProcesses) {
-    ASSERT_TRUE(counter_child);
-    auto zk = make_client();
-    const auto name = dlock::test::unique_name("lock");
-    char tmpl[] = "/tmp/dlock-zk-counter.XXXXXX";
-    const int fd = ::mkstemp(tmpl);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-    const std::string file = tmpl;
-    std::vector<std::unique_ptr<dlock::test::child_process>> children;
-    for (int p = 0; p < 4; ++p) {
-        children.push_back(std::make_unique<dlock::test::child_process>(
-            "zk_counter",
-            std::vector<std::string>{shared_zk().url("/dlock-it"), name, file, "50"}));
-    }
-    for (auto& child : children) EXPECT_EQ(child->wait(120s), 0);
-    long value = 0;
-    std::ifstream(file) >> value;
-    std::remove(file.c_str());
-    EXPECT_EQ(value, 200);
-    EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
-}
-
 TEST(ZkLock, WaitersAreServedInArrivalOrder) {
     std::mutex m;
     int waits_started = 0;
@@ -493,73 +418,6 @@ TEST(ZkLock, DigestProtectsNodes) {
     EXPECT_THROW(dlock::zk::client({.digest = "no-colon"}), dlock::error);
 }
 
-// The backend-neutral adapters over ZooKeeper, used through the std lock types.
-TEST(ZkAdapters, SharedMutexWithStdLocks) {
-    auto zk = make_client();
-    dlock::shared_mutex sm(zk, dlock::test::unique_name("shared"));
-    std::atomic<int> readers{0}, writers{0}, most_readers{0};
-    std::atomic<bool> overlap{false};
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < 4; ++t) {
-        threads.emplace_back([&] {
-            std::shared_lock lock(sm);
-            const int now = ++readers;
-            int seen = most_readers.load();
-            while (now > seen && !most_readers.compare_exchange_weak(seen, now)) {
-            }
-            if (writers.load() != 0) overlap = true;
-            // Stay until every reader is in: they hold at once.
-            eventually([&] { return most_readers.load() == 4; }, 10s);
-            --readers;
-        });
-    }
-    threads.clear();
-    EXPECT_EQ(most_readers.load(), 4);
-    for (int t = 0; t < 3; ++t) {
-        threads.emplace_back([&] {
-            for (int i = 0; i < 5; ++i) {
-                std::unique_lock lock(sm);
-                if (++writers != 1 || readers.load() != 0) overlap = true;
-                std::this_thread::sleep_for(1ms);
-                --writers;
-            }
-        });
-        threads.emplace_back([&] {
-            for (int i = 0; i < 5; ++i) {
-                std::shared_lock lock(sm);
-                ++readers;
-                if (writers.load() != 0) overlap = true;
-                --readers;
-            }
-        });
-    }
-    threads.clear();
-    EXPECT_FALSE(overlap.load());
-}
-
-TEST(ZkAdapters, FairMutexScopedLockAndStdLock) {
-    auto zk = make_client();
-    dlock::fair_mutex fm(zk, dlock::test::unique_name("fair"));
-    std::atomic<long> counter{0};
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < 4; ++t) {
-        threads.emplace_back([&] {
-            for (int i = 0; i < 25; ++i) {
-                std::scoped_lock lock(fm);
-                unsafe_increment(counter);
-            }
-        });
-    }
-    threads.clear();
-    EXPECT_EQ(counter.load(), 100);
-    dlock::mutex a(zk, dlock::test::unique_name("a")), b(zk, dlock::test::unique_name("b"));
-    std::lock(a, b);
-    EXPECT_GT(a.fencing_token(), 0u);
-    EXPECT_GT(b.fencing_token(), 0u);
-    a.unlock();
-    b.unlock();
-}
-
 dlock::lease permits(dlock::zk::client& zk, const std::string& name, std::uint32_t count,
                      std::uint32_t limit, std::chrono::milliseconds wait, std::error_code& ec) {
     return zk.acquire_until(
@@ -726,30 +584,6 @@ TEST(ZkSemaphore, LostWakeUpIsRetried) {
     first.join();
     second.join();
     EXPECT_TRUE(eventually([&] { return shared_zk().children(all.lock_path(name)).empty(); }, 10s));
-}
-
-TEST(ZkSemaphore, CountingSemaphoreCapsConcurrency) {
-    auto zk = make_client();
-    dlock::counting_semaphore sem(zk, dlock::test::unique_name("sem"), 2);
-    std::atomic<int> inside{0}, most{0};
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < 5; ++t) {
-        threads.emplace_back([&] {
-            for (int i = 0; i < 4; ++i) {
-                sem.acquire();
-                const int now = ++inside;
-                int seen = most.load();
-                while (now > seen && !most.compare_exchange_weak(seen, now)) {
-                }
-                std::this_thread::sleep_for(2ms);
-                --inside;
-                sem.release();
-            }
-        });
-    }
-    threads.clear();
-    EXPECT_LE(most.load(), 2);
-    EXPECT_GE(most.load(), 1);
 }
 
 TEST(ZkAdapters, RecursiveMutexNestsInOneThreadAndExcludesOthers) {
