@@ -10,6 +10,7 @@
 #include <string_view>
 #include <system_error>
 
+#include <dlock/config.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 

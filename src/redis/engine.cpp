@@ -166,7 +166,7 @@ engine::engine(engine_config config) : config_(std::move(config)) {
                         ms_text(config_.drift.floor) + "ms");
     }
     if (config_.key_prefix.empty() || config_.key_prefix.find_first_of("{}") != std::string::npos) {
-        throw error(errc::invalid_argument, "client_options.key_prefix \"" + config_.key_prefix +
+        throw error(errc::invalid_argument, "key prefix \"" + config_.key_prefix +
                                                 "\" must be non-empty and free of '{' '}'");
     }
     if (config_.servers.empty())
