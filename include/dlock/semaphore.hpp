@@ -28,6 +28,7 @@
 #include <dlock/backend.hpp>
 #include <dlock/detail/deadline.hpp>
 #include <dlock/lease.hpp>
+#include <dlock/detail/thread_safety.hpp>
 #include <dlock/options.hpp>
 
 namespace dlock {
@@ -147,9 +148,11 @@ private:
     std::string name_;
     lock_options options_;
     std::atomic<std::uint32_t> permits_;
-    mutable std::mutex grants_mutex_;  // guards grants_ and period_
-    std::vector<grant> grants_;        // in grant order; release() takes from the back
-    std::stop_source period_;          // fired when a grant is lost or the last permit released
+    mutable detail::mutex grants_mutex_;
+    // In grant order; release() takes from the back.
+    std::vector<grant> grants_ DLOCK_GUARDED_BY(grants_mutex_);
+    // Fired when a grant is lost or the last permit released.
+    std::stop_source period_ DLOCK_GUARDED_BY(grants_mutex_);
 };
 
 }  // namespace dlock

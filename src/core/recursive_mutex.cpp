@@ -58,14 +58,14 @@ recursive_mutex::recursive_mutex(backend& backend, std::string name, lock_option
 recursive_mutex::~recursive_mutex() {
     decltype(owners_) left;
     {
-        std::lock_guard guard(owners_mutex_);
+        detail::lock_guard guard(owners_mutex_);
         left.swap(owners_);
     }
     // ~owner releases each level outside owners_mutex_; failures go to the client's handler.
 }
 
 recursive_mutex::owner* recursive_mutex::mine() const {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     return it == owners_.end() ? nullptr : it->second.get();
 }
@@ -110,7 +110,7 @@ lease recursive_mutex::take(owner* held, std::chrono::steady_clock::time_point d
 }
 
 void recursive_mutex::adopt(lease&& grant) {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto id = std::this_thread::get_id();
     const auto it = owners_.find(id);
     std::unique_ptr<owner> fresh;
@@ -130,7 +130,7 @@ void recursive_mutex::unlock() noexcept {
     lease level;
     std::unique_ptr<owner> finished;
     {
-        std::lock_guard guard(owners_mutex_);
+        detail::lock_guard guard(owners_mutex_);
         const auto it = owners_.find(std::this_thread::get_id());
         if (it == owners_.end()) return;  // not held by this thread: harmless
         auto& o = *it->second;
@@ -151,7 +151,7 @@ void recursive_mutex::unlock() noexcept {
 }
 
 std::uint64_t recursive_mutex::fencing_token() const {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) {
         throw error(errc::not_owner,
@@ -161,7 +161,7 @@ std::uint64_t recursive_mutex::fencing_token() const {
 }
 
 std::chrono::milliseconds recursive_mutex::expires_in() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) return std::chrono::milliseconds::zero();
     auto left = std::chrono::milliseconds::max();
@@ -170,7 +170,7 @@ std::chrono::milliseconds recursive_mutex::expires_in() const noexcept {
 }
 
 lock_state recursive_mutex::state() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) return lock_state::lost;
     auto worst = lock_state::held;
@@ -182,7 +182,7 @@ lock_state recursive_mutex::state() const noexcept {
 }
 
 std::stop_token recursive_mutex::lost_token() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it != owners_.end()) return it->second->lost.get_token();
     std::stop_source fired;
@@ -191,7 +191,7 @@ std::stop_token recursive_mutex::lost_token() const noexcept {
 }
 
 std::size_t recursive_mutex::depth() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     return it == owners_.end() ? 0 : it->second->levels.size();
 }

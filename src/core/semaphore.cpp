@@ -88,13 +88,13 @@ void counting_semaphore::adopt(lease&& held, std::uint32_t count) {
     for (;;) {
         std::stop_source period;
         {
-            std::lock_guard guard(grants_mutex_);
+            detail::lock_guard guard(grants_mutex_);
             period = period_;
         }
         // Watch outside grants_mutex_: a grant already lost runs the callback right here, and that
         // runs the user's callbacks on lost_token(), which may call back into this object.
         auto watch = std::make_unique<std::stop_callback<forward_loss>>(lost, forward_loss{period});
-        std::lock_guard guard(grants_mutex_);
+        detail::lock_guard guard(grants_mutex_);
         if (period_ == period) {
             g.watch = std::move(watch);
             grants_.push_back(std::move(g));
@@ -113,7 +113,7 @@ std::vector<counting_semaphore::grant> counting_semaphore::detach(std::uint32_t 
     if (update == 0) return out;
     try {
         std::stop_source next_period;  // allocated up front: nothing below may fail half-way
-        std::lock_guard guard(grants_mutex_);
+        detail::lock_guard guard(grants_mutex_);
         // release() order: the caller's own grants, then lost ones (already free on the server),
         // then the other threads' live ones; most recent first within each group.
         const auto me = std::this_thread::get_id();
@@ -194,14 +194,14 @@ void counting_semaphore::set_permits(std::uint32_t permits, std::error_code& ec)
 }
 
 std::uint32_t counting_semaphore::held() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     std::uint64_t sum = 0;
     for (const auto& g : grants_) sum += g.count;
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(sum, UINT32_MAX));
 }
 
 std::uint64_t counting_semaphore::fencing_token() const {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     if (grants_.empty()) {
         throw error(errc::not_owner,
                     "fencing_token() of semaphore \"" + name_ + "\", which holds no permit");
@@ -210,7 +210,7 @@ std::uint64_t counting_semaphore::fencing_token() const {
 }
 
 std::chrono::milliseconds counting_semaphore::expires_in() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     if (grants_.empty()) return std::chrono::milliseconds::zero();
     auto shortest = std::chrono::milliseconds::max();
     for (const auto& g : grants_) shortest = std::min(shortest, g.held.expires_in());
@@ -218,7 +218,7 @@ std::chrono::milliseconds counting_semaphore::expires_in() const noexcept {
 }
 
 lock_state counting_semaphore::state() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     auto worst = lock_state::lost;
     if (!grants_.empty()) {
         worst = lock_state::held;
@@ -231,7 +231,7 @@ lock_state counting_semaphore::state() const noexcept {
 }
 
 std::stop_token counting_semaphore::lost_token() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     if (grants_.empty()) return fired_token();
     return period_.get_token();
 }
