@@ -61,7 +61,9 @@ client_options options_from(
 
 }  // namespace
 
-client::client(client_options options) : impl_(std::make_shared<impl>(options)) {}
+// By value, like every client's constructor (the options are a sink in the API).
+client::client(client_options options)  // NOLINT(performance-unnecessary-value-param)
+    : impl_(std::make_shared<impl>(options)) {}
 client::client(const std::vector<std::reference_wrapper<const dlock::redis::client>>& servers)
     : client(options_from(servers)) {}
 client::client(client&&) noexcept = default;

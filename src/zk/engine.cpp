@@ -239,7 +239,7 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
 }
 
 dlock::lease engine::grant(std::string_view name, const lock_options& options,
-                           std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
+                           const std::shared_ptr<session>& s, std::string path, std::uint64_t czxid,
                            steady::time_point sent) {
     auto node = std::make_shared<held_node>();
     node->owner = s;
