@@ -29,7 +29,7 @@ std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count
 
 /// One call, shared by every server's batch.
 std::shared_ptr<const std::vector<script_call>> one_call(const script_call& call) {
-    return std::make_shared<const std::vector<script_call>>(1, std::move(call));
+    return std::make_shared<const std::vector<script_call>>(1, call);
 }
 
 /// A fresh owner token for `kind`. Where the server cannot tell the kind from the key's type (the
