@@ -478,6 +478,7 @@ TEST(CliStatus, FairLockWithAQueuedWaiter) {
     EXPECT_EQ(j["waiters"], 0);
 }
 
+#if DLOCK_HAS_ZOOKEEPER
 TEST(CliStatus, ZooKeeperLock) {
     const auto zk = dlock::test::shared_zk().url("/dlock-cli");
     const auto name = dlock::test::unique_name("zk");
@@ -502,6 +503,7 @@ TEST(CliStatus, ZooKeeperLock) {
     held.release();
     EXPECT_EQ(waiting.wait(20s).status, 0);
 }
+#endif
 
 // --- dlock demo ---------------------------------------------------------------------------------
 
