@@ -590,6 +590,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     std::shared_ptr<held_node> node;
     bool last = false;
+    bool stays = false;  // another re-entry level still holds the node
     {
         std::lock_guard lock(mutex_);
         const auto it = registry_.find(&lease);
@@ -598,6 +599,9 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             untrack(&lease);
             last = --node->depth == 0 && !node->deleted;
             if (last) node->deleted = true;
+            // Decided here: read after the unlock, a concurrent release of the other level (or a
+            // loss) could make this level's clean release look like a lost one.
+            stays = node->depth > 0 && !node->deleted;
         }
     }
     lease.mark_released();
@@ -606,7 +610,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             return fail(ec, errc::lock_lost,
                         "lock \"" + lease.name() + "\": the client was closed; nothing to release");
         }
-        if (node->depth > 0 && !node->deleted) {  // one re-entry level left; the node stays
+        if (stays) {  // one re-entry level left; the node stays
             notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
             return;
         }
