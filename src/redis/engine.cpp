@@ -99,8 +99,13 @@ struct engine::server {
     std::size_t created DLOCK_GUARDED_BY(pool_mutex) = 0;  // command connections (<= max_pooled)
     std::deque<slot_waiter*> queue DLOCK_GUARDED_BY(pool_mutex);  // first come first served
     std::unique_ptr<connection> renew_conn;                       // background thread only
-    std::string run_id;                                           // guarded by identity_mutex_
     std::atomic<bool> verified{false};  // its votes count (see engine::counts)
+    /// What the server says it is (INFO run_id), once verified. The engine's identity_mutex_
+    /// guards it; a nested type cannot name that in DLOCK_GUARDED_BY, hence the accessor.
+    std::string& run_id(const dlock::detail::mutex& m) DLOCK_REQUIRES(m) { return run_id_; }
+
+private:
+    std::string run_id_;
 };
 
 engine::pooled::pooled(server& s, steady::time_point deadline) : server_(&s) {
@@ -267,7 +272,9 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
         const auto id = asks[k].ec ? std::string() : run_id_of(asks[k].replies.front());
         bool duplicate = false;
         for (std::size_t j = 0; j < servers_.size() && !id.empty(); ++j) {
-            if (j == which[k] || !servers_[j]->verified || servers_[j]->run_id != id) continue;
+            if (j == which[k] || !servers_[j]->verified ||
+                servers_[j]->run_id(identity_mutex_) != id)
+                continue;
             duplicate = true;
             if (identity_error_.empty()) {
                 identity_error_ = "client_options: " + config_.servers[j].describe() + " and " +
@@ -277,7 +284,7 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
             }
         }
         if (duplicate) continue;  // stays unverified: its votes never count
-        s.run_id = id;
+        s.run_id(identity_mutex_) = id;
         s.verified = true;
     }
     bool pending = false;

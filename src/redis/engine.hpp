@@ -163,7 +163,7 @@ private:
     dlock::detail::mutex reentrant_mutex_;
     std::unordered_map<std::string, reentrant_owner> reentrant_ DLOCK_GUARDED_BY(reentrant_mutex_);
 
-    dlock::detail::mutex identity_mutex_;  // also guards server::run_id (not annotatable there)
+    dlock::detail::mutex identity_mutex_;  // also guards server::run_id
     std::string identity_error_ DLOCK_GUARDED_BY(identity_mutex_);
     std::atomic<bool> identities_pending_{false};
 
