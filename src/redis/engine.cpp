@@ -102,7 +102,9 @@ struct engine::server {
     std::atomic<bool> verified{false};  // its votes count (see engine::counts)
     /// What the server says it is (INFO run_id), once verified. The engine's identity_mutex_
     /// guards it; a nested type cannot name that in DLOCK_GUARDED_BY, hence the accessor.
-    std::string& run_id(const dlock::detail::mutex& m) DLOCK_REQUIRES(m) { return run_id_; }
+    std::string& run_id([[maybe_unused]] const dlock::detail::mutex& m) DLOCK_REQUIRES(m) {
+        return run_id_;
+    }
 
 private:
     std::string run_id_;

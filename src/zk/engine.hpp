@@ -63,9 +63,13 @@ private:
 
         // The engine's mutex_ guards these. A nested type cannot name it in DLOCK_GUARDED_BY,
         // so they are reached through accessors that require the mutex passed in.
-        int& depth(const dlock::detail::mutex& m) DLOCK_REQUIRES(m) { return depth_; }
+        int& depth([[maybe_unused]] const dlock::detail::mutex& m) DLOCK_REQUIRES(m) {
+            return depth_;
+        }
         /// Removal already decided (loss, max_hold).
-        bool& deleted(const dlock::detail::mutex& m) DLOCK_REQUIRES(m) { return deleted_; }
+        bool& deleted([[maybe_unused]] const dlock::detail::mutex& m) DLOCK_REQUIRES(m) {
+            return deleted_;
+        }
 
     private:
         int depth_ = 1;
