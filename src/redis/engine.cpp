@@ -94,17 +94,24 @@ struct engine::server {
         std::condition_variable ready;
         std::unique_ptr<connection> conn;
     };
-    std::mutex pool_mutex;  // guards idle, created, queue
-    std::vector<std::unique_ptr<connection>> idle;
-    std::size_t created = 0;                 // command connections in existence (<= max_pooled)
-    std::deque<slot_waiter*> queue;          // first come first served
-    std::unique_ptr<connection> renew_conn;  // background thread only
-    std::string run_id;                      // guarded by identity_mutex_
-    std::atomic<bool> verified{false};       // its votes count (see engine::counts)
+    dlock::detail::mutex pool_mutex;  // also guards slot_waiter::conn of the queued waiters
+    std::vector<std::unique_ptr<connection>> idle DLOCK_GUARDED_BY(pool_mutex);
+    std::size_t created DLOCK_GUARDED_BY(pool_mutex) = 0;  // command connections (<= max_pooled)
+    std::deque<slot_waiter*> queue DLOCK_GUARDED_BY(pool_mutex);  // first come first served
+    std::unique_ptr<connection> renew_conn;                       // background thread only
+    std::atomic<bool> verified{false};  // its votes count (see engine::counts)
+    /// What the server says it is (INFO run_id), once verified. The engine's identity_mutex_
+    /// guards it; a nested type cannot name that in DLOCK_GUARDED_BY, hence the accessor.
+    std::string& run_id([[maybe_unused]] const dlock::detail::mutex& m) DLOCK_REQUIRES(m) {
+        return run_id_;
+    }
+
+private:
+    std::string run_id_;
 };
 
 engine::pooled::pooled(server& s, steady::time_point deadline) : server_(&s) {
-    std::unique_lock lock(s.pool_mutex);
+    dlock::detail::unique_lock lock(s.pool_mutex);
     if (s.queue.empty()) {
         if (!s.idle.empty()) {
             conn_ = std::move(s.idle.back());
@@ -121,8 +128,8 @@ engine::pooled::pooled(server& s, steady::time_point deadline) : server_(&s) {
     s.queue.push_back(&me);
     const auto handed = [&] { return me.conn != nullptr; };
     if (deadline == steady::time_point::max()) {
-        me.ready.wait(lock, handed);
-    } else if (!me.ready.wait_until(lock, deadline, handed)) {
+        me.ready.wait(lock.native(), handed);
+    } else if (!me.ready.wait_until(lock.native(), deadline, handed)) {
         s.queue.erase(std::find(s.queue.begin(), s.queue.end(), &me));
         return;  // get() is null: no connection came back in time
     }
@@ -131,7 +138,7 @@ engine::pooled::pooled(server& s, steady::time_point deadline) : server_(&s) {
 
 engine::pooled::~pooled() {
     if (!conn_) return;
-    std::lock_guard lock(server_->pool_mutex);
+    dlock::detail::lock_guard lock(server_->pool_mutex);
     if (server_->queue.empty()) {
         server_->idle.push_back(std::move(conn_));
         return;
@@ -212,7 +219,7 @@ engine::engine(engine_config config) : config_(std::move(config)) {
         }
         check_identities(conns, deadline);
         {
-            std::lock_guard lock(identity_mutex_);
+            dlock::detail::lock_guard lock(identity_mutex_);
             if (!identity_error_.empty()) throw error(errc::invalid_argument, identity_error_);
         }
         // Best effort: load the scripts where they are missing (a new server). A script call that
@@ -257,7 +264,7 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
     }
     if (asks.empty()) return;
     exchange_all(asks);
-    std::lock_guard lock(identity_mutex_);
+    dlock::detail::lock_guard lock(identity_mutex_);
     for (std::size_t k = 0; k < asks.size(); ++k) {
         auto& s = *servers_[which[k]];
         if (s.verified) continue;  // another thread checked it meanwhile
@@ -267,7 +274,9 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
         const auto id = asks[k].ec ? std::string() : run_id_of(asks[k].replies.front());
         bool duplicate = false;
         for (std::size_t j = 0; j < servers_.size() && !id.empty(); ++j) {
-            if (j == which[k] || !servers_[j]->verified || servers_[j]->run_id != id) continue;
+            if (j == which[k] || !servers_[j]->verified ||
+                servers_[j]->run_id(identity_mutex_) != id)
+                continue;
             duplicate = true;
             if (identity_error_.empty()) {
                 identity_error_ = "client_options: " + config_.servers[j].describe() + " and " +
@@ -277,7 +286,7 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
             }
         }
         if (duplicate) continue;  // stays unverified: its votes never count
-        s.run_id = id;
+        s.run_id(identity_mutex_) = id;
         s.verified = true;
     }
     bool pending = false;
@@ -310,7 +319,7 @@ void engine::stop() noexcept {
     // Nobody renews or watches the leases still alive: they can no longer be guaranteed.
     std::vector<std::shared_ptr<lease_core>> orphaned;
     {
-        std::lock_guard lock(registry_mutex_);
+        dlock::detail::lock_guard lock(registry_mutex_);
         orphaned = registry_.lose_all();
     }
     for (auto& lease : orphaned) lease->lose(make_error_code(errc::lock_lost));
@@ -495,7 +504,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
         if (!b.ec && !counts(i)) {
-            std::lock_guard lock(identity_mutex_);
+            dlock::detail::lock_guard lock(identity_mutex_);
             fail(b.ec, errc::invalid_argument,
                  "redis " + b.conn->settings().endpoint.describe() + ": not counted: " +
                      (identity_error_.empty() ? "its identity (INFO run_id) is not known yet"
@@ -629,7 +638,7 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
     if (result.granted) {
         auto level = grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant,
                            sent, dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
-        std::lock_guard lock(reentrant_mutex_);
+        dlock::detail::lock_guard lock(reentrant_mutex_);
         ++reentrant_[core->token()].extra_levels;
         return level;
     }
@@ -638,7 +647,7 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
         // Undoing it now could take the outer level instead (it may not have landed), so the
         // owner's last release removes the lock whatever the depth.
         {
-            std::lock_guard lock(reentrant_mutex_);
+            dlock::detail::lock_guard lock(reentrant_mutex_);
             reentrant_[core->token()].depth_unknown = true;
         }
         fail(ec, result.error, result.failures);
@@ -839,7 +848,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     {
-        std::lock_guard lock(registry_mutex_);
+        dlock::detail::lock_guard lock(registry_mutex_);
         registry_.untrack(&lease);
     }
     try {
@@ -852,7 +861,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         const auto* protocol = protocol_for(lease.kind());
         bool whole = false;  // the owner's last level after a re-entry of unknown outcome
         if (lease.kind() == lock_kind::reentrant) {
-            std::lock_guard lock(reentrant_mutex_);
+            dlock::detail::lock_guard lock(reentrant_mutex_);
             if (const auto it = reentrant_.find(lease.token()); it != reentrant_.end()) {
                 if (it->second.extra_levels > 0) {
                     --it->second.extra_levels;
@@ -932,7 +941,7 @@ void engine::track(const std::shared_ptr<lease_core>& lease, bool handed_off) {
     // but not on the hand-off's critical path (a short critical section releases before that).
     if (handed_off) next = std::min(next, steady::now() + handoff_lease / 4);
     {
-        std::lock_guard lock(registry_mutex_);
+        dlock::detail::lock_guard lock(registry_mutex_);
         registry_.track(lease, next, handed_off);
     }
     // Only wake the background thread if it would otherwise sleep past this lease's first due time.
@@ -950,7 +959,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
     // block past it, or that lease's loss (lost_token, on_lost) would be reported late.
     auto latest = steady::time_point::max();
     {
-        std::lock_guard lock(registry_mutex_);
+        dlock::detail::lock_guard lock(registry_mutex_);
         batch = registry_.due(now);
         for (auto& d : batch.renew) {
             const auto& plan = d.lease->plan();
@@ -992,7 +1001,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
         std::vector<std::shared_ptr<lease_core>> lost, renewed;
         std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
         {
-            std::lock_guard lock(registry_mutex_);
+            dlock::detail::lock_guard lock(registry_mutex_);
             std::vector<quorum::owner_vote> votes;
             for (std::size_t i = 0; i < due.size(); ++i) {
                 auto& lease = due[i].lease;
@@ -1053,7 +1062,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
         }
         for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
     }
-    std::lock_guard lock(registry_mutex_);
+    dlock::detail::lock_guard lock(registry_mutex_);
     const auto next = registry_.next_due();
     // Published under registry_mutex_: a lease tracked after this sees it and wakes us if sooner.
     worker_wakes_at_.store(next.time_since_epoch().count());

@@ -21,6 +21,7 @@
 #include <dlock/event.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
+#include <dlock/detail/thread_safety.hpp>
 #include <dlock/redis/reply.hpp>
 
 #include "core/lease_core.hpp"
@@ -147,8 +148,8 @@ private:
     const engine_config config_;
     std::vector<std::unique_ptr<server>> servers_;
 
-    std::mutex registry_mutex_;  // guards registry_
-    dlock::detail::lease_registry registry_;
+    dlock::detail::mutex registry_mutex_;
+    dlock::detail::lease_registry registry_ DLOCK_GUARDED_BY(registry_mutex_);
     std::atomic<steady::rep> worker_wakes_at_{steady::time_point::max().time_since_epoch().count()};
 
     /// Owners of the reentrant kind with re-entries, by owner token: how many levels beyond the
@@ -159,11 +160,11 @@ private:
         std::size_t extra_levels = 0;
         bool depth_unknown = false;
     };
-    std::mutex reentrant_mutex_;  // guards reentrant_
-    std::unordered_map<std::string, reentrant_owner> reentrant_;
+    dlock::detail::mutex reentrant_mutex_;
+    std::unordered_map<std::string, reentrant_owner> reentrant_ DLOCK_GUARDED_BY(reentrant_mutex_);
 
-    std::mutex identity_mutex_;  // guards the servers' run_id and identity_error_
-    std::string identity_error_;
+    dlock::detail::mutex identity_mutex_;  // also guards server::run_id
+    std::string identity_error_ DLOCK_GUARDED_BY(identity_mutex_);
     std::atomic<bool> identities_pending_{false};
 
     int wake_fd_ = -1;

@@ -102,11 +102,7 @@ void engine::stop() noexcept {
             dlock::detail::keep_forever(std::move(self));
             return;
         }
-        // Called from ~engine without an earlier stop(): keep what must not be destroyed.
-        if (worker_.joinable())
-            dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
-        if (session_) dlock::detail::keep_forever(std::move(session_));
-        for (auto& [ptr, e] : registry_) dlock::detail::keep_forever(e.node);
+        keep_after_fork();
         return;
     }
     if (worker_.joinable()) {
@@ -117,10 +113,10 @@ void engine::stop() noexcept {
     std::vector<std::shared_ptr<lease_core>> orphaned;
     std::vector<std::shared_ptr<session>> sessions;
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         for (auto& [ptr, e] : registry_) {
             if (auto l = e.lease.lock()) orphaned.push_back(std::move(l));
-            e.node->deleted = true;
+            e.node->deleted(mutex_) = true;
         }
         for (auto& [ptr, held] : sessions_) sessions.push_back(held.s);
         if (session_) sessions.push_back(std::move(session_));
@@ -130,9 +126,19 @@ void engine::stop() noexcept {
     for (auto& s : sessions) s->close();  // the nodes go with the session
 }
 
+// Not under mutex_: another thread of the parent may have held it at the fork, and that thread
+// does not exist in the child. Nothing else runs on this engine here.
+void engine::keep_after_fork() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
+    // Called from ~engine without an earlier stop(): keep what must not be destroyed.
+    if (worker_.joinable())
+        dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+    if (session_) dlock::detail::keep_forever(std::move(session_));
+    for (auto& [ptr, e] : registry_) dlock::detail::keep_forever(e.node);
+}
+
 void engine::wake() noexcept {
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         wake_ = true;
     }
     worker_cv_.notify_all();
@@ -173,10 +179,10 @@ int engine::ensure_path(session& s, const std::string& path, int mode) {
 }
 
 std::shared_ptr<session> engine::session_for(std::error_code& ec) {
-    std::lock_guard connecting(connect_mutex_);
+    dlock::detail::lock_guard connecting(connect_mutex_);
     std::shared_ptr<session> old;
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         if (session_ && !session_->dead() && !session_->stale(steady::now())) return session_;
         old = std::move(session_);
     }
@@ -210,7 +216,7 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
         }
     }
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         session_ = s;
         wake_ = true;
     }
@@ -235,7 +241,7 @@ dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_opt
                                              czxid, options, sent, valid, kind);
     s->own(node->path);  // a deletion by someone else makes the lease lost at once
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         track(core, std::move(node), steady::now());
         wake_ = true;
     }
@@ -254,7 +260,7 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
     std::shared_ptr<lease_core> core;
     std::shared_ptr<held_node> node;
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         const auto it = registry_.find(previous);
         // Only a re-entrant grant re-enters: a plain mutex's lease of the same name is not an
         // owner's level (one name serves one kind).
@@ -265,12 +271,12 @@ dlock::lease engine::reenter(std::string_view name, const lock_request& request,
             return {};
         }
         node = it->second.node;
-        if (node->deleted || previous->state(steady::now()) == lock_state::lost) {
+        if (node->deleted(mutex_) || previous->state(steady::now()) == lock_state::lost) {
             fail(ec, errc::lock_lost,
                  "re-entering lock \"" + std::string(name) + "\": the grant was lost");
             return {};
         }
-        ++node->depth;
+        ++node->depth(mutex_);
         core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
                                             node->czxid, options, steady::now(),
                                             previous->valid_until(), lock_kind::reentrant);
@@ -590,14 +596,18 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     std::shared_ptr<held_node> node;
     bool last = false;
+    bool stays = false;  // another re-entry level still holds the node
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         const auto it = registry_.find(&lease);
         if (it != registry_.end()) {
             node = it->second.node;
             untrack(&lease);
-            last = --node->depth == 0 && !node->deleted;
-            if (last) node->deleted = true;
+            last = --node->depth(mutex_) == 0 && !node->deleted(mutex_);
+            if (last) node->deleted(mutex_) = true;
+            // Decided here: read after the unlock, a concurrent release of the other level (or a
+            // loss) could make this level's clean release look like a lost one.
+            stays = node->depth(mutex_) > 0 && !node->deleted(mutex_);
         }
     }
     lease.mark_released();
@@ -606,7 +616,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             return fail(ec, errc::lock_lost,
                         "lock \"" + lease.name() + "\": the client was closed; nothing to release");
         }
-        if (node->depth > 0 && !node->deleted) {  // one re-entry level left; the node stays
+        if (stays) {  // one re-entry level left; the node stays
             notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
             return;
         }
@@ -670,11 +680,11 @@ steady::time_point engine::check_leases(steady::time_point now) {
     std::vector<std::shared_ptr<lease_core>> lost;
     std::vector<std::pair<std::shared_ptr<session>, std::string>> doomed;  // nodes to delete
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         const auto lose = [&](const std::shared_ptr<lease_core>& lease, held_node& node,
-                              bool delete_node) {
-            if (delete_node && !node.deleted) doomed.emplace_back(node.owner, node.path);
-            node.deleted = true;
+                              bool delete_node) DLOCK_REQUIRES(mutex_) {
+            if (delete_node && !node.deleted(mutex_)) doomed.emplace_back(node.owner, node.path);
+            node.deleted(mutex_) = true;
             leases_.untrack(lease.get());
             lost.push_back(lease);
         };
@@ -745,7 +755,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
     for (auto& [s, path] : doomed) s->queue_cleanup({{}, {}, path});
     // The observer and on_lost hear why through the lost event (as with Redis, no error report).
     for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     return leases_.next_due();
 }
 
@@ -755,7 +765,7 @@ void engine::run(std::stop_token stop) {
         auto next = check_leases(now);
         std::vector<std::shared_ptr<session>> sessions;
         {
-            std::lock_guard lock(mutex_);
+            dlock::detail::lock_guard lock(mutex_);
             if (session_) sessions.push_back(session_);
             for (const auto& [ptr, held] : sessions_) {
                 if (held.s != session_) sessions.push_back(held.s);
@@ -767,9 +777,10 @@ void engine::run(std::stop_token stop) {
             s->run_cleanup();
         }
         sessions.clear();
-        std::unique_lock lock(mutex_);
+        dlock::detail::unique_lock lock(mutex_);
+        // The predicate runs inside the wait, with mutex_ held: the analysis cannot see that.
         worker_cv_.wait_until(lock, stop, std::min(next, now + std::chrono::seconds(1)),
-                              [&] { return wake_; });
+                              [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return wake_; });
         wake_ = false;
     }
 }

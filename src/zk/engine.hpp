@@ -3,6 +3,7 @@
 // background thread per client (heartbeats, loss, max_hold, orphan clean-up, dead sessions).
 #pragma once
 
+#include <dlock/detail/thread_safety.hpp>
 #include <dlock/zk/client.hpp>
 
 #include <condition_variable>
@@ -59,8 +60,20 @@ private:
         std::string path;
         std::uint64_t czxid = 0;
         steady::time_point cap_valid = steady::time_point::max();  // granted + cap - drift
-        int depth = 1;                                             // guarded by mutex_
-        bool deleted = false;  // guarded by mutex_: removal already decided (loss, max_hold)
+
+        // The engine's mutex_ guards these. A nested type cannot name it in DLOCK_GUARDED_BY,
+        // so they are reached through accessors that require the mutex passed in.
+        int& depth([[maybe_unused]] const dlock::detail::mutex& m) DLOCK_REQUIRES(m) {
+            return depth_;
+        }
+        /// Removal already decided (loss, max_hold).
+        bool& deleted([[maybe_unused]] const dlock::detail::mutex& m) DLOCK_REQUIRES(m) {
+            return deleted_;
+        }
+
+    private:
+        int depth_ = 1;
+        bool deleted_ = false;
     };
     struct entry {
         std::weak_ptr<lease_core> lease;
@@ -119,11 +132,13 @@ private:
                        steady::time_point sent);
     void wake() noexcept;
     void run(std::stop_token stop);
-    /// Registers a grant or a re-entry level (mutex_ held).
+    /// Registers a grant or a re-entry level.
     void track(const std::shared_ptr<lease_core>& core, std::shared_ptr<held_node> node,
-               steady::time_point now);
-    /// Forgets a released lease (mutex_ held).
-    void untrack(lease_core* core) noexcept;
+               steady::time_point now) DLOCK_REQUIRES(mutex_);
+    /// Forgets a released lease.
+    void untrack(lease_core* core) noexcept DLOCK_REQUIRES(mutex_);
+    /// stop() in a forked child: keeps the parent's objects alive, untouched.
+    void keep_after_fork() noexcept;
     /// When to look at a lease valid until `bound` again.
     static steady::time_point revisit_at(steady::time_point now, steady::time_point bound);
     /// One round of the background thread over the leases: events of their sessions, then the
@@ -134,14 +149,15 @@ private:
     client_options options_;
     zk_endpoint endpoint_;
 
-    std::mutex connect_mutex_;  // serialises opening a session
-    std::mutex mutex_;          // guards session_, registry_, sessions_, leases_, wake_
-    std::shared_ptr<session> session_;
-    std::unordered_map<lease_core*, entry> registry_;      // every live grant and level
-    std::unordered_map<session*, held_session> sessions_;  // the sessions holding them
-    dlock::detail::lease_registry leases_;                 // their due times
-    std::condition_variable_any worker_cv_;
-    bool wake_ = false;
+    dlock::detail::mutex connect_mutex_;  // serialises opening a session; taken before mutex_
+    dlock::detail::mutex mutex_;          // also guards held_node's depth and deleted
+    std::shared_ptr<session> session_ DLOCK_GUARDED_BY(mutex_);
+    // Every live grant and level; the sessions holding them.
+    std::unordered_map<lease_core*, entry> registry_ DLOCK_GUARDED_BY(mutex_);
+    std::unordered_map<session*, held_session> sessions_ DLOCK_GUARDED_BY(mutex_);
+    dlock::detail::lease_registry leases_ DLOCK_GUARDED_BY(mutex_);  // their due times
+    std::condition_variable_any worker_cv_;  // with a detail::unique_lock (BasicLockable)
+    bool wake_ DLOCK_GUARDED_BY(mutex_) = false;
     std::jthread worker_;
 };
 

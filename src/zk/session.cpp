@@ -60,12 +60,12 @@ session::~session() { close(); }
 void session::close() noexcept {
     zhandle_t* zh = nullptr;
     {
-        std::unique_lock lock(handle_mutex_);
+        dlock::detail::exclusive_lock lock(handle_mutex_);
         zh = std::exchange(zh_, nullptr);
         if (zh != nullptr) zookeeper_close(zh);  // joins the C client's threads
     }
     if (zh == nullptr) return;
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     dead_ = true;
     ++state_gen_;
     cleanup_.clear();
@@ -77,7 +77,7 @@ bool session::open(const std::string& hosts, milliseconds timeout, steady::time_
                    std::string& why) {
     const auto sent = steady::now();
     {
-        std::unique_lock lock(handle_mutex_);
+        dlock::detail::exclusive_lock lock(handle_mutex_);
         errno = 0;
         zh_ = zookeeper_init2(hosts.c_str(), &session::on_event, static_cast<int>(timeout.count()),
                               nullptr, this, 0, &client_log);
@@ -110,26 +110,30 @@ int session::add_digest(const std::string& digest, steady::time_point deadline) 
             zh, "digest", digest.data(), static_cast<int>(digest.size()),
             [](int result, const void* data) {
                 auto* self = static_cast<session*>(const_cast<void*>(data));
-                std::lock_guard lock(self->mutex_);
+                dlock::detail::lock_guard lock(self->mutex_);
                 self->auth_rc_ = result;
                 self->changed_.notify_all();
             },
             this);
     });
     if (rc != ZOK) return rc;
-    std::unique_lock lock(mutex_);
-    if (!changed_.wait_until(lock, deadline, [&] { return auth_rc_ != 1 || dead_; }))
+    dlock::detail::unique_lock lock(mutex_);
+    // changed_'s predicates (here and below) run inside the wait, with mutex_ held: the
+    // analysis cannot see that.
+    if (!changed_.wait_until(lock, deadline, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
+            return auth_rc_ != 1 || dead_;
+        }))
         return ZOPERATIONTIMEOUT;
     return dead_ && auth_rc_ == 1 ? ZAUTHFAILED : auth_rc_;
 }
 
 bool session::connected() const {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     return !dead_ && state_ == ZOO_CONNECTED_STATE;
 }
 
 bool session::dead() const {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     return dead_;
 }
 
@@ -165,7 +169,7 @@ void session::settle(steady::time_point sent, steady::time_point answered) {
     // time >= s_i and cannot expire it before s_i + timeout.
     std::optional<steady::time_point> proven;
     {
-        std::lock_guard lock(settle_mutex_);
+        dlock::detail::lock_guard lock(settle_mutex_);
         while (!answered_.empty() && answered_.front().answered + settle_period() <= sent) {
             proven = answered_.front().sent;
             answered_.pop_front();
@@ -177,7 +181,7 @@ void session::settle(steady::time_point sent, steady::time_point answered) {
 
 void session::mark_dead() noexcept {
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         if (dead_) return;
         dead_ = true;
         ++state_gen_;
@@ -188,26 +192,28 @@ void session::mark_dead() noexcept {
 }
 
 void session::wait_change(milliseconds bound, const std::stop_token& cancel) {
-    std::unique_lock lock(mutex_);
+    dlock::detail::unique_lock lock(mutex_);
     const auto gen = state_gen_;
     std::stop_token token = cancel;
-    changed_.wait_for(lock, token, bound, [&] { return dead_ || state_gen_ != gen; });
+    changed_.wait_for(lock, token, bound,
+                      [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return dead_ || state_gen_ != gen; });
 }
 
 bool session::wait_connected(steady::time_point deadline, const std::stop_token& cancel) {
-    std::unique_lock lock(mutex_);
+    dlock::detail::unique_lock lock(mutex_);
     for (;;) {
         if (dead_) return false;
         if (state_ == ZOO_CONNECTED_STATE) return true;
         if (steady::now() >= deadline || cancel.stop_requested()) return false;
         std::stop_token token = cancel;
-        changed_.wait_until(lock, token, bounded(deadline),
-                            [&] { return dead_ || state_ == ZOO_CONNECTED_STATE; });
+        changed_.wait_until(lock, token, bounded(deadline), [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
+            return dead_ || state_ == ZOO_CONNECTED_STATE;
+        });
     }
 }
 
 std::uint64_t session::watch_begin(const std::string& path) {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     auto& w = watches_[path];
     ++w.waiters;
     return w.fired;
@@ -215,17 +221,17 @@ std::uint64_t session::watch_begin(const std::string& path) {
 
 void session::watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
                          const std::stop_token& cancel) {
-    std::unique_lock lock(mutex_);
+    dlock::detail::unique_lock lock(mutex_);
     const auto gen = state_gen_;
     std::stop_token token = cancel;
-    changed_.wait_until(lock, token, bounded(deadline), [&] {
+    changed_.wait_until(lock, token, bounded(deadline), [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
         const auto it = watches_.find(path);
         return dead_ || state_gen_ != gen || (it != watches_.end() && it->second.fired != seen);
     });
 }
 
 void session::watch_end(const std::string& path) {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     const auto it = watches_.find(path);
     if (it != watches_.end() && --it->second.waiters <= 0) watches_.erase(it);
 }
@@ -234,7 +240,7 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
     auto* self = static_cast<session*>(ctx);
     bool state_change = false;
     {
-        std::lock_guard lock(self->mutex_);
+        dlock::detail::lock_guard lock(self->mutex_);
         if (type == ZOO_SESSION_EVENT) {
             self->state_ = state;
             if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
@@ -292,7 +298,7 @@ steady::time_point session::heartbeat(steady::time_point now) {
 
 void session::own(const std::string& path) {
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         if (++owned_[path] > 1) return;  // a re-entry level: watched already
     }
     send(node_request::watch, path);  // asynchronous: a grant does not wait for it
@@ -310,7 +316,7 @@ void session::send(node_request kind, const std::string& path) {
         return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op.get());
     });
     if (rc == ZOK) {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         node_in_flight_.push_back(std::move(op));  // until its completion runs (or we go)
     } else if (retriable(rc) || rc == ZINVALIDSTATE) {
         resend(kind, path);
@@ -318,14 +324,14 @@ void session::send(node_request kind, const std::string& path) {
 }
 
 void session::resend(node_request kind, std::string path) {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     if (dead_) return;
     if (kind == node_request::watch && owned_.find(path) == owned_.end()) return;
     node_requests_.emplace_back(kind, std::move(path));
 }
 
 std::unique_ptr<node_op> session::finish(node_op* op) {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     const auto it = std::find_if(node_in_flight_.begin(), node_in_flight_.end(),
                                  [op](const auto& p) { return p.get() == op; });
     if (it == node_in_flight_.end()) return nullptr;
@@ -347,7 +353,7 @@ void session::on_watch_set(int rc, const Stat*, const void* data) {
     // Gone before the watch was set (deleted between our grant and the watch, or between the
     // change that used up the previous watch and this one): lost, as if the watch had fired.
     {
-        std::lock_guard lock(self->mutex_);
+        dlock::detail::lock_guard lock(self->mutex_);
         const auto held = self->owned_.find(done->path);
         if (held == self->owned_.end()) return;  // released by us meanwhile
         self->vanished_.push_back(done->path);
@@ -363,13 +369,13 @@ void session::on_wake_set(int rc, const Stat*, const void* data) {
 }
 
 void session::disown(const std::string& path) {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     const auto it = owned_.find(path);
     if (it != owned_.end() && --it->second <= 0) owned_.erase(it);
 }
 
 std::vector<std::string> session::take_vanished() {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     return std::exchange(vanished_, {});
 }
 
@@ -437,7 +443,7 @@ void session::remove_guaranteed(const protected_node& node) {
 
 void session::queue_cleanup(cleanup_item item) {
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         if (dead_) return;
         cleanup_.push_back(std::move(item));
     }
@@ -445,12 +451,12 @@ void session::queue_cleanup(cleanup_item item) {
 }
 
 void session::requeue(cleanup_item item) {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     if (!dead_) cleanup_.push_back(std::move(item));
 }
 
 std::unique_ptr<cleanup_op> session::finish(cleanup_op* op) {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                                  [op](const auto& p) { return p.get() == op; });
     if (it == in_flight_.end()) return nullptr;
@@ -463,7 +469,7 @@ void session::run_cleanup() {
     std::vector<cleanup_item> items;
     std::vector<std::pair<node_request, std::string>> requests;
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         if (dead_ || state_ != ZOO_CONNECTED_STATE) return;
         items.swap(cleanup_);
         requests.swap(node_requests_);
@@ -508,7 +514,7 @@ void session::run_cleanup() {
             });
         }
         if (rc == ZOK) {
-            std::lock_guard lock(mutex_);
+            dlock::detail::lock_guard lock(mutex_);
             in_flight_.push_back(std::move(op));  // until its completion runs (or we go)
         } else if (retriable(rc)) {
             requeue(std::move(op->item));

@@ -6,6 +6,7 @@
 // Lock order: engine's mutex_ before session::mutex_; callbacks release mutex_ before waking.
 #pragma once
 
+#include <dlock/detail/thread_safety.hpp>
 #include <zookeeper/zookeeper.h>
 
 #include <atomic>
@@ -83,7 +84,7 @@ public:
     /// Runs `fn(zh)` with the handle kept open (shared lock against close()); ZCLOSING if closed.
     template <class Fn>
     int with_handle(Fn&& fn) {
-        std::shared_lock lock(handle_mutex_);
+        dlock::detail::shared_lock lock(handle_mutex_);
         if (zh_ == nullptr) return ZCLOSING;
         return fn(zh_);
     }
@@ -197,8 +198,8 @@ private:
     static void on_wake_set(int rc, const Stat* stat, const void* data);
 
     std::function<void()> wake_;
-    std::shared_mutex handle_mutex_;  // guards zh_ against close() while a call uses it
-    zhandle_t* zh_ = nullptr;
+    dlock::detail::shared_mutex handle_mutex_;  // keeps zh_ open while a call uses it
+    zhandle_t* zh_ DLOCK_GUARDED_BY(handle_mutex_) = nullptr;
     milliseconds timeout_{0};
     std::atomic<steady::rep> answered_sent_{0};
     std::atomic<bool> heartbeat_in_flight_{false};
@@ -207,26 +208,28 @@ private:
     struct answered_heartbeat {
         steady::time_point sent, answered;
     };
-    std::mutex settle_mutex_;                  // guards answered_
-    std::deque<answered_heartbeat> answered_;  // not yet settled, oldest first
+    dlock::detail::mutex settle_mutex_;
+    std::deque<answered_heartbeat> answered_ DLOCK_GUARDED_BY(settle_mutex_);  // oldest first
 
     struct watch {
         std::uint64_t fired = 0;
         int waiters = 0;
     };
-    mutable std::mutex mutex_;  // guards state_, dead_, state_gen_, watches_, cleanup_
-    std::condition_variable_any changed_;
-    int state_ = 0;
-    bool dead_ = false;
-    std::uint64_t state_gen_ = 0;
-    std::unordered_map<std::string, watch> watches_;
-    std::vector<cleanup_item> cleanup_;
-    std::vector<std::unique_ptr<cleanup_op>> in_flight_;  // cleanup requests sent, not answered
-    std::vector<std::pair<node_request, std::string>> node_requests_;  // to (re)send
-    std::vector<std::unique_ptr<node_op>> node_in_flight_;             // sent, not answered
-    std::unordered_map<std::string, int> owned_;  // held node path -> own() count
-    std::vector<std::string> vanished_;
-    int auth_rc_ = 1;  // 1 = no answer yet
+    mutable dlock::detail::mutex mutex_;
+    std::condition_variable_any changed_;  // with a detail::unique_lock (BasicLockable)
+    int state_ DLOCK_GUARDED_BY(mutex_) = 0;
+    bool dead_ DLOCK_GUARDED_BY(mutex_) = false;
+    std::uint64_t state_gen_ DLOCK_GUARDED_BY(mutex_) = 0;
+    std::unordered_map<std::string, watch> watches_ DLOCK_GUARDED_BY(mutex_);
+    std::vector<cleanup_item> cleanup_ DLOCK_GUARDED_BY(mutex_);
+    // Cleanup requests sent, not answered.
+    std::vector<std::unique_ptr<cleanup_op>> in_flight_ DLOCK_GUARDED_BY(mutex_);
+    // Node requests to (re)send; those sent, not answered.
+    std::vector<std::pair<node_request, std::string>> node_requests_ DLOCK_GUARDED_BY(mutex_);
+    std::vector<std::unique_ptr<node_op>> node_in_flight_ DLOCK_GUARDED_BY(mutex_);
+    std::unordered_map<std::string, int> owned_ DLOCK_GUARDED_BY(mutex_);  // path -> own() count
+    std::vector<std::string> vanished_ DLOCK_GUARDED_BY(mutex_);
+    int auth_rc_ DLOCK_GUARDED_BY(mutex_) = 1;  // 1 = no answer yet
 };
 
 }  // namespace dlock::zk::detail

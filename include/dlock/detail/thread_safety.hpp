@@ -7,6 +7,7 @@
 #pragma once
 
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define DLOCK_THREAD_ANNOTATION(x) __attribute__((x))
@@ -19,8 +20,11 @@
 #define DLOCK_GUARDED_BY(x) DLOCK_THREAD_ANNOTATION(guarded_by(x))
 #define DLOCK_PT_GUARDED_BY(x) DLOCK_THREAD_ANNOTATION(pt_guarded_by(x))
 #define DLOCK_REQUIRES(...) DLOCK_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+#define DLOCK_REQUIRES_SHARED(...) DLOCK_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 #define DLOCK_ACQUIRE(...) DLOCK_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define DLOCK_ACQUIRE_SHARED(...) DLOCK_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
 #define DLOCK_RELEASE(...) DLOCK_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define DLOCK_RELEASE_SHARED(...) DLOCK_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define DLOCK_TRY_ACQUIRE(...) DLOCK_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define DLOCK_EXCLUDES(...) DLOCK_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define DLOCK_NO_THREAD_SAFETY_ANALYSIS DLOCK_THREAD_ANNOTATION(no_thread_safety_analysis)
@@ -72,6 +76,48 @@ public:
 
 private:
     std::unique_lock<std::mutex> lock_;
+};
+
+/// std::shared_mutex as a capability: readers hold it shared (shared_lock), writers exclusively
+/// (exclusive_lock). A DLOCK_GUARDED_BY member may then be read under either, written only under
+/// the exclusive one.
+class DLOCK_CAPABILITY("shared_mutex") shared_mutex {
+public:
+    shared_mutex() = default;
+    shared_mutex(const shared_mutex&) = delete;
+    shared_mutex& operator=(const shared_mutex&) = delete;
+
+    void lock() DLOCK_ACQUIRE() { m_.lock(); }
+    void unlock() DLOCK_RELEASE() { m_.unlock(); }
+    void lock_shared() DLOCK_ACQUIRE_SHARED() { m_.lock_shared(); }
+    void unlock_shared() DLOCK_RELEASE_SHARED() { m_.unlock_shared(); }
+
+private:
+    std::shared_mutex m_;
+};
+
+/// std::shared_lock for detail::shared_mutex.
+class DLOCK_SCOPED_CAPABILITY shared_lock {
+public:
+    explicit shared_lock(shared_mutex& m) DLOCK_ACQUIRE_SHARED(m) : m_(m) { m_.lock_shared(); }
+    ~shared_lock() DLOCK_RELEASE() { m_.unlock_shared(); }
+    shared_lock(const shared_lock&) = delete;
+    shared_lock& operator=(const shared_lock&) = delete;
+
+private:
+    shared_mutex& m_;
+};
+
+/// std::lock_guard (the exclusive hold) for detail::shared_mutex.
+class DLOCK_SCOPED_CAPABILITY exclusive_lock {
+public:
+    explicit exclusive_lock(shared_mutex& m) DLOCK_ACQUIRE(m) : m_(m) { m_.lock(); }
+    ~exclusive_lock() DLOCK_RELEASE() { m_.unlock(); }
+    exclusive_lock(const exclusive_lock&) = delete;
+    exclusive_lock& operator=(const exclusive_lock&) = delete;
+
+private:
+    shared_mutex& m_;
 };
 
 }  // namespace dlock::detail
