@@ -605,6 +605,12 @@ def report(run_dir, plots_dir, report_path):
     L.append(f"| duration per workload | {run['duration_s']} s, workers start together at a common "
              "CLOCK_MONOTONIC instant |")
     L.append("")
+    side_rows = []
+    if run.get("side"):
+        import side  # bench/side.py: dlock and the peers side by side
+        side_lines, side_rows, side_pngs, side_problems = side.section(run_dir, run, plots_dir)
+        L.extend(side_lines)
+        problems.extend(side_problems)
     L.append("## W0: the floor")
     L.append("")
     if floor:
@@ -807,6 +813,7 @@ def report(run_dir, plots_dir, report_path):
         "hold_many": hold,
         "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r)) for r in target_rows],
         "problems": problems,
+        "side_targets": [dict(zip(("target", "measured", "limit", "verdict"), r)) for r in side_rows],
         "plots": pngs,
     }
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:

@@ -7,6 +7,10 @@
 // event loop), not dlock, so it is the one bench/ program that does not go through <dlock/...>.
 //
 //   dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] [--max-ops N] [--warmup N]
+//                     [--interval-us U]
+//
+// --interval-us U > 0 sleeps U µs after each PING: the floor UNDER LOAD, measured from a separate
+// process while a workload runs, without adding a busy client of its own to that load.
 //
 // With --reference-s S > 0 it also times, for reference only (they are not the floor), the same
 // client running what a lock operation costs the server, so the report can split a lock's latency
@@ -53,7 +57,7 @@ using dlock_bench::summary;
     std::fprintf(stderr,
                  "dlock-bench-floor: %s\n"
                  "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
-                 "[--max-ops N] [--warmup N] [--reference-s S] [--lua-dir DIR]\n",
+                 "[--max-ops N] [--warmup N] [--reference-s S] [--lua-dir DIR] [--interval-us U]\n",
                  why);
     std::exit(64);
 }
@@ -112,7 +116,8 @@ int main(int argc, char** argv) {
     double duration_s = 2.0;
     long long max_ops = 200'000;
     long long warmup = 2'000;
-    double reference_s = 0;  // > 0: also time the references, interleaved with the PINGs
+    double reference_s = 0;     // > 0: also time the references, interleaved with the PINGs
+    long long interval_us = 0;  // > 0: sleep this long after each PING (floor under load)
 #ifdef DLOCK_LUA_DIR
     std::string lua_dir = DLOCK_LUA_DIR;
 #else
@@ -143,6 +148,8 @@ int main(int argc, char** argv) {
             reference_s = std::atof(std::string(v).c_str());
         else if (a == "--lua-dir")
             lua_dir = v;
+        else if (a == "--interval-us")
+            interval_us = std::atoll(std::string(v).c_str());
         else
             usage("unknown option");
     }
@@ -236,6 +243,11 @@ int main(int argc, char** argv) {
             return 1;
         }
         rtt.push_back(now_ns() - t0);
+        if (interval_us > 0) {
+            const timespec pause{static_cast<time_t>(interval_us / 1'000'000),
+                                 static_cast<long>(interval_us % 1'000'000) * 1000};
+            nanosleep(&pause, nullptr);
+        }
         if (!references) continue;
 
         t0 = now_ns();
