@@ -85,9 +85,13 @@ std::string tail_of(const std::string& path) {
 }  // namespace
 
 zk_ensemble::zk_ensemble(std::size_t servers, std::chrono::milliseconds tick)
-    : zk_ensemble(servers, zk_ensemble_options{.tick = tick, .addresses = {}, .wrappers = {}}) {}
+    : zk_ensemble(
+          servers,
+          zk_ensemble_options{.tick = tick, .addresses = {}, .wrappers = {}, .force_sync = false}) {
+}
 
-zk_ensemble::zk_ensemble(std::size_t servers, zk_ensemble_options options) : tick_(options.tick) {
+zk_ensemble::zk_ensemble(std::size_t servers, zk_ensemble_options options)
+    : tick_(options.tick), force_sync_(options.force_sync) {
     char tmpl[] = "/tmp/dlock-zk.XXXXXX";
     if (::mkdtemp(tmpl) == nullptr)
         throw std::runtime_error(std::string("zk_ensemble: mkdtemp: ") + std::strerror(errno));
@@ -147,7 +151,7 @@ void zk_ensemble::write_config(std::size_t i) {
     cfg << "tickTime=" << tick_.count() << "\ninitLimit=10\nsyncLimit=5\n"
         << "dataDir=" << s.dir << "/data\nclientPort=" << s.client_port
         << "\nclientPortAddress=" << s.address << "\nadmin.enableServer=false\n"
-        << "4lw.commands.whitelist=*\nforceSync=no\n";
+        << "4lw.commands.whitelist=*\nforceSync=" << (force_sync_ ? "yes" : "no") << "\n";
     if (servers_.size() > 1) {
         std::ofstream(s.dir + "/data/myid") << (i + 1) << "\n";
         for (std::size_t j = 0; j < servers_.size(); ++j) {
@@ -242,6 +246,7 @@ std::string zk_ensemble::url(std::string_view base) const {
 
 std::uint16_t zk_ensemble::client_port(std::size_t i) const { return servers_.at(i).client_port; }
 pid_t zk_ensemble::pid(std::size_t i) const { return servers_.at(i).pid; }
+const std::string& zk_ensemble::dir(std::size_t i) const { return servers_.at(i).dir; }
 
 void zk_ensemble::stop(std::size_t i) {
     auto& s = servers_.at(i);

@@ -29,6 +29,10 @@ struct zk_ensemble_options {
     /// Per server (empty: none): an argv prefix its JVM runs under, e.g.
     /// veth_netns::exec_prefix() to run it in another network namespace (netns.hpp).
     std::vector<std::vector<std::string>> wrappers;
+    /// forceSync: true fsyncs every write to the transaction log before it is acknowledged
+    /// (ZooKeeper's default, what a benchmark should measure); false (tests) is faster and may
+    /// lose acknowledged writes on a machine crash, which no test provokes.
+    bool force_sync = false;
 };
 
 class zk_ensemble {
@@ -53,6 +57,8 @@ public:
     std::string url(std::string_view base = "/dlock") const;
     std::uint16_t client_port(std::size_t i) const;
     pid_t pid(std::size_t i) const;
+    /// Server i's directory: zoo.cfg, data/ and its log zk.log.
+    const std::string& dir(std::size_t i) const;
 
     /// SIGTERM (+SIGCONT) and waitpid; SIGKILL after scaled(10s).
     void stop(std::size_t i);
@@ -98,6 +104,7 @@ private:
     bool with_admin_session(const char* what, const std::string& path, Op op) const;
 
     std::chrono::milliseconds tick_;
+    bool force_sync_ = false;
     std::string dir_;
     std::vector<server> servers_;
 };
