@@ -85,7 +85,7 @@ def plan(a, peers, have_zk):
             if p["backend"] != backend or p["missing"]:
                 continue
             for m in p["modes"]:
-                if peer_modes and m not in peer_modes:
+                if peer_modes is not None and m not in peer_modes:
                     continue
                 v.append({"label": f"{p['name']} {m}", "kind": "peer", "mode": m, "argv": p["argv"],
                           "env": p["env"]})
@@ -103,8 +103,7 @@ def plan(a, peers, have_zk):
                            "servers": 1, "variants": variants("zk")})
     for n in a.scale:
         groups.append({"id": f"S{n}-redis", "backend": "redis", "workload": f"S{n}", "workers": n, "cs_us": 0,
-                       "servers": 1, "variants": variants("redis", ["sleep1ms", "tuned"]) if n <= 64
-                       else variants("redis", [])})
+                       "servers": 1, "variants": variants("redis", ["sleep1ms", "tuned"])})
     return groups
 
 
@@ -139,6 +138,7 @@ def analyse_side(run_dir, side):
     """{group id: {label: {figure: median over repetitions, 'reps': [...], '_raw': pooled}}}"""
     out = {}
     problems = []
+    notes = side.setdefault("peer_notes", [])
     for g in side["groups"]:
         res = out.setdefault(g["id"], {})
         for v in g["variants"]:
@@ -150,7 +150,11 @@ def analyse_side(run_dir, side):
                     continue
                 r = analyse.analyse_workload(wdir)
                 if not r["ok"]:
-                    problems.extend(f"side {d}: {p}" for p in r["problems"])
+                    if v["kind"] == "peer":  # listed under the section's peer failures
+                        notes.extend(f"{v['label']}, {d}: {p}" for p in r["problems"] if "violation" not in p)
+                        problems.extend(f"side {d}: {p}" for p in r["problems"] if "violation" in p)
+                    else:
+                        problems.extend(f"side {d}: {p}" for p in r["problems"])
                 if r.get("late_max_ns", 0) > 0.1 * r["meta"]["duration_s"] * 1e9:
                     problems.append(f"side {d}: a worker started {r['late_max_ns'] / 1e9:.1f} s late "
                                     "(raise --start-margin-s)")
@@ -229,7 +233,11 @@ def section(run_dir, run, plots_dir):
     L.append("")
     for miss in side.get("peers_missing", []):
         L.append(f"- skipped: {miss}")
-    if side.get("peers_missing"):
+    for fail in side.get("peer_failures", []):
+        L.append(f"- peer did not finish: {fail}")
+    for note in sorted(set(side.get("peer_notes", [])))[:20]:
+        L.append(f"- {note}")
+    if side.get("peers_missing") or side.get("peer_failures") or side.get("peer_notes"):
         L.append("")
     rows = []  # target rows: (target, measured, limit, verdict)
 
@@ -243,11 +251,12 @@ def section(run_dir, run, plots_dir):
         L.append("|---|" + "---|" * (len(cols) + 2))
         for lab, f in r.items():
             cells = []
-            for name, key, hb, fmt in cols:
+            for i, (name, key, hb, fmt) in enumerate(cols):
                 v = f.get(key)
                 blab, bv = best_peer(r, key, hb)
                 cell = fmt(v)
-                if f["kind"] == "dlock" and bv:
+                # The ratio to the best peer for the figures a target is set on.
+                if f["kind"] == "dlock" and bv and (i == 0 or name == "longest wait"):
                     cell += f" ({ratio_text(v, bv)} best peer)"
                 cells.append(cell)
             L.append(f"| {'**' + lab + '**' if f['kind'] == 'dlock' else lab} | " + " | ".join(cells) +
