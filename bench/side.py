@@ -389,7 +389,7 @@ def plots(run_dir, res, plots_dir):
     os.makedirs(data_dir, exist_ok=True)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
     made, problems = [], []
-    common = ("set terminal pngcairo size 1300,560 font 'DejaVu Sans,11'\n"
+    common = ("set terminal pngcairo noenhanced size 1300,560 font 'DejaVu Sans,11'\n"
               "set logscale x\nset xlabel 'microseconds (log scale)'\nset ylabel 'fraction of samples <= x'\n"
               "set yrange [0:1]\nset grid xtics ytics mxtics\nset key right bottom box opaque font ',9' samplen 2\n"
               "set format x '%g'\nset tmargin 4\n")
