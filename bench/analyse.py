@@ -549,7 +549,8 @@ def report(run_dir, plots_dir, report_path):
             r = results.get(f"{wl}-{mode}")
             v = get(r, path) if r else None
             if v is None:
-                target_rows.append((mode, desc, "—", "—", "not measured"))
+                if f"{wl}-{mode}" in run["workloads_run"]:  # run, but without that figure
+                    target_rows.append((mode, desc, "—", "—", "not measured"))
                 continue
             if kind == "ratio<=":
                 wf = r.get("floor_p50") or floor_p50
@@ -605,6 +606,12 @@ def report(run_dir, plots_dir, report_path):
     L.append(f"| duration per workload | {run['duration_s']} s, workers start together at a common "
              "CLOCK_MONOTONIC instant |")
     L.append("")
+    side_rows = []
+    if run.get("side"):
+        import side  # bench/side.py: dlock and the peers side by side
+        side_lines, side_rows, side_pngs, side_problems = side.section(run_dir, run, plots_dir)
+        L.extend(side_lines)
+        problems.extend(side_problems)
     L.append("## W0: the floor")
     L.append("")
     if floor:
@@ -807,6 +814,7 @@ def report(run_dir, plots_dir, report_path):
         "hold_many": hold,
         "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r)) for r in target_rows],
         "problems": problems,
+        "side_targets": [dict(zip(("target", "measured", "limit", "verdict"), r)) for r in side_rows],
         "plots": pngs,
     }
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:

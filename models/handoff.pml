@@ -67,8 +67,10 @@ bool inq[NTOKENS];      /* <p>:{n}:queue membership */
 byte qticket[NTOKENS];  /* ... and the entry's ticket (its score) */
 byte alive[NTOKENS];    /* <p>:{n}:alive: liveness deadline, server time */
 
-/* PUBLISH <channel>:<token> "granted <fence> <ticket>": the subscriber keeps the latest message
- * of each channel (a later one overwrites it); reading it does not remove it */
+/* PUBLISH <channel>:<client> "granted <fence> <ticket> <token>" (dlock_publish_grant): the
+ * client's subscriber hands each message to the waiter whose token it names and keeps that
+ * waiter's latest one (a later one overwrites it; one naming a token nobody waits with is
+ * dropped); reading it does not remove it. Per token, exactly a channel of its own. */
 bool mhas[NTOKENS];
 byte mfence[NTOKENS];
 byte mticket[NTOKENS];

@@ -40,10 +40,13 @@ std::shared_ptr<const std::vector<script_call>> one_call(const script_call& call
 /// A fresh owner token for `kind`. Where the server cannot tell the kind from the key's type (the
 /// fair and write kinds store a plain string owner, like the exclusive kind) the token carries it,
 /// so every acquire script can refuse a name another kind holds (src/redis/lua/lib/kind_guard.lua).
-std::string new_token(lock_kind kind) {
+/// Those two are the queued kinds: their token is <kind>:<client>.<random>, and everything before
+/// the '.' names the client's hand-off channel (src/redis/lua/lib/queue.lua,
+/// dlock_publish_grant).
+std::string new_token(lock_kind kind, const std::string& client) {
     auto token = dlock::detail::random_token();
-    if (kind == lock_kind::fair) return "fair:" + token;
-    if (kind == lock_kind::write) return "write:" + token;
+    if (kind == lock_kind::fair) return "fair:" + client + "." + token;
+    if (kind == lock_kind::write) return "write:" + client + "." + token;
     return token;
 }
 
@@ -55,18 +58,23 @@ bool is_acquire_reply(const reply& r) noexcept {
                        [](const reply& e) { return e.type == reply::kind::integer; });
 }
 
-/// A hand-off message "granted <fencing token> <ticket>"; nullopt for anything else (including
-/// the ticket-less form of earlier versions, which a refresh then resolves).
+/// A hand-off message "granted <fencing token> <ticket> <waiter token>"; nullopt for anything
+/// else (including the forms of earlier versions, which a refresh then resolves).
 struct handoff_message {
     std::uint64_t fence = 0;
     std::uint64_t ticket = 0;
+    std::string_view token;
 };
 std::optional<handoff_message> parse_handoff(std::string_view m) {
     constexpr std::string_view granted = "granted ";
     if (!m.starts_with(granted)) return std::nullopt;
     m.remove_prefix(granted.size());
+    const auto last = m.rfind(' ');
+    if (last == std::string_view::npos) return std::nullopt;
+    const auto token = m.substr(last + 1);
+    m = m.substr(0, last);
     const auto space = m.find(' ');
-    if (space == std::string_view::npos) return std::nullopt;
+    if (space == std::string_view::npos || token.empty()) return std::nullopt;
     const auto number = [](std::string_view text) -> std::optional<std::uint64_t> {
         std::uint64_t v = 0;
         const auto* end = text.data() + text.size();
@@ -77,7 +85,7 @@ std::optional<handoff_message> parse_handoff(std::string_view m) {
     const auto fence = number(m.substr(0, space));
     const auto ticket = number(m.substr(space + 1));
     if (!fence || !ticket) return std::nullopt;
-    return handoff_message{*fence, *ticket};
+    return handoff_message{*fence, *ticket, token};
 }
 
 }  // namespace
@@ -160,7 +168,8 @@ struct engine::attempt_outcome {
     std::string failures;         // every failed server and why
 };
 
-engine::engine(engine_config config) : config_(std::move(config)) {
+engine::engine(engine_config config)
+    : config_(std::move(config)), client_tag_(dlock::detail::random_token()) {
     const auto positive = [](std::chrono::milliseconds d, const char* field) {
         if (d <= std::chrono::milliseconds::zero()) {
             throw error(errc::invalid_argument, std::string("client_options.") + field +
@@ -693,13 +702,21 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         const auto plan = dlock::detail::make_renewal_plan(options);
         const auto node_timeout = node_timeout_for(options.lease);
         std::optional<subscriber::registration> waiting;
-        // A queued waiter keeps one token: it is its place in the queue and its hand-off channel.
-        std::string token = new_token(request.kind);
-        const auto handoff_channel = channel(name) + ":" + token;
-        // The hand-off rule (docs/lock-family.md): a "granted <fence> <ticket>" message is ours
-        // only if its ticket is the one our latest refresh answered "not yet" with; the grant
-        // came after the server processed that refresh, so its validity counts from the refresh's
-        // send time, bounded by the hand-off lease and by our own lease (max_hold included).
+        // A queued waiter keeps one token: it is its place in the queue. Its hand-off channel is
+        // this client's for `name` (the token up to its '.'), shared with our other waiters on
+        // `name` and subscribed once: the subscriber hands each waiter its own grants.
+        std::string token = new_token(request.kind, client_tag_);
+        const auto handoff_channel = channel(name) + ":" + token.substr(0, token.rfind('.'));
+        // Already subscribed (a hot lock: our last wait on it lingers): register before the first
+        // attempt, so a grant published after it is caught and no second attempt is needed.
+        if (protocol->queued && subscriber_->subscribed(handoff_channel)) {
+            waiting.emplace(*subscriber_, handoff_channel, subscriber::wake_mode::all, token);
+        }
+        // The hand-off rule (docs/lock-family.md): a "granted <fence> <ticket> <token>" is ours
+        // only if it names our token and its ticket is the one our latest refresh answered "not
+        // yet" with; the grant came after the server processed that refresh, so its validity counts
+        // from the refresh's send time, bounded by the hand-off lease and by our own lease
+        // (max_hold included).
         std::uint64_t ticket = 0;          // of the latest "not yet" reply; 0: none yet
         std::uint64_t highest_ticket = 0;  // sent with each refresh: a new entry gets a higher one
         auto refreshed_at = steady::time_point::min();           // that refresh's send time
@@ -734,18 +751,27 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             if (step.what == action::subscribe) {
                 // Register for the release (or hand-off) notification, then attempt again at
                 // once: a release between the first attempt and the subscription is caught by
-                // that attempt.
-                // A release lets one exclusive waiter in: it wakes one of ours, not all.
-                const bool one_gets_in =
-                    !protocol->queued &&
-                    (request.kind == lock_kind::exclusive || request.kind == lock_kind::reentrant);
-                waiting.emplace(
-                    *subscriber_, protocol->queued ? handoff_channel : channel(name),
-                    one_gets_in ? subscriber::wake_mode::one : subscriber::wake_mode::all);
-                waiting->wait_subscribed(
-                    std::min(deadline, deadline_after(steady::now(), config_.command_timeout)),
-                    options.cancel);
-                step = policy.subscribed();
+                // that attempt. Not needed when the channel was subscribed without a break since
+                // before the first attempt (registered above): then wait right away.
+                bool caught_up = false;
+                if (!waiting) {
+                    // A release lets one exclusive waiter in: it wakes one of ours, not all.
+                    const bool one_gets_in =
+                        !protocol->queued && (request.kind == lock_kind::exclusive ||
+                                              request.kind == lock_kind::reentrant);
+                    waiting.emplace(
+                        *subscriber_, protocol->queued ? handoff_channel : channel(name),
+                        one_gets_in ? subscriber::wake_mode::one : subscriber::wake_mode::all,
+                        protocol->queued ? token : std::string());
+                } else {
+                    caught_up = policy.attempts() == 1 && waiting->subscribed_throughout();
+                }
+                if (!caught_up) {
+                    waiting->wait_subscribed(
+                        std::min(deadline, deadline_after(steady::now(), config_.command_timeout)),
+                        options.cancel);
+                }
+                step = policy.subscribed(caught_up);
                 continue;
             }
             if (step.what == action::wait) {
@@ -757,8 +783,10 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                     // hides the grant of our current entry; one for an older entry (we were
                     // paused past its hand-off lease and re-queued since) carries an older ticket
                     // and is ignored.
-                    const auto message = parse_handoff(waiting->last_message());
-                    if (message && ticket != 0 && message->ticket == ticket) {
+                    const auto text = waiting->last_message();  // `message` points into it
+                    const auto message = parse_handoff(text);
+                    if (message && ticket != 0 && message->ticket == ticket &&
+                        message->token == token) {
                         const auto bound = std::min(refresh_lease, handoff_lease);
                         const auto valid =
                             dlock::detail::valid_until(refreshed_at, bound, config_.drift);
@@ -780,7 +808,8 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             // action::attempt. Read the generation BEFORE the attempt: a release after a failed
             // attempt bumps it.
             seen = waiting ? waiting->generation() : 0;
-            if (!protocol->queued && policy.attempts() > 0) token = new_token(request.kind);
+            if (!protocol->queued && policy.attempts() > 0)
+                token = new_token(request.kind, client_tag_);
             const auto sent = steady::now();
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
             if (protocol->queued) leave.armed = true;

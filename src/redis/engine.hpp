@@ -167,6 +167,8 @@ private:
     std::string identity_error_ DLOCK_GUARDED_BY(identity_mutex_);
     std::atomic<bool> identities_pending_{false};
 
+    /// Names this client in its queued waiters' tokens: their hand-off channel (engine.cpp).
+    const std::string client_tag_;
     int wake_fd_ = -1;
     std::unique_ptr<subscriber> subscriber_;
     std::jthread worker_;

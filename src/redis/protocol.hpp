@@ -15,8 +15,9 @@
 //            level after a re-entry of unknown outcome: every level goes; other kinds ignore it)
 //            -> 1 ours and released, 0 not ours.
 //            A hand-off (queued kinds) makes the next live waiter the owner with a lease of
-//            grant_lease_ms, removes its entry and PUBLISHes "granted <fencing token> <ticket>"
-//            on <release_channel>:<waiter token>; other releases PUBLISH on release_channel.
+//            grant_lease_ms, removes its entry and PUBLISHes "granted <fencing token> <ticket>
+//            <waiter token>" on <release_channel>:<waiter token up to its '.'>, the waiting
+//            client's hand-off channel for the name; other releases PUBLISH on release_channel.
 //            A waiter accepts a grant only for the ticket of its latest "not yet" reply, with
 //            validity from that refresh's send time (docs/lock-family.md).
 //   renew    ARGV token, lease_ms -> 1 extended, 0 not ours.

@@ -28,13 +28,16 @@ subscriber::subscriber(std::vector<connection_settings> servers, std::function<v
       wake_(std::move(wake)),
       conn_(std::make_unique<connection>(servers_.at(0))) {}
 
-subscriber::registration::registration(subscriber& owner, std::string channel, wake_mode mode)
-    : owner_(owner), channel_(std::move(channel)), mode_(mode) {
+subscriber::registration::registration(subscriber& owner, std::string channel, wake_mode mode,
+                                       std::string key)
+    : owner_(owner), channel_(std::move(channel)), key_(std::move(key)), mode_(mode) {
     bool first = false;
     {
         dlock::detail::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
         if (mode_ == wake_mode::all) ++ch.waking_all;
+        if (!key_.empty()) ++ch.keyed[key_].registrations;
+        if (ch.subscribed) epoch_ = ch.epoch;
         // A channel still subscribed from earlier waiters (lingering) needs no SUBSCRIBE.
         first = ++ch.waiters == 1 && !ch.subscribed;
         if (first) owner_.dirty_ = true;
@@ -48,6 +51,10 @@ subscriber::registration::~registration() {
         dlock::detail::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
         if (mode_ == wake_mode::all) --ch.waking_all;
+        if (!key_.empty()) {
+            const auto it = ch.keyed.find(key_);
+            if (it != ch.keyed.end() && --it->second.registrations <= 0) ch.keyed.erase(it);
+        }
         last = --ch.waiters == 0;
         if (woken_ && !last) {
             // Woken, but gave up without the lock: the release it was woken for is still unused.
@@ -62,14 +69,28 @@ subscriber::registration::~registration() {
     if (last) owner_.wake_();
 }
 
+std::uint64_t subscriber::registration::generation_locked() const {
+    auto& ch = owner_.channels_[channel_];
+    if (key_.empty()) return ch.generation;
+    // Both parts only grow: a connection reset (channel) or a message for this key changes the sum.
+    return ch.generation + ch.keyed[key_].messages;
+}
+
 std::uint64_t subscriber::registration::generation() const {
     dlock::detail::lock_guard lock(owner_.mutex_);
-    return owner_.channels_[channel_].generation;
+    return generation_locked();
 }
 
 std::string subscriber::registration::last_message() const {
     dlock::detail::lock_guard lock(owner_.mutex_);
-    return owner_.channels_[channel_].last_message;
+    auto& ch = owner_.channels_[channel_];
+    return key_.empty() ? ch.last_message : ch.keyed[key_].last_message;
+}
+
+bool subscriber::registration::subscribed_throughout() const {
+    dlock::detail::lock_guard lock(owner_.mutex_);
+    const auto& ch = owner_.channels_[channel_];
+    return epoch_ != 0 && ch.subscribed && ch.epoch == epoch_;
 }
 
 // In both waits the stop_callback is made before the lock and destroyed after it: it may run at
@@ -96,7 +117,7 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
     woken_ = false;
     // The predicate runs with mutex_ held, inside the wait (the analysis does not see into it).
     wait_until(ch.changed, lock, deadline, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
-        if (ch.generation != seen || cancel.stop_requested()) return true;
+        if (generation_locked() != seen || cancel.stop_requested()) return true;
         if (mode_ == wake_mode::one && ch.wakeups > 0) {
             --ch.wakeups;
             woken_ = true;
@@ -104,6 +125,12 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
         }
         return false;
     });
+}
+
+bool subscriber::subscribed(const std::string& channel) const {
+    std::lock_guard lock(mutex_);
+    const auto it = channels_.find(channel);
+    return it != channels_.end() && it->second.subscribed;
 }
 
 void subscriber::interrupt(const std::string& channel) {
@@ -155,6 +182,7 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
             auto& [name, ch] = *it;
             if (reconnected) {
                 ch.subscribed = false;
+                ++ch.epoch;
                 ch.requested = false;
                 ++ch.generation;  // messages may have been lost while disconnected: retry now
             }
@@ -166,6 +194,7 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
             } else if (lingered && ch.subscribed) {
                 unsubscribe.push_back(name);
                 ch.subscribed = false;
+                ++ch.epoch;
             } else if (lingered && !ch.requested && !ch.subscribed) {
                 it = channels_.erase(it);
                 continue;
@@ -209,7 +238,20 @@ void subscriber::dispatch(const reply& r) {
     if (it == channels_.end()) return;
     auto& ch = it->second;
     if (kind == "message") {
-        ch.last_message = r.elements[2].text;
+        const auto& text = r.elements[2].text;
+        if (!ch.keyed.empty() || text.starts_with("granted ")) {
+            // A hand-off channel: "granted <fence> <ticket> <token>" is for that token's waiter
+            // only; one for a token nobody here waits with (any more) is dropped.
+            const auto space = text.rfind(' ');
+            const auto it = ch.keyed.find(text.substr(space + 1));
+            if (it != ch.keyed.end()) {
+                it->second.last_message = text;
+                ++it->second.messages;
+                ch.changed.notify_all();
+            }
+            return;
+        }
+        ch.last_message = text;
         if (ch.waking_all > 0 || ch.waiters == 0) {
             ++ch.generation;
             ch.changed.notify_all();
@@ -221,6 +263,7 @@ void subscriber::dispatch(const reply& r) {
     } else if (kind == "subscribe") {
         ch.requested = false;
         ch.subscribed = true;
+        ++ch.epoch;
         if (ch.waiters == 0) dirty_ = true;  // the waiter left meanwhile: unsubscribe
         ch.confirmed.notify_all();
     } else if (kind == "unsubscribe") {
@@ -246,6 +289,7 @@ void subscriber::reset_connection() {
     dlock::detail::lock_guard lock(mutex_);
     for (auto& [name, ch] : channels_) {
         ch.subscribed = false;
+        ++ch.epoch;
         ch.requested = false;
         ++ch.generation;  // wake waiters: they retry now and fall back on the lease bound
     }

@@ -5,8 +5,12 @@
 // own deadline passes. Pub/sub is lossy, so waiters also always carry a deadline (the holder's
 // remaining lease).
 //
-// A message wakes every waiter of its channel (wake_mode::all: semaphores, readers, hand-offs) or
-// only one of them (wake_mode::one: kinds where a release lets exactly one waiter in). A woken
+// A message wakes every waiter of its channel (wake_mode::all: semaphores, readers) or only one of
+// them (wake_mode::one: kinds where a release lets exactly one waiter in). A hand-off channel is
+// one per client and lock name, shared by that client's queued waiters and subscribed once: a
+// waiter registers there with its token as `key`, and a message "granted <fence> <ticket> <token>"
+// goes to the waiter of that token only (its own latest message, its own generation), as if each
+// waiter had a channel of its own. A woken
 // waiter that gives up without the lock passes its wake-up to the next; one whose attempt found the
 // lock taken drops it, because that holder's release publishes again.
 //
@@ -45,7 +49,9 @@ public:
     /// RAII registration of one waiter on one channel. Used by one thread at a time.
     class registration {
     public:
-        registration(subscriber& owner, std::string channel, wake_mode mode = wake_mode::all);
+        /// `key` non-empty: a keyed waiter of a hand-off channel (see the file comment).
+        registration(subscriber& owner, std::string channel, wake_mode mode = wake_mode::all,
+                     std::string key = {});
         ~registration();
         registration(const registration&) = delete;
         registration& operator=(const registration&) = delete;
@@ -60,15 +66,28 @@ public:
                   const std::stop_token& cancel) const;
         /// The waiter got the lock: a wake-up it holds is used up, not passed on.
         void granted() noexcept { woken_ = false; }
-        /// The payload of the channel's latest message (empty before the first).
+        /// The payload of the channel's latest message (keyed: of the latest message for this
+        /// key), empty before the first.
         std::string last_message() const;
+        /// Whether the channel has been subscribed, without a break, since this registration was
+        /// made: then every message published after that was delivered here unless the
+        /// connection failed (which bumps the generation).
+        bool subscribed_throughout() const;
 
     private:
+        std::uint64_t generation_locked() const;
+
         subscriber& owner_;
         std::string channel_;
+        std::string key_;
         wake_mode mode_;
+        std::uint64_t epoch_ = 0;     // the channel's subscription epoch when registered, 0: none
         mutable bool woken_ = false;  // holds a wake-up (wake_mode::one) not yet used
     };
+
+    /// Whether `channel` is subscribed now (confirmed by the server), e.g. still lingering after
+    /// its last waiter left.
+    bool subscribed(const std::string& channel) const;
 
     // --- background thread side ---
     /// Sends pending (UN)SUBSCRIBEs, reconnecting first if needed (with backoff), blocking no later
@@ -93,8 +112,16 @@ private:
         bool requested = false;           // SUBSCRIBE sent, not yet confirmed
         steady::time_point idle_since{};  // when the last waiter left
         std::string last_message;
-        std::condition_variable changed;    // wait() sleeps on it
-        std::condition_variable confirmed;  // wait_subscribed() sleeps on it
+        /// Bumped whenever `subscribed` changes; 0 is never a subscribed epoch.
+        std::uint64_t epoch = 0;
+        struct keyed_waiter {
+            int registrations = 0;
+            std::uint64_t messages = 0;  // its generation, added to the channel's
+            std::string last_message;
+        };
+        std::unordered_map<std::string, keyed_waiter> keyed;  // hand-off channels, by token
+        std::condition_variable changed;                      // wait() sleeps on it
+        std::condition_variable confirmed;                    // wait_subscribed() sleeps on it
     };
     /// Makes the channel's sleeping waiters re-check their predicate (a cancel was requested).
     void interrupt(const std::string& channel);

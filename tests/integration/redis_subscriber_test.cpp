@@ -171,6 +171,40 @@ TEST(RedisSubscriber, WakeAllChannelsWakeEveryWaiter) {
     b.release = true;
 }
 
+// A hand-off channel is one per client and lock name: each keyed waiter sees only the grants that
+// name its token, and keeps its own latest message (the per-waiter channel it replaces).
+TEST(RedisSubscriber, AHandOffChannelGivesEachKeyedWaiterOnlyItsOwnGrants) {
+    dlock::test::redis_server server;
+    driver d(server);
+    d.start();
+    const auto channel = unique_name();
+    subscriber::registration a(d.sub(), channel, wake_mode::all, "fair:c.aaaa");
+    subscriber::registration b(d.sub(), channel, wake_mode::all, "fair:c.bbbb");
+    a.wait_subscribed(steady::now() + scaled(10s), {});
+    EXPECT_FALSE(a.subscribed_throughout()) << "registered before the channel was subscribed";
+    const auto seen_a = a.generation();
+    const auto seen_b = b.generation();
+    server.command({"PUBLISH", channel, "granted 7 3 fair:c.bbbb"});
+    b.wait(seen_b, steady::now() + scaled(5s), {});
+    EXPECT_NE(b.generation(), seen_b) << "the grant naming b wakes b";
+    EXPECT_EQ(b.last_message(), "granted 7 3 fair:c.bbbb");
+    EXPECT_EQ(a.generation(), seen_a) << "a grant naming b is not a's";
+    EXPECT_EQ(a.last_message(), "") << "a never sees b's grant";
+    server.command({"PUBLISH", channel, "granted 8 2 fair:c.aaaa"});
+    server.command({"PUBLISH", channel, "granted 9 5 fair:c.gone"});  // nobody waits with it
+    a.wait(seen_a, steady::now() + scaled(5s), {});
+    EXPECT_EQ(a.last_message(), "granted 8 2 fair:c.aaaa");
+    EXPECT_EQ(b.last_message(), "granted 7 3 fair:c.bbbb") << "b keeps its own latest grant";
+    // A registration made while the channel is subscribed is covered from then on; a subscriber
+    // whose connection broke is not, until it subscribed again.
+    subscriber::registration c(d.sub(), channel, wake_mode::all, "fair:c.cccc");
+    EXPECT_TRUE(d.sub().subscribed(channel));
+    EXPECT_TRUE(c.subscribed_throughout());
+    server.command({"CLIENT", "KILL", "TYPE", "pubsub"});
+    ASSERT_TRUE(eventually([&] { return !c.subscribed_throughout(); }, 10s))
+        << "a reconnect ends the unbroken subscription";
+}
+
 TEST(RedisSubscriber, NothingToDoAfterTheConnectionDropsWithOnlyLingeringChannels) {
     dlock::test::redis_server server;
     driver d(server);  // driven by hand: step()

@@ -7,7 +7,7 @@
 -- Returns {1, fencing token} when we own the lock, {0, holder's remaining ms (-1: none), our
 -- ticket} when we wait. Idempotent: a waiter calls it again to refresh its liveness, and it is the
 -- bounded re-check that finds a hand-off whose notification was lost. A hand-off publishes
--- "granted <fence> <ticket>": the ticket names the queue entry (so the refresh) it answers.
+-- "granted <fence> <ticket> <token>": the ticket names the queue entry (so the refresh) it answers.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
 --@include lib/queue.lua

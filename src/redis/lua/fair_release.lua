@@ -1,9 +1,9 @@
 -- Fair mutex: release with direct hand-off, and a waiter leaving the queue (docs/lock-family.md).
 -- KEYS as fair_acquire.lua. ARGV[1] token, ARGV[2] release channel, ARGV[3] hand-off lease ms.
 -- The next live waiter becomes the owner here, with a fresh fencing token and a short lease, and
--- is told on its own channel (<release channel>:<its token>) with "granted <fencing token>
--- <ticket>", the ticket of the queue entry granted: one notification, one winner, no extra round
--- trip. Without waiters the key goes and 'released' is published on the release channel.
+-- is told on its client's hand-off channel with "granted <fencing token> <ticket> <its token>",
+-- the ticket of the queue entry granted (lib/queue.lua, dlock_publish_grant): one notification,
+-- one winner, no extra round trip. Without waiters the key goes and 'released' is published on the release channel.
 -- Returns 1 when we held the lock (it was released or handed over), 0 otherwise (a waiter that
 -- leaves the queue, or a grant already lost: nothing of anyone else's is touched).
 --@include lib/queue.lua
@@ -28,7 +28,7 @@ while true do
   if redis.call('ZREM', KEYS[4], head[1]) == 1 then
     local fence = redis.call('INCR', KEYS[2])
     redis.call('SET', KEYS[1], head[1], 'PX', ARGV[3])
-    redis.call('PUBLISH', ARGV[2] .. ':' .. head[1], 'granted ' .. fence .. ' ' .. head[2])
+    dlock_publish_grant(ARGV[2], head[1], fence, head[2])
     return 1
   end
   -- An entry without liveness (left half-way by an earlier version): skip it.

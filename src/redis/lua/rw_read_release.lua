@@ -3,7 +3,8 @@
 -- hand-off grant in ms.
 -- Returns 1 when our live share was removed, 0 when it was gone or had expired. When it was the
 -- last live share and no writer holds the lock, the first live waiting writer gets it at once:
--- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>" on <ARGV[2]>:<its token>.
+-- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket> <its token>" on its
+-- client's hand-off channel (lib/queue.lua, dlock_publish_grant).
 --@include lib/queue.lua
 local now = dlock_now_ms()
 local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])

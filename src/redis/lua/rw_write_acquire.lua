@@ -7,7 +7,7 @@
 -- the highest ticket this waiter was told so far (0: none).
 -- Returns {1, fencing token} when we own the lock, else {0, ms, ticket}: re-check within ms (the
 -- writer's PTTL, or the time until the last live share expires; -1: unknown); ticket names our
--- queue entry, and a hand-off to it publishes "granted <fence> <ticket>". Idempotent: a waiter
+-- queue entry, and a hand-off to it publishes "granted <fence> <ticket> <token>". Idempotent: a waiter
 -- calls it again to refresh its liveness, and that call is the bounded re-check that finds a
 -- hand-off whose notification was lost.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.

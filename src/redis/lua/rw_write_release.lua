@@ -4,8 +4,8 @@
 -- grant in ms.
 -- Returns 1 when the writer key held our token (deleted), 0 otherwise. Either way we leave the
 -- queue. Then, if no writer holds the lock and no live share remains, the first live waiting
--- writer gets it at once (SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>" on
--- <ARGV[2]>:<its token>); if no writer waits any more, PUBLISH "released" on ARGV[2] wakes the
+-- writer gets it at once (SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>
+-- <its token>" on its client's hand-off channel, lib/queue.lua); if no writer waits any more, PUBLISH "released" on ARGV[2] wakes the
 -- waiting readers.
 --@include lib/queue.lua
 local now = dlock_now_ms()

@@ -62,12 +62,23 @@ local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms)
   return fence
 end
 
+-- Tells waiter `token` that it was granted the lock with fencing token `fence` for its queue
+-- entry `ticket`: "granted <fence> <ticket> <token>" on its client's hand-off channel
+-- <channel>:<the token up to its last '.'> (a queued waiter's token is <kind>:<client>.<random>,
+-- so one client waits on one channel per lock name, subscribed once; a token without '.' has a
+-- channel of its own). The token in the message says whose grant it is: one notification, one
+-- winner.
+local function dlock_publish_grant(channel, token, fence, ticket)
+  local client = string.match(token, '^(.*)%.') or token
+  redis.call('PUBLISH', channel .. ':' .. client, 'granted ' .. fence .. ' ' .. ticket .. ' ' .. token)
+end
+
 -- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
--- tells it on its own channel <channel>:<head> with "granted <fencing token> <ticket>": one
--- notification, one winner. Returns an error reply when the fence counter is unusable, else nil.
+-- tells it (dlock_publish_grant). Returns an error reply when the fence counter is unusable, else
+-- nil.
 local function dlock_hand_off(owner, fence_key, queue, alive, head, ticket, lease_ms, channel)
   local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms)
   if bad then return bad end
-  redis.call('PUBLISH', channel .. ':' .. head, 'granted ' .. fence .. ' ' .. ticket)
+  dlock_publish_grant(channel, head, fence, ticket)
   return nil
 end

@@ -1,0 +1,434 @@
+"""Side by side: dlock and the lock clients people use instead, in one run, on the same servers.
+
+bench/run --peers DIR runs, next to dlock's own worker, every peer worker found in DIR (workers of
+other lock clients speaking the same worker protocol, docs/benchmarks.md) on the same workloads,
+interleaved (each repetition rotates the order), against the same servers. This module holds the
+peer catalogue, the plan of side-by-side runs, and their analysis (the "Side by side" section of
+REPORT.md and its plots). Standard library only; bench/analyse.py does the per-run figures.
+
+The peer directory is not part of this repository: it is given on the command line (--peers) or
+in DLOCK_BENCH_PEERS. bench/setup-peers.sh installs what the peers need (Debian packages, the npm
+modules of the node peer into a cache directory outside the work tree).
+"""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+
+import analyse
+
+# Where bench/setup-peers.sh puts the node peer's npm modules (NODE_PATH for the node workers).
+NODE_MODULES = os.environ.get("DLOCK_BENCH_PEERS_NODE_MODULES") or os.path.join(
+    os.path.expanduser("~"), ".cache", "dlock-bench-peers", "node", "node_modules")
+
+# backend -> the dlock worker modes compared on it, with what the report calls them.
+DLOCK_VARIANTS = {
+    "redis": [("mutex", "dlock mutex"), ("fair", "dlock fair_mutex")],
+    "redlock": [("redlock", "dlock mutex over Redlock")],
+    "zk": [("zk", "dlock mutex over ZooKeeper")],
+}
+
+
+def peer_catalogue(peers_dir):
+    """The peer workers of `peers_dir`: list of dicts {name, backend, argv, modes, env, missing}.
+    `missing` says why a peer cannot run here (then it is skipped with that message)."""
+    # Debian's python3: the peers' modules are Debian packages (another python3 first on PATH,
+    # e.g. a pyenv shim, would not see them).
+    py = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else (shutil.which("python3") or "python3")
+    node = shutil.which("node")
+
+    def py_has(module):
+        return subprocess.run([py, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+    out = []
+    d = os.path.join(peers_dir, "drivers")
+    for name, script, module, backend, modes in (
+            ("redis-py", "redispy_driver.py", "redis", "redis", ["default", "sleep1ms"]),
+            ("kazoo", "kazoo_driver.py", "kazoo", "zk", ["default"]),
+            ("python-etcd3", "etcd3py_driver.py", "etcd3", "etcd", ["default"])):
+        path = os.path.join(d, script)
+        missing = None
+        if not os.path.exists(path):
+            missing = f"{path} not found"
+        elif not py_has(module):
+            missing = f"python module {module} missing (bench/setup-peers.sh)"
+        out.append({"name": name, "backend": backend, "argv": [py, path], "modes": modes, "env": {},
+                    "missing": missing})
+    path = os.path.join(peers_dir, "node", "redlock_driver.js")
+    missing = None
+    if not os.path.exists(path):
+        missing = f"{path} not found"
+    elif not node:
+        missing = "node not found (bench/setup-peers.sh)"
+    elif not os.path.isdir(os.path.join(NODE_MODULES, "redlock")):
+        missing = f"npm modules not installed in {NODE_MODULES} (bench/setup-peers.sh)"
+    peer = {"name": "node-redlock", "backend": "redis", "argv": [node or "node", path],
+            "modes": ["default", "tuned"], "env": {"NODE_PATH": NODE_MODULES}, "missing": missing}
+    out.append(peer)
+    # The same worker on 3 masters is node-redlock's Redlock.
+    out.append(dict(peer, backend="redlock"))
+    return out
+
+
+def plan(a, peers, have_zk):
+    """The side-by-side runs: list of groups {id, backend, workload, workers, cs_us, servers,
+    variants: [{label, kind, mode, argv, env}]}; run in this order, each repetition rotating the
+    order of the variants within a group."""
+    groups = []
+
+    def variants(backend, peer_modes=None):
+        v = [{"label": label, "kind": "dlock", "mode": mode, "argv": None, "env": {}}
+             for mode, label in DLOCK_VARIANTS[backend]]
+        for p in peers:
+            if p["backend"] != backend or p["missing"]:
+                continue
+            for m in p["modes"]:
+                if peer_modes is not None and m not in peer_modes:
+                    continue
+                v.append({"label": f"{p['name']} {m}", "kind": "peer", "mode": m, "argv": p["argv"],
+                          "env": p["env"]})
+        return v
+
+    for wl, workers, cs in (("W1", 1, 0), ("W3", 8, 0), ("W4", 8, 1000)):
+        groups.append({"id": f"{wl}-redis", "backend": "redis", "workload": wl, "workers": workers,
+                       "cs_us": cs, "servers": 1, "variants": variants("redis")})
+    for wl, workers, cs, nodes in (("W1", 1, 0, 3), ("W1", 1, 0, 5), ("W3", 8, 0, 3)):
+        groups.append({"id": f"{wl}-redlock{nodes}", "backend": "redlock", "workload": wl, "workers": workers,
+                       "cs_us": cs, "servers": nodes, "variants": variants("redlock")})
+    if have_zk:
+        for wl, workers, cs in (("W1", 1, 0), ("W3", 8, 0), ("W4", 8, 1000)):
+            groups.append({"id": f"{wl}-zk", "backend": "zk", "workload": wl, "workers": workers, "cs_us": cs,
+                           "servers": 1, "variants": variants("zk")})
+    for n in a.scale:
+        groups.append({"id": f"S{n}-redis", "backend": "redis", "workload": f"S{n}", "workers": n, "cs_us": 0,
+                       "servers": 1, "variants": variants("redis", ["sleep1ms", "tuned"])})
+    return groups
+
+
+def slug(label):
+    return "".join(c if c.isalnum() else "_" for c in label)
+
+
+# --- analysis -----------------------------------------------------------------------------------
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def floor_p50(path):
+    """p50 of a dlock-bench-floor file, None if absent."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("event") == "done":
+                return rec["p50_ns"]
+    return None
+
+
+def analyse_side(run_dir, side):
+    """{group id: {label: {figure: median over repetitions, 'reps': [...], '_raw': pooled}}}"""
+    out = {}
+    problems = []
+    notes = side.setdefault("peer_notes", [])
+    for g in side["groups"]:
+        res = out.setdefault(g["id"], {})
+        for v in g["variants"]:
+            reps = []
+            raw_other, raw_acq = [], []
+            for d in v.get("dirs", []):
+                wdir = os.path.join(run_dir, d)
+                if not os.path.exists(os.path.join(wdir, "meta.json")):
+                    continue
+                r = analyse.analyse_workload(wdir)
+                if not r["ok"]:
+                    if v["kind"] == "peer":  # listed under the section's peer failures
+                        notes.extend(f"{v['label']}, {d}: {p}" for p in r["problems"] if "violation" not in p)
+                        problems.extend(f"side {d}: {p}" for p in r["problems"] if "violation" in p)
+                    else:
+                        problems.extend(f"side {d}: {p}" for p in r["problems"])
+                if r.get("late_max_ns", 0) > 0.1 * r["meta"]["duration_s"] * 1e9:
+                    problems.append(f"side {d}: a worker started {r['late_max_ns'] / 1e9:.1f} s late "
+                                    "(raise --start-margin-s)")
+                meta = r["meta"]
+                window_cycles = r["cycles_in_window"] or 0
+                mean_cycle = (meta["duration_s"] * 1e9 * r["workers"] / window_cycles) if window_cycles else None
+                reps.append({
+                    "acquire_p50": get(r, "acquire", "p50"),
+                    "acquire_max": get(r, "acquire", "max"),
+                    "handoff_other_p50": get(r, "handoff_other", "p50"),
+                    "handoff_other_p99": get(r, "handoff_other", "p99"),
+                    "handoff_other_n": get(r, "handoff_other", "n"),
+                    "held": r.get("held_fraction"),
+                    "throughput": r.get("throughput"),
+                    "barging": r.get("barging"),
+                    "mean_cycle": mean_cycle,
+                    "violations": r.get("violations"),
+                    "errors": r.get("errors"),
+                    "server_cpu_per_grant_us": (meta.get("server_cpu_pct", 0) / 100 * meta["duration_s"] * 1e6
+                                                / window_cycles) if window_cycles else None,
+                    "floor_idle": median([meta.get("floor_before_p50"), meta.get("floor_after_p50")]),
+                    "floor_load": floor_p50(os.path.join(wdir, "floor_load.jsonl")),
+                })
+                raw_other.extend(r["_raw"]["handoff_other"])
+                raw_acq.extend(r["_raw"]["acquire"])
+            if not reps:
+                continue
+            fig = {k: median([r[k] for r in reps]) for k in reps[0]}
+            fig["violations"] = sum(r["violations"] or 0 for r in reps)
+            fig["reps"] = len(reps)
+            fig["_raw"] = {"handoff_other": raw_other, "acquire": raw_acq}
+            fig["kind"] = v["kind"]
+            res[v["label"]] = fig
+    return out, problems
+
+
+def get(r, *path):
+    for p in path:
+        if r is None:
+            return None
+        r = r.get(p)
+    return r
+
+
+def us(ns):
+    return "—" if ns is None else f"{ns / 1000:,.1f} µs"
+
+
+def best_peer(res, key, higher_better=False):
+    """(label, value) of the best peer in `res` for figure `key`."""
+    cands = [(lab, f[key]) for lab, f in res.items() if f["kind"] == "peer" and f.get(key) is not None]
+    if not cands:
+        return None, None
+    return (max if higher_better else min)(cands, key=lambda x: x[1])
+
+
+def ratio_text(v, best, higher_better=False):
+    if v is None or not best:
+        return "—"
+    return f"{v / best:.2f}×"
+
+
+def section(run_dir, run, plots_dir):
+    """Markdown lines of the side-by-side section, the target rows, plots made, problems."""
+    side = run["side"]
+    res, problems = analyse_side(run_dir, side)
+    L = ["## Side by side: dlock and the peers, same run, same servers", ""]
+    L.append(f"Peer workers from the directory given with `--peers` ({', '.join(side['peers_run']) or 'none'}); "
+             f"{side['reps']} repetitions, the order of the variants rotated each time; every figure is the "
+             "median over the repetitions. **Ratios are to the best peer of the same backend in this run** "
+             "(lower is better for latencies, higher for the held share). Two floors are given: "
+             "*idle* = Redis PING p50 measured just before and after the workload from a quiet client "
+             "(the machine between workloads), *under load* = PING p50 measured from a separate process "
+             "(one PING every 1 ms) WHILE the workload runs, on the same server (ZooKeeper workloads: "
+             "the Redis server, idle then, so it shows the machine's wake-up latency under that load).")
+    L.append("")
+    for miss in side.get("peers_missing", []):
+        L.append(f"- skipped: {miss}")
+    for fail in side.get("peer_failures", []):
+        L.append(f"- peer did not finish: {fail}")
+    for note in sorted(set(side.get("peer_notes", [])))[:20]:
+        L.append(f"- {note}")
+    if side.get("peers_missing") or side.get("peer_failures") or side.get("peer_notes"):
+        L.append("")
+    rows = []  # target rows: (target, measured, limit, verdict)
+
+    def table(gid, title, cols):
+        r = res.get(gid)
+        if not r:
+            return
+        L.append(f"### {title}")
+        L.append("")
+        L.append("| variant | " + " | ".join(c[0] for c in cols) + " | floor idle / under load | reps |")
+        L.append("|---|" + "---|" * (len(cols) + 2))
+        for lab, f in r.items():
+            cells = []
+            for i, (name, key, hb, fmt) in enumerate(cols):
+                v = f.get(key)
+                blab, bv = best_peer(r, key, hb)
+                cell = fmt(v)
+                # The ratio to the best peer for the figures a target is set on.
+                if f["kind"] == "dlock" and bv and (i == 0 or name == "longest wait"):
+                    cell += f" ({ratio_text(v, bv)} best peer)"
+                cells.append(cell)
+            L.append(f"| {'**' + lab + '**' if f['kind'] == 'dlock' else lab} | " + " | ".join(cells) +
+                     f" | {us(f['floor_idle'])} / {us(f['floor_load'])} | {f['reps']} |")
+        L.append("")
+
+    pct = lambda x: "—" if x is None else f"{100 * x:.1f} %"  # noqa: E731
+    table("W1-redis", "W1: uncontended acquire, single Redis",
+          [("acquire p50", "acquire_p50", False, us), ("throughput", "throughput", True,
+                                                         lambda x: "—" if x is None else f"{x:,.0f}/s")])
+    table("W3-redis", "W3: hot key, 8 workers, empty critical section, single Redis",
+          [("hand-off to another worker p50", "handoff_other_p50", False, us),
+           ("p99", "handoff_other_p99", False, us), ("hand-offs to another", "handoff_other_n", True,
+                                                      lambda x: "—" if x is None else f"{x:,.0f}"),
+           ("barging", "barging", False, pct)])
+    table("W4-redis", "W4: hot key, 8 workers, 1 ms critical section, single Redis",
+          [("lock held", "held", True, pct), ("longest wait", "acquire_max", False, us),
+           ("mean cycle", "mean_cycle", False, us), ("hand-off to another p50", "handoff_other_p50", False, us)])
+    table("W1-redlock3", "W5: Redlock, 3 masters, uncontended acquire",
+          [("acquire p50", "acquire_p50", False, us)])
+    table("W1-redlock5", "W5: Redlock, 5 masters, uncontended acquire",
+          [("acquire p50", "acquire_p50", False, us)])
+    table("W3-redlock3", "W5: Redlock, 3 masters, hot key, 8 workers",
+          [("hand-off to another worker p50", "handoff_other_p50", False, us),
+           ("hand-offs to another", "handoff_other_n", True, lambda x: "—" if x is None else f"{x:,.0f}")])
+    table("W1-zk", "ZooKeeper: uncontended acquire", [("acquire p50", "acquire_p50", False, us)])
+    table("W3-zk", "ZooKeeper: hot key, 8 workers, empty critical section",
+          [("hand-off to another worker p50", "handoff_other_p50", False, us)])
+    table("W4-zk", "ZooKeeper: hot key, 8 workers, 1 ms critical section",
+          [("lock held", "held", True, pct), ("longest wait", "acquire_max", False, us)])
+
+    # Scale: one name, N waiting processes.
+    scale = [n for n in side.get("scale", [])]
+    if scale:
+        L.append("### Scale: one name, N workers waiting on it (empty critical section)")
+        L.append("")
+        L.append("| variant | " + " | ".join(f"{n} workers: hand-off p50 / Redis CPU per grant" for n in scale)
+                 + " |")
+        L.append("|---|" + "---|" * len(scale))
+        labels = []
+        for n in scale:
+            for lab in res.get(f"S{n}-redis", {}):
+                if lab not in labels:
+                    labels.append(lab)
+        for lab in labels:
+            cells = []
+            for n in scale:
+                f = res.get(f"S{n}-redis", {}).get(lab)
+                cells.append("—" if not f else f"{us(f['handoff_other_p50'])} / "
+                             f"{us(f['server_cpu_per_grant_us'] * 1000 if f['server_cpu_per_grant_us'] else None)}")
+            L.append(f"| {lab} | " + " | ".join(cells) + " |")
+        L.append("")
+
+    def target(desc, v, limit, verdict_ok, shown):
+        rows.append((desc, shown, limit, "met" if verdict_ok else "**missed**"))
+
+    def vs_best(gid, label, key, limit, desc, higher_better=False):
+        r = res.get(gid) or {}
+        f = r.get(label)
+        blab, bv = best_peer(r, key, higher_better)
+        if not f or f.get(key) is None or bv is None:
+            rows.append((desc, "not measured", f"<= {limit:g}× best peer", "—"))
+            return
+        q = f[key] / bv
+        rows.append((desc, f"{us(f[key])} vs {blab} {us(bv)}: {q:.2f}×", f"<= {limit:g}× best peer",
+                     "met" if q <= limit else "**missed**"))
+
+    vs_best("W3-redis", "dlock fair_mutex", "handoff_other_p50", 0.5, "W3 fair_mutex hand-off to another p50")
+    vs_best("W3-redis", "dlock mutex", "handoff_other_p50", 0.7, "W3 mutex hand-off to another p50")
+    vs_best("W1-redis", "dlock mutex", "acquire_p50", 1.0, "W1 mutex acquire p50")
+    for lab, lim in (("dlock fair_mutex", 0.90), ("dlock mutex", 0.85)):
+        f = (res.get("W4-redis") or {}).get(lab)
+        if f and f.get("held") is not None:
+            blab, bv = best_peer(res["W4-redis"], "held", True)
+            rows.append((f"W4 {lab.split()[-1]} lock held", f"{100 * f['held']:.1f} % (best peer {blab}: "
+                         f"{100 * bv:.1f} %)" if bv else f"{100 * f['held']:.1f} %", f">= {100 * lim:.0f} %",
+                         "met" if f["held"] >= lim else "**missed**"))
+    f = (res.get("W4-redis") or {}).get("dlock fair_mutex")
+    if f and f.get("acquire_max") and f.get("mean_cycle"):
+        q = f["acquire_max"] / f["mean_cycle"]
+        rows.append(("W4 fair_mutex longest wait", f"{us(f['acquire_max'])} = {q:.1f}× mean cycle "
+                     f"({us(f['mean_cycle'])})", "<= 10× mean cycle", "met" if q <= 10 else "**missed**"))
+    f = (res.get("W4-redis") or {}).get("dlock mutex")
+    if f and f.get("acquire_max") and f.get("mean_cycle"):
+        q = f["acquire_max"] / f["mean_cycle"]
+        rows.append(("W4 mutex longest wait", f"{us(f['acquire_max'])} = {q:.1f}× mean cycle "
+                     f"({us(f['mean_cycle'])})", "bounded (docs/redis-lock.md)", "reported"))
+    single = get(res.get("W1-redis"), "dlock mutex", "acquire_p50")
+    for nodes in (3, 5):
+        v = get(res.get(f"W1-redlock{nodes}"), "dlock mutex over Redlock", "acquire_p50")
+        if v and single:
+            rows.append((f"W5 Redlock {nodes} nodes acquire p50 vs own single-node", f"{us(v)} vs {us(single)}: "
+                         f"{v / single:.2f}×", "<= 1.3×", "met" if v / single <= 1.3 else "**missed**"))
+    v = get(res.get("W3-redlock3"), "dlock mutex over Redlock", "handoff_other_p50")
+    fair = get(res.get("W3-redis"), "dlock fair_mutex", "handoff_other_p50")
+    if v and fair:
+        rows.append(("W5 Redlock hot-key hand-off vs single-node fair hand-off", f"{us(v)} vs {us(fair)}: "
+                     f"{v / fair:.2f}×", "<= 2×", "met" if v / fair <= 2 else "**missed**"))
+    vs_best("W3-zk", "dlock mutex over ZooKeeper", "handoff_other_p50", 0.5, "ZooKeeper hand-off to another p50")
+    f = (res.get("W4-zk") or {}).get("dlock mutex over ZooKeeper")
+    if f and f.get("held") is not None:
+        rows.append(("ZooKeeper W4 lock held", f"{100 * f['held']:.1f} %", ">= 60 %",
+                     "met" if f["held"] >= 0.6 else "**missed**"))
+    if scale and len(scale) > 1:
+        for lab, lim in (("dlock fair_mutex", 1.5), ("dlock mutex", 2.0)):
+            base = get(res.get(f"S{scale[0]}-redis"), lab, "handoff_other_p50")
+            for n in scale[1:]:
+                v = get(res.get(f"S{n}-redis"), lab, "handoff_other_p50")
+                if base and v:
+                    rows.append((f"scale: {lab} hand-off p50, {n} vs {scale[0]} workers",
+                                 f"{us(v)} vs {us(base)}: {v / base:.2f}×", f"<= {lim:g}×",
+                                 "met" if v / base <= lim else "**missed**"))
+    L.append("### Targets (each against the best peer measured in this run)")
+    L.append("")
+    L.append("| target | measured | limit | |")
+    L.append("|---|---|---|---|")
+    for t in rows:
+        L.append("| " + " | ".join(t) + " |")
+    L.append("")
+    pngs, pprob = plots(run_dir, res, plots_dir)
+    problems.extend(pprob)
+    for p in pngs:
+        L.append(f"![{p}]({p})")
+        L.append("")
+    return L, rows, pngs, problems
+
+
+def plots(run_dir, res, plots_dir):
+    data_dir = os.path.join(run_dir, "plot-data")
+    os.makedirs(data_dir, exist_ok=True)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+    made, problems = [], []
+    common = ("set terminal pngcairo noenhanced size 1300,560 font 'DejaVu Sans,11'\n"
+              "set logscale x\nset xlabel 'microseconds (log scale)'\nset ylabel 'fraction of samples <= x'\n"
+              "set yrange [0:1]\nset grid xtics ytics mxtics\nset key right bottom box opaque font ',9' samplen 2\n"
+              "set format x '%g'\nset tmargin 4\n")
+    for name, panels, header in (
+            ("side_handoff_cdf.png", [("W3-redis", "Redis: W3 hand-off to another worker"),
+                                      ("W3-zk", "ZooKeeper: W3 hand-off to another worker")],
+             "Hand-off CDF, dlock and peers, same run"),
+            ("side_w4_handoff_cdf.png", [("W4-redis", "Redis: W4 (1 ms cs) hand-off to another worker"),
+                                         ("W3-redlock3", "Redlock 3 masters: W3 hand-off to another worker")],
+             "Hand-off CDF, dlock and peers, same run")):
+        script = common + f"set output '{os.path.abspath(os.path.join(plots_dir, name))}'\n"
+        script += f"set multiplot layout 1,2 title '{header}' font ',13'\n"
+        any_panel = False
+        for gid, title in panels:
+            lines = []
+            for i, (lab, f) in enumerate((res.get(gid) or {}).items()):
+                dat = f"side-{gid}-{slug(lab)}.dat"
+                if not analyse.write_cdf(os.path.join(data_dir, dat), f["_raw"]["handoff_other"]):
+                    continue
+                lw = 3 if f["kind"] == "dlock" else 1.5
+                lines.append(f"'{dat}' using 1:2 with lines lw {lw} lc rgb '{colors[i % len(colors)]}' "
+                             f"title '{lab}'")
+            if lines:
+                any_panel = True
+                script += f"set title \"{title}\"\nplot " + ", \\\n     ".join(lines) + "\n"
+            else:
+                script += "set multiplot next\n"
+        script += "unset multiplot\n"
+        if not any_panel:
+            continue
+        with open(os.path.join(data_dir, name.replace(".png", ".gp")), "w", encoding="utf-8") as f:
+            f.write(script)
+        err = analyse.gnuplot(script, data_dir)
+        if err:
+            problems.append(f"{name}: {err}")
+        else:
+            made.append(name)
+    return made, problems
+
+
+def isfinite(x):
+    return x is not None and math.isfinite(x)
