@@ -311,7 +311,8 @@ void engine::stop() noexcept {
         }
         registry_.clear();
     }
-    for (auto& lease : orphaned) lease->lose(make_error_code(errc::lock_lost));
+    for (auto& lease : orphaned)
+        lease->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
     if (subscriber_) subscriber_->wake_all();
     if (wake_fd_ >= 0) {
         ::close(wake_fd_);
@@ -560,7 +561,9 @@ dlock::lease engine::grant(std::string_view name, const std::string& token, std:
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token, fence,
                                              options, sent, valid_until, kind);
     track(core, handed_off);
-    notify({event_kind::acquired, name, fence, {}, steady::now()});
+    lock_event acquired{event_kind::acquired, name, fence, {}, steady::now()};
+    acquired.handed_off = handed_off;
+    notify(acquired);
     return dlock::detail::lease_access::make(std::move(core));
 }
 
@@ -609,6 +612,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    const lock_options& options, steady::time_point deadline,
                                    std::error_code& ec) noexcept {
     ec.clear();
+    const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
@@ -828,7 +832,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         }
         run_everywhere(batches);
         lease.mark_released();
-        std::size_t deleted = 0, not_ours = 0;
+        std::size_t deleted = 0, not_ours = 0, taken = 0;
         std::string failures;
         for (std::size_t i = 0; i < batches.size(); ++i) {
             auto& b = batches[i];
@@ -844,6 +848,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 ++deleted;
             } else {
                 ++not_ours;
+                if (b.replies.front().integer < 0) ++taken;  // another owner's token
             }
         }
         // The renewal rule: with more than N - quorum servers answering "not ours" (gone, or
@@ -852,10 +857,10 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         if (deleted > 0 && not_ours <= servers_.size() - quorum()) {
             // Servers that could not be reached keep our key until it expires; nobody else is hurt.
             ec.clear();
-            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
-            return;
+            return;  // dlock::lease reports the released event
         }
         if (not_ours > servers_.size() - quorum()) {
+            lease.note_loss(taken > 0 ? lost_reason::taken_over : lost_reason::deleted);
             fail(ec, errc::lock_lost,
                  "lock \"" + lease.name() +
                      "\" was no longer held by this owner (expired or taken " + "over" +
@@ -932,7 +937,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
             ++it;
         }
     }
-    for (auto& lease : expired) lease->lose(make_error_code(errc::lock_lost));
+    for (auto& lease : expired) lease->lose(make_error_code(errc::lock_lost));  // ran out
     if (!due.empty()) {
         const auto sent = steady::now();
         auto calls = std::make_shared<std::vector<script_call>>();
@@ -958,7 +963,8 @@ steady::time_point engine::renew_due(steady::time_point now) {
         for (const auto& b : batches) {
             if (b.ec) failures += (failures.empty() ? "" : "; ") + b.error;
         }
-        std::vector<std::shared_ptr<lease_core>> lost, renewed;
+        std::vector<std::shared_ptr<lease_core>> renewed;
+        std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
         std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
         {
             std::lock_guard lock(registry_mutex_);
@@ -966,7 +972,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 auto& lease = due[i].lease;
                 const auto it = registry_.find(lease.get());
                 if (it == registry_.end()) continue;  // released meanwhile
-                std::size_t extended = 0, not_ours = 0;
+                std::size_t extended = 0, not_ours = 0, taken = 0;
                 std::string why = failures;
                 for (std::size_t k = 0; k < batches.size(); ++k) {
                     const auto& b = batches[k];
@@ -978,6 +984,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                         continue;
                     }
                     (r.integer == 1 ? extended : not_ours) += 1;
+                    if (r.integer < 0) ++taken;  // another owner's token
                 }
                 if (extended >= quorum()) {
                     it->second.extend_once = false;
@@ -987,8 +994,9 @@ steady::time_point engine::renew_due(steady::time_point now) {
                         lease->valid_until());
                     renewed.push_back(lease);
                 } else if (not_ours > servers_.size() - quorum()) {
-                    lost.push_back(
-                        lease);  // gone or another token on enough servers: no quorum can hold it
+                    // Gone or another token on enough servers: no quorum can hold it.
+                    lost.emplace_back(lease,
+                                      taken > 0 ? lost_reason::taken_over : lost_reason::deleted);
                     registry_.erase(it);
                 } else if (interrupted) {
                     it->second.next_renewal = now;
@@ -1011,7 +1019,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                                    "\" failed; retrying until its lease runs out: " + why);
             notify({event_kind::error, lease->name(), lease->fencing_token(), code, steady::now()});
         }
-        for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
+        for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
     }
     std::lock_guard lock(registry_mutex_);
     auto next = steady::time_point::max();

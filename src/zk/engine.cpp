@@ -125,7 +125,7 @@ void engine::stop() noexcept {
         }
         if (session_) sessions.push_back(std::move(session_));
     }
-    for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost));
+    for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
     for (auto& s : sessions) s->close();  // the nodes go with the session
 }
 
@@ -300,6 +300,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    const lock_options& options, steady::time_point deadline,
                                    std::error_code& ec) noexcept {
     ec.clear();
+    const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
@@ -756,8 +757,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                         "lock \"" + lease.name() + "\": the client was closed; nothing to release");
         }
         if (node->depth > 0 && !node->deleted) {  // one re-entry level left; the node stays
-            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
-            return;
+            return;                               // dlock::lease reports the released event
         }
         if (!last) {
             return fail(ec, errc::lock_lost,
@@ -766,11 +766,9 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         node->owner->disown(node->path);  // our own delete is no loss
         const int rc = node->owner->with_handle(
             [&](zhandle_t* zh) { return zoo_delete(zh, node->path.c_str(), -1); });
-        if (rc == ZOK) {
-            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
-            return;
-        }
+        if (rc == ZOK) return;  // dlock::lease reports the released event
         if (rc == ZNONODE || session_gone(rc)) {
+            lease.note_loss(rc == ZNONODE ? lost_reason::deleted : lost_reason::session_expired);
             fail(ec, errc::lock_lost,
                  "lock \"" + lease.name() + "\": our node " + node->path +
                      " was already gone (session expired)");
@@ -788,7 +786,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
 }
 
 steady::time_point engine::check_leases(steady::time_point now) {
-    std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> lost;
+    std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
     std::vector<std::pair<std::shared_ptr<session>, std::string>> doomed;  // nodes to delete
     auto next = steady::time_point::max();
     {
@@ -811,19 +809,23 @@ steady::time_point engine::check_leases(steady::time_point now) {
             auto& s = *node.owner;
             if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end()) {
                 node.deleted = true;
-                lost.emplace_back(std::move(lease), "its node was deleted by someone else");
+                lost.emplace_back(std::move(lease), lost_reason::deleted);  // by someone else
                 continue;
             }
             if (s.dead()) {
                 node.deleted = true;
-                lost.emplace_back(std::move(lease), "its ZooKeeper session expired");
+                lost.emplace_back(std::move(lease), lost_reason::session_expired);
                 continue;
             }
             const auto bound = std::min(s.valid_until(), node.cap_valid);
             if (now >= node.cap_valid) {
                 if (!node.deleted) doomed.emplace_back(node.owner, node.path);
                 node.deleted = true;
-                lost.emplace_back(std::move(lease), "max_hold (or the fixed lease) ran out");
+                // max_hold ran out, or (renew = false) the fixed lease did.
+                const auto& plan = lease->plan();
+                lost.emplace_back(std::move(lease), plan.renew || plan.max_hold <= plan.lease
+                                                        ? lost_reason::max_hold
+                                                        : lost_reason::expired);
                 continue;
             }
             if (now >= bound) {
@@ -831,8 +833,8 @@ steady::time_point engine::check_leases(steady::time_point now) {
                 // If we reconnect in time the node is deleted, as nobody trusts it any more.
                 if (!node.deleted) doomed.emplace_back(node.owner, node.path);
                 node.deleted = true;
-                lost.emplace_back(std::move(lease),
-                                  "no answer from ZooKeeper within the session timeout");
+                // No answer from ZooKeeper within the session timeout.
+                lost.emplace_back(std::move(lease), lost_reason::expired);
                 continue;
             }
             if (s.connected() && !s.overdue(now)) {
@@ -846,7 +848,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
     // Outside mutex_: queue_cleanup wakes this thread, which takes mutex_.
     for (auto& [s, path] : doomed) s->queue_cleanup({{}, {}, path});
     // The observer and on_lost hear why through the lost event (as with Redis, no error report).
-    for (auto& entry : lost) entry.first->lose(make_error_code(errc::lock_lost));
+    for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
     return next;
 }
 
