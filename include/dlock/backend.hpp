@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -72,6 +73,14 @@ public:
     void set_permits(std::string_view name, std::uint32_t permits);
     virtual void set_permits(std::string_view name, std::uint32_t permits,
                              std::error_code& ec) noexcept;
+
+    /// Small settings every process must agree on (dlock::striped's stripe count): stores `value`
+    /// under `name` if nothing is stored there yet, and returns what is stored (`value`, or what
+    /// an earlier call stored). Never expires; one round trip. Names live beside the lock names
+    /// (Redis: the key "<prefix>:{<name>}:record"). errc::unsupported when the backend has no such
+    /// store (the default; Redlock and ZooKeeper today).
+    virtual std::string record_once(std::string_view name, std::string_view value,
+                                    std::error_code& ec) noexcept;
 
     /// Takes the lock `name`, blocking up to `options.wait`. Throws dlock::error: errc::timeout
     /// when the wait bound passed while the lock was held by someone else, another errc when the
