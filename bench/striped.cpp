@@ -11,14 +11,16 @@
 // (a lost update means the locking was wrong, and the run fails).
 //
 // Usage: dlock-bench-striped --url redis://127.0.0.1:6399 [--items 1000] [--workers 8]
-//            [--seconds 3] [--stripes 1,2,4,8,16,64,256]
-// Output: one line per configuration (ops/s and the ratio to `global`), then a Markdown table.
+//            [--seconds 3] [--rounds 3] [--stripes 1,2,4,8,16,64,256]
+// Output: one line per configuration and round, then a Markdown table of each configuration's
+// median round (ops/s and the ratio to the first configuration, `global`).
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/striped.hpp>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +43,7 @@ struct config {
     int items = 1000;
     int workers = 8;
     double seconds = 3;
+    int rounds = 3;
     std::vector<int> stripes{1, 2, 4, 8, 16, 64, 256};
 };
 
@@ -159,14 +162,17 @@ int main(int argc, char** argv) {
                 c.workers = std::stoi(next());
             else if (a == "--seconds")
                 c.seconds = std::stod(next());
+            else if (a == "--rounds")
+                c.rounds = std::stoi(next());
             else if (a == "--stripes")
                 c.stripes = parse_list(next());
             else
                 throw std::invalid_argument("unknown argument " + a);
         }
         if (c.url.empty()) throw std::invalid_argument("--url is required");
-        if (c.items < 1 || c.workers < 1 || !(c.seconds > 0))
-            throw std::invalid_argument("--items, --workers and --seconds must be positive");
+        if (c.items < 1 || c.workers < 1 || c.rounds < 1 || !(c.seconds > 0))
+            throw std::invalid_argument(
+                "--items, --workers, --rounds and --seconds must be positive");
         for (const auto n : c.stripes) {
             if (n < 1 || static_cast<std::size_t>(n) > dlock::max_stripes)
                 throw std::invalid_argument("--stripes values must be in [1, 65536]");
@@ -174,27 +180,43 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         std::fprintf(stderr,
                      "dlock-bench-striped: %s\nusage: dlock-bench-striped --url URL [--items N] "
-                     "[--workers N] [--seconds S] [--stripes 1,2,4,...]\n",
+                     "[--workers N] [--seconds S] [--rounds R] [--stripes 1,2,4,...]\n",
                      e.what());
         return 2;
     }
     try {
         const auto run = "bench-striped:" + std::to_string(::getpid()) + ":" +
                          std::to_string(steady::now().time_since_epoch().count());
-        std::vector<result> results;
-        const auto report = [&](const result& r) {
-            std::printf("%-20s %10.0f ops/s\n", r.name.c_str(), r.ops_per_s);
-            std::fflush(stdout);
-            results.push_back(r);
+        // Rounds interleave the configurations, so a change in machine load over the run hits
+        // them all alike; each configuration reports its median round.
+        struct series {
+            std::string mode;
+            int stripes;
+            std::vector<result> rounds;
         };
-        for (const auto n : c.stripes) report(run_one(c, run, "striped", n));
-        report(run_one(c, run, "per-item", 0));
-        report(run_one(c, run, "lua", 0));
+        std::vector<series> all;
+        for (const auto n : c.stripes) all.push_back({"striped", n, {}});
+        all.push_back({"per-item", 0, {}});
+        all.push_back({"lua", 0, {}});
+        for (int r = 0; r < c.rounds; ++r) {
+            for (auto& one : all) {
+                one.rounds.push_back(run_one(c, run, one.mode, one.stripes));
+                std::printf("round %d  %-20s %10.0f ops/s\n", r + 1, one.rounds.back().name.c_str(),
+                            one.rounds.back().ops_per_s);
+                std::fflush(stdout);
+            }
+        }
+        std::vector<result> results;
+        for (auto& one : all) {
+            std::sort(one.rounds.begin(), one.rounds.end(),
+                      [](const result& a, const result& b) { return a.ops_per_s < b.ops_per_s; });
+            results.push_back(one.rounds[one.rounds.size() / 2]);
+        }
         const double global = results.front().ops_per_s;
         std::printf(
-            "\n%d items, %d workers, %.1f s each\n\n| locking | ops/s | vs first |\n"
-            "|---|---:|---:|\n",
-            c.items, c.workers, c.seconds);
+            "\n%d items, %d workers, %d rounds of %.1f s, median round\n\n"
+            "| locking | ops/s | vs first |\n|---|---:|---:|\n",
+            c.items, c.workers, c.rounds, c.seconds);
         for (const auto& r : results)
             std::printf("| %s | %.0f | %.2fx |\n", r.name.c_str(), r.ops_per_s,
                         r.ops_per_s / global);
