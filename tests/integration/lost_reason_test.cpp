@@ -11,6 +11,7 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,11 @@
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
+
+namespace dlock {
+// gtest prints the reason's name, not its byte.
+void PrintTo(lost_reason r, std::ostream* os) { *os << to_string(r); }
+}  // namespace dlock
 
 namespace {
 
