@@ -39,11 +39,13 @@ void lease_core::renewed(steady::time_point new_valid_until) noexcept {
     state_.compare_exchange_strong(expected, lock_state::held);
 }
 
-void lease_core::renewal_failed() noexcept {
+bool lease_core::renewal_failed() noexcept {
     auto expected = lock_state::held;
-    if (state_.compare_exchange_strong(expected, lock_state::uncertain)) {
-        owner_->notify({event_kind::renewal_failed, name_, fencing_token_, {}, steady::now()});
-    }
+    return state_.compare_exchange_strong(expected, lock_state::uncertain);
+}
+
+void lease_core::report_renewal_failed() noexcept {
+    owner_->notify({event_kind::renewal_failed, name_, fencing_token_, {}, steady::now()});
 }
 
 lost_reason lease_core::expiry_reason() const noexcept {

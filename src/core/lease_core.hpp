@@ -71,9 +71,12 @@ public:
     /// renewal's send time + its lease - drift), lower than before if that lease was shorter.
     /// Callers must not apply an older renewal's answer after a newer one's.
     void renewed(steady::time_point new_valid_until) noexcept;
-    /// A renewal could not be confirmed (server unreachable); valid_until() is unchanged. The
-    /// first failure of an episode (held -> uncertain) emits renewal_failed.
-    void renewal_failed() noexcept;
+    /// A renewal could not be confirmed (server unreachable); valid_until() is unchanged. true on
+    /// the first failure of an episode (held -> uncertain): the caller then calls
+    /// report_renewal_failed() once it holds no lock of its own (the observer may call back in).
+    bool renewal_failed() noexcept;
+    /// Emits the renewal_failed event.
+    void report_renewal_failed() noexcept;
     /// Moves to lost (once), fires lost_token and runs on_lost with `why`. true on the transition.
     /// `reason` none: the lease ran out, expiry_reason() tells expired from max_hold. The lost
     /// event is emitted unless the grant already ended (finish_release).

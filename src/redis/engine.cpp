@@ -966,6 +966,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
         std::vector<std::shared_ptr<lease_core>> renewed;
         std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
         std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
+        std::vector<std::shared_ptr<lease_core>> went_uncertain;
         {
             std::lock_guard lock(registry_mutex_);
             for (std::size_t i = 0; i < due.size(); ++i) {
@@ -1001,7 +1002,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 } else if (interrupted) {
                     it->second.next_renewal = now;
                 } else {
-                    lease->renewal_failed();
+                    if (lease->renewal_failed()) went_uncertain.push_back(lease);
                     const auto retry = now + dlock::detail::renewal_retry_delay(lease->plan());
                     it->second.next_renewal = std::min(retry, lease->valid_until());
                     failed.emplace_back(lease, std::move(why));
@@ -1011,6 +1012,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
         for (const auto& lease : renewed) {
             notify({event_kind::renewed, lease->name(), lease->fencing_token(), {}, steady::now()});
         }
+        for (const auto& lease : went_uncertain) lease->report_renewal_failed();
         for (const auto& [lease, why] : failed) {
             const auto code = servers_.size() > 1  ? make_error_code(errc::quorum_unreachable)
                               : batches.front().ec ? batches.front().ec

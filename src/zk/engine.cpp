@@ -787,6 +787,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
 
 steady::time_point engine::check_leases(steady::time_point now) {
     std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
+    std::vector<std::shared_ptr<lease_core>> went_uncertain;  // reported outside mutex_
     std::vector<std::pair<std::shared_ptr<session>, std::string>> doomed;  // nodes to delete
     auto next = steady::time_point::max();
     {
@@ -840,7 +841,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
             if (s.connected() && !s.overdue(now)) {
                 lease->renewed(bound);
             } else {
-                lease->renewal_failed();
+                if (lease->renewal_failed()) went_uncertain.push_back(lease);
             }
             next = std::min(next, bound);
         }
@@ -848,6 +849,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
     // Outside mutex_: queue_cleanup wakes this thread, which takes mutex_.
     for (auto& [s, path] : doomed) s->queue_cleanup({{}, {}, path});
     // The observer and on_lost hear why through the lost event (as with Redis, no error report).
+    for (auto& lease : went_uncertain) lease->report_renewal_failed();
     for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
     return next;
 }
