@@ -8,6 +8,7 @@
 #include <dlock/zk/client.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
@@ -146,6 +148,50 @@ TEST(LostReasonRedis, ClientClosed) {
     EXPECT_TRUE(l.lost_token().stop_requested());
     EXPECT_EQ(l.lost_reason(), lost_reason::client_closed);
     EXPECT_EQ(log.lost(), std::vector<lost_reason>{lost_reason::client_closed});
+}
+
+TEST(LostReasonRedis, RenewalFailedThenExpiredWithTheObserverCallingBackIn) {
+    // The server pauses: renewals go unanswered (renewal_failed, once), then the lease runs out
+    // (expired). The observer releases another lease of the same client from the renewal_failed
+    // event: it must be called with no lock of the client held, or that release would deadlock.
+    dlock::test::redis_server server;
+    std::mutex mutex;  // guards seen
+    std::vector<dlock::event_kind> seen;
+    std::mutex other_mutex;  // guards other (the observer's release emits events itself)
+    dlock::lease other;
+    std::atomic<bool> released_other{false};
+    dlock::redis::client redis({.url = server.url(),
+                                .command_timeout = 200ms,
+                                .observer = [&](const dlock::lock_event& e) {
+                                    {
+                                        std::lock_guard lock(mutex);
+                                        seen.push_back(e.kind);
+                                    }
+                                    if (e.kind == dlock::event_kind::renewal_failed &&
+                                        !released_other.exchange(true)) {
+                                        std::lock_guard lock(other_mutex);
+                                        std::error_code ignored;
+                                        other.release(ignored);  // takes the client's registry lock
+                                    }
+                                }});
+    auto taken = redis.acquire(unique_name("other"), {.lease = 10s});
+    {
+        std::lock_guard lock(other_mutex);
+        other = std::move(taken);
+    }
+    auto l = redis.acquire(unique_name("x"), {.lease = scaled(3s), .renew_every = 300ms});
+    server.pause();
+    ASSERT_TRUE(eventually([&] { return l.lost_token().stop_requested(); }, 10s));
+    server.resume();
+    EXPECT_EQ(l.lost_reason(), lost_reason::expired);
+    EXPECT_TRUE(released_other.load());
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), dlock::event_kind::renewal_failed), 1)
+        << "once per episode; seen: " << [&] {
+               std::string out;
+               for (const auto k : seen) out += std::string(dlock::to_string(k)) + " ";
+               return out;
+           }();
 }
 
 TEST(LastErrorMessage, NoexceptTwinsKeepTheDetailPerThread) {
