@@ -25,8 +25,7 @@ const steady::time_point t0 = steady::time_point{} + 1000s;
 lock_event ev(event_kind kind, std::string_view name, steady::duration at = {},
               steady::duration since = {}, std::error_code error = {}) {
     lock_event e{kind, name, 7, error, t0 + at};
-    if (since != steady::duration{} || kind == event_kind::acquired ||
-        kind == event_kind::released)
+    if (since != steady::duration{} || kind == event_kind::acquired || kind == event_kind::released)
         e.since = t0 + since;
     return e;
 }
