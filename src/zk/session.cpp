@@ -84,6 +84,11 @@ bool session::open(const std::string& hosts, milliseconds timeout, steady::time_
                   (errno != 0 ? std::strerror(errno) : "bad host list");
             return false;
         }
+        // By default the C client re-resolves the host list with getaddrinfo() every time it
+        // polls its socket. Besides the needless work, a fork() while its I/O thread is inside
+        // getaddrinfo() copies a held glibc lock into the child, whose first getaddrinfo() (its
+        // own new client) then blocks forever. Resolve again only after a connection loss.
+        zoo_set_servers_resolution_delay(zh_, -1);
     }
     if (!wait_connected(deadline, {})) {
         why = "no session established within the connect timeout";

@@ -21,6 +21,7 @@
 
 #include "backend.hpp"
 #include "cli.hpp"
+#include "describe.hpp"
 #include "duration.hpp"
 #include "process.hpp"
 
@@ -81,6 +82,10 @@ const char* const status_footer = R"(Examples:
 
 "subscribed clients" counts client connections subscribed to the lock's release channel: each
 waiting process counts once, however many of its threads wait.)";
+
+const char* const completion_footer = R"(Examples:
+  source <(dlock completion bash)                  in ~/.bashrc
+  dlock completion zsh > "${fpath[1]}/_dlock"      then restart zsh)";
 
 const char* const demo_footer = R"(Examples:
   dlock demo                               on a private redis-server (redis-server from PATH)
@@ -420,6 +425,18 @@ int dispatch(int argc, char** argv) {
         ->type_name("NAME")
         ->default_str("redis");
 
+    std::string shell;
+    CLI::App* completion =
+        app.add_subcommand("completion", "Print a shell completion script: bash or zsh");
+    completion->footer(completion_footer);
+    set_usage(completion, "dlock completion bash|zsh");
+    completion->add_option("SHELL", shell, "bash or zsh")
+        ->required()
+        ->type_name("")
+        ->check(CLI::IsMember({"bash", "zsh"}));
+    // The manual page, generated from these definitions at build time (hidden).
+    CLI::App* man = app.add_subcommand("__man", "")->group("");
+
     // One worker process of `dlock demo` (hidden: an empty group name keeps it out of --help).
     CLI::App* worker = app.add_subcommand("__demo-worker", "")->group("");
     worker->add_option("--url", raw.demo_url)->required();
@@ -436,10 +453,11 @@ int dispatch(int argc, char** argv) {
         return false;
     };
     if (!args.empty() && !args.front().starts_with("-") && !is_command(args.front())) {
-        throw cli_error(exit_status::usage,
-                        fmt::format("unknown command \"{}\" (expected run, status or demo; see "
-                                    "dlock --help)",
-                                    args.front()));
+        throw cli_error(
+            exit_status::usage,
+            fmt::format("unknown command \"{}\" (expected run, status, demo or completion; see "
+                        "dlock --help)",
+                        args.front()));
     }
 
     std::vector<std::string> command;
@@ -512,6 +530,15 @@ int dispatch(int argc, char** argv) {
             o.url = raw.demo_url;
         }
         return demo_command(o);
+    }
+    if (completion->parsed()) {
+        reject_extras(completion);
+        std::fputs((shell == "bash" ? bash_completion(app) : zsh_completion(app)).c_str(), stdout);
+        return exit_status::ok;
+    }
+    if (man->parsed()) {
+        std::fputs(man_page(app, version).c_str(), stdout);
+        return exit_status::ok;
     }
     if (worker->parsed()) {
         return demo_worker_command(
