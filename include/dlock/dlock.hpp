@@ -6,6 +6,7 @@
 #include <dlock/error.hpp>
 #include <dlock/event.hpp>
 #include <dlock/lease.hpp>
+#include <dlock/metrics.hpp>
 #include <dlock/multi_lock.hpp>
 #include <dlock/mutex.hpp>
 #include <dlock/options.hpp>
@@ -13,4 +14,5 @@
 #include <dlock/redlock/client.hpp>
 #include <dlock/semaphore.hpp>
 #include <dlock/shared_mutex.hpp>
+#include <dlock/striped.hpp>
 #include <dlock/zk/client.hpp>
