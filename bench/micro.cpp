@@ -17,7 +17,7 @@
 
 #include "core/renewal.hpp"
 #include "core/token.hpp"
-#include "core/url.hpp"
+#include "redis/url.hpp"
 #include "redis/codec.hpp"
 
 namespace {

@@ -37,14 +37,15 @@
 //                    session, not a lease (docs/zookeeper.md). acquire = lock() (a watch on the
 //                    node ahead, no polling); release = unlock() (delete of our node).
 //
+// Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,... or zk://),
+// which builds the client named above with its default options and the error handler.
+//
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
 #include "stats.hpp"
 
+#include <dlock/connect.hpp>
 #include <dlock/dlock.hpp>
-#include <dlock/redis/client.hpp>
-#include <dlock/redlock/client.hpp>
-#include <dlock/zk/client.hpp>
 
 #include <time.h>
 
@@ -153,6 +154,13 @@ error_sink& errors_reported() {
 
 std::string redis_url(const config& c) { return "redis://" + c.servers.front(); }
 
+// "a:1,b:2,...": every --servers entry.
+std::string server_list(const config& c) {
+    std::string out;
+    for (const auto& s : c.servers) out += (out.empty() ? "" : ",") + s;
+    return out;
+}
+
 void report_error(std::error_code ec, std::string_view what) { errors_reported().report(ec, what); }
 
 /// The read side of a dlock::shared_mutex as a mutex-shaped lock: what the `shared` mode measures.
@@ -194,16 +202,16 @@ private:
 };
 
 /// A mutex-shaped lock type (`Lock`: dlock::mutex, fair_mutex, recursive_mutex, read_lock) over
-/// any dlock::backend (settings in the header comment). `Client` is the backend's client type,
-/// constructed from `Options`. `Blocker` is what the warm-up holds so that a `Lock` has to wait
-/// (the exclusive side, for read locks).
-template <class Client, class Lock = dlock::mutex, class Blocker = Lock>
+/// any dlock::backend (settings in the header comment), reached with dlock::connect(url) and the
+/// default client options but the error handler. `Blocker` is what the warm-up holds so that a
+/// `Lock` has to wait (the exclusive side, for read locks).
+template <class Lock = dlock::mutex, class Blocker = Lock>
 class mutex_driver final : public lock_driver {
 public:
-    template <class Options>
-    mutex_driver(const config& c, Options options)
+    mutex_driver(const config& c, const std::string& url)
         : lease_(std::chrono::milliseconds(c.ttl_ms)),
-          client_(std::move(options)),
+          backend_(dlock::connect(url, {.error_handler = report_error})),
+          client_(*backend_),
           mutex_(client_, c.key, {.lease = lease_}) {}
 
     void warm_up(const std::string& private_key) override {
@@ -239,49 +247,40 @@ public:
 
 private:
     std::chrono::milliseconds lease_;
-    Client client_;
+    std::unique_ptr<dlock::backend> backend_;
+    dlock::backend& client_;
     Lock mutex_;
 };
 
 std::unique_ptr<lock_driver> make_mutex(const config& c) {
-    return std::make_unique<mutex_driver<dlock::redis::client>>(
-        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+    return std::make_unique<mutex_driver<>>(c, redis_url(c));
 }
 
 std::unique_ptr<lock_driver> make_fair(const config& c) {
-    return std::make_unique<mutex_driver<dlock::redis::client, dlock::fair_mutex>>(
-        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+    return std::make_unique<mutex_driver<dlock::fair_mutex>>(c, redis_url(c));
 }
 
 std::unique_ptr<lock_driver> make_reentrant(const config& c) {
-    return std::make_unique<mutex_driver<dlock::redis::client, dlock::recursive_mutex>>(
-        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+    return std::make_unique<mutex_driver<dlock::recursive_mutex>>(c, redis_url(c));
 }
 
 std::unique_ptr<lock_driver> make_shared(const config& c) {
-    return std::make_unique<mutex_driver<dlock::redis::client, read_lock, dlock::shared_mutex>>(
-        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+    return std::make_unique<mutex_driver<read_lock, dlock::shared_mutex>>(c, redis_url(c));
 }
 
 std::unique_ptr<lock_driver> make_semaphore(const config& c) {
-    return std::make_unique<mutex_driver<dlock::redis::client, one_permit>>(
-        c, dlock::redis::client_options{.url = redis_url(c), .error_handler = report_error});
+    return std::make_unique<mutex_driver<one_permit>>(c, redis_url(c));
 }
 
 std::unique_ptr<lock_driver> make_redlock(const config& c) {
-    std::vector<std::string> urls;
-    for (const auto& s : c.servers) urls.push_back("redis://" + s);
-    return std::make_unique<mutex_driver<dlock::redlock::client>>(
-        c, dlock::redlock::client_options{.urls = std::move(urls), .error_handler = report_error});
+    return std::make_unique<mutex_driver<>>(c, "redlock://" + server_list(c));
 }
 
+#if DLOCK_HAS_ZOOKEEPER
 std::unique_ptr<lock_driver> make_zk(const config& c) {
-    std::string hosts;
-    for (const auto& s : c.servers) hosts += (hosts.empty() ? "" : ",") + s;
-    return std::make_unique<mutex_driver<dlock::zk::client>>(
-        c, dlock::zk::client_options{.url = "zk://" + hosts + "/dlock-bench",
-                                     .error_handler = report_error});
+    return std::make_unique<mutex_driver<>>(c, "zk://" + server_list(c) + "/dlock-bench");
 }
+#endif
 
 using driver_factory = std::function<std::unique_ptr<lock_driver>(const config&)>;
 
@@ -293,38 +292,45 @@ struct mode_info {
 
 /// Every mode the worker knows. Adding a lock type = one driver class + one row here.
 const std::vector<mode_info>& modes() {
-    static const std::vector<mode_info> all{
+    static const std::vector<mode_info> all {
         {"mutex",
          "dlock::mutex over dlock::redis::client; url redis://<first --servers entry>, lease "
          "--ttl-ms, all other client and lock options at their defaults (renewal on, every "
          "lease/3)",
          make_mutex},
-        {"redlock",
-         "dlock::mutex over dlock::redlock::client; every --servers entry is an independent master "
-         "(quorum N/2+1), lease --ttl-ms, all other options at their defaults",
-         make_redlock},
-        {"fair",
-         "dlock::fair_mutex over dlock::redis::client (FIFO queue, direct hand-off); url, lease "
-         "and other options as for mutex",
-         make_fair},
-        {"reentrant",
-         "dlock::recursive_mutex over dlock::redis::client (one level per cycle: a hash with a "
-         "per-owner counter); url, lease and other options as for mutex",
-         make_reentrant},
-        {"shared",
-         "the read side of dlock::shared_mutex over dlock::redis::client (lock_shared / "
-         "unlock_shared; readers overlap by design, so the analyser counts overlaps instead of "
-         "reporting violations); url, lease and other options as for mutex",
-         make_shared},
-        {"semaphore",
-         "dlock::counting_semaphore with 1 permit over dlock::redis::client (acquire / release of "
-         "one permit; permit-expirable grants); url, lease and other options as for mutex",
-         make_semaphore},
-        {"zk",
-         "dlock::mutex over dlock::zk::client; url zk://<every --servers entry>/dlock-bench (the "
-         "ensemble), lease --ttl-ms (validated; the grant lives with the ZooKeeper session), all "
-         "other options at their defaults",
-         make_zk},
+            {"redlock",
+             "dlock::mutex over dlock::redlock::client; every --servers entry is an independent "
+             "master "
+             "(quorum N/2+1), lease --ttl-ms, all other options at their defaults",
+             make_redlock},
+            {"fair",
+             "dlock::fair_mutex over dlock::redis::client (FIFO queue, direct hand-off); url, "
+             "lease "
+             "and other options as for mutex",
+             make_fair},
+            {"reentrant",
+             "dlock::recursive_mutex over dlock::redis::client (one level per cycle: a hash with a "
+             "per-owner counter); url, lease and other options as for mutex",
+             make_reentrant},
+            {"shared",
+             "the read side of dlock::shared_mutex over dlock::redis::client (lock_shared / "
+             "unlock_shared; readers overlap by design, so the analyser counts overlaps instead of "
+             "reporting violations); url, lease and other options as for mutex",
+             make_shared},
+            {"semaphore",
+             "dlock::counting_semaphore with 1 permit over dlock::redis::client (acquire / release "
+             "of "
+             "one permit; permit-expirable grants); url, lease and other options as for mutex",
+             make_semaphore},
+#if DLOCK_HAS_ZOOKEEPER
+            {"zk",
+             "dlock::mutex over dlock::zk::client; url zk://<every --servers entry>/dlock-bench "
+             "(the "
+             "ensemble), lease --ttl-ms (validated; the grant lives with the ZooKeeper session), "
+             "all "
+             "other options at their defaults",
+             make_zk},
+#endif
     };
     return all;
 }

@@ -2,11 +2,15 @@
 # dlock's test command: builds and runs every test stage, then prints a summary.
 #
 #   scripts/test.sh           plain build (all labels), the bounded torture run (plain build),
-#                             ASan+UBSan build (all labels), TSan build (labels unit and integration)
+#                             ASan+UBSan build (all labels), TSan build (labels unit and integration),
+#                             Release build (library + unit tests), ZooKeeper-less build (library,
+#                             unit tests, connect and CLI tests), clang -Wthread-safety build of the
+#                             library, clang-tidy over src/
 #   scripts/test.sh --quick   plain build only
 #
 # Every stage runs even if an earlier one failed; the exit status is non-zero if any failed.
-# Build trees (build/, build-asan/, build-tsan/) are kept and rebuilt incrementally.
+# Build trees (build/, build-asan/, build-tsan/, build-release/, build-nozk/, build-clang/) are
+# kept and rebuilt incrementally; the extra configurations build only the targets they check.
 # Environment: DLOCK_TEST_TIME_SCALE scales test durations (default 1; the sanitizer stages
 # default to 2 (ASan) and 3 (TSan) when it is unset); DLOCK_CTEST_JOBS (default 2);
 # DLOCK_TORTURE_SEED (default: the time, printed) and DLOCK_TORTURE_MINUTES (default 2.5) for
@@ -21,7 +25,7 @@ quick=0
 while (($#)); do
   case "$1" in
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -116,6 +120,65 @@ stage_torture() {
     --client build/tests/torture/dlock-torture-client
 }
 
+# configure_tree DIR CMAKE_ARGS...: a Ninja tree with warnings as errors (ccache when installed).
+configure_tree() {
+  local dir=$1; shift
+  local args=(-DDLOCK_WERROR=ON "$@")
+  [[ -f $dir/CMakeCache.txt ]] || args+=(-G Ninja)
+  if command -v ccache >/dev/null; then
+    args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" "${args[@]}" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; return 1; }
+}
+
+# Release (-O3, NDEBUG: other inlining, other warnings): everything builds; the unit tests run.
+stage_release() {
+  configure_tree build-release -DCMAKE_BUILD_TYPE=Release || return
+  ninja -C build-release || return
+  ctest --test-dir build-release --output-on-failure -j "$ctest_jobs" -L unit
+}
+
+# Without the ZooKeeper component: configures without libzookeeper-mt, links nothing of it, and
+# the unit, connect() and CLI tests pass (ZooKeeper tests are compiled out).
+stage_nozk() {
+  configure_tree build-nozk -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WITH_ZOOKEEPER=OFF || return
+  if grep -q zookeeper_mt build-nozk/build.ninja; then
+    echo "build-nozk links libzookeeper_mt although DLOCK_WITH_ZOOKEEPER=OFF" >&2
+    return 1
+  fi
+  ninja -C build-nozk unit_tests connect_test cli_test || return
+  ctest --test-dir build-nozk --output-on-failure -j "$ctest_jobs" \
+    -R '^(unit_tests|connect_test|cli_test)$'
+}
+
+# clang with -Wthread-safety over the library: state annotated DLOCK_GUARDED_BY a mutex
+# (include/dlock/detail/thread_safety.hpp) is never touched without it.
+stage_clang() {
+  CC=clang CXX=clang++ configure_tree build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS=-Wthread-safety" || return
+  ninja -C build-clang dlock
+}
+
+# clang-tidy with the repo's .clang-tidy over every source under src/ (compile commands of
+# build-clang, so run after stage_clang); any finding fails the stage.
+stage_tidy() {
+  [[ -f build-clang/compile_commands.json ]] || stage_clang || return
+  # run-clang-tidy (Debian 12) has no -warnings-as-errors: a finding is a "file:line:col:
+  # warning:" line of its output, and any such line fails the stage.
+  run-clang-tidy -p build-clang -quiet "$ROOT/src/" >build-clang/tidy.log 2>&1 || {
+    cat build-clang/tidy.log; return 1
+  }
+  local findings
+  findings=$(sed 's/\x1b\[[0-9;]*m//g' build-clang/tidy.log | grep -E '^/[^ ]+:[0-9]+:[0-9]+: (warning|error):' | sort -u)
+  if [[ -n $findings ]]; then
+    printf '%s\n' "$findings"
+    echo "clang-tidy: $(wc -l <<<"$findings") finding(s); fix them or tune .clang-tidy (with the reason)" >&2
+    return 1
+  fi
+  echo "clang-tidy: no findings"
+}
+
 total0=$SECONDS
 run_stage "packages (scripts/setup.sh --deps-only)" bash scripts/setup.sh --deps-only
 run_stage "format (clang-format)" bash scripts/check-format.sh
@@ -125,6 +188,10 @@ if ((!quick)); then
   run_stage "torture: seeded faults, every backend and kind (plain build)" stage_torture
   run_stage "ASan+UBSan build: all tests" stage_asan
   run_stage "TSan build: unit + integration tests" stage_tsan
+  run_stage "Release build: everything, unit tests" stage_release
+  run_stage "ZooKeeper-less build: library, unit, connect and CLI tests" stage_nozk
+  run_stage "clang -Wthread-safety build: library" stage_clang
+  run_stage "clang-tidy: src/" stage_tidy
 fi
 
 printf '\n======== summary (%d s) ========\n' "$((SECONDS - total0))"

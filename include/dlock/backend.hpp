@@ -14,6 +14,7 @@
 #include <system_error>
 #include <vector>
 
+#include <dlock/config.hpp>
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 

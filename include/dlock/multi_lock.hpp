@@ -118,10 +118,10 @@ private:
     std::vector<lock_part> parts_;
     std::vector<std::size_t> order_;  // indices into parts_, in the global acquisition order
     lock_options options_;
-    detail::owner_gate gate_;         // the owning thread, from lock() to its unlock()
-    mutable std::mutex grant_mutex_;  // guards grant_ (a holder's queries may race a waiter's
-                                      // adopt, as in dlock::mutex)
-    grant_ptr grant_;
+    detail::owner_gate gate_;            // the owning thread, from lock() to its unlock()
+    mutable detail::mutex grant_mutex_;  // a holder's queries may race a waiter's adopt, as in
+                                         // dlock::mutex
+    grant_ptr grant_ DLOCK_GUARDED_BY(grant_mutex_);
 };
 
 }  // namespace dlock

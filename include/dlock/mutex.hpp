@@ -103,9 +103,9 @@ private:
     lock_request request_{};
     std::string name_;
     lock_options options_;
-    detail::owner_gate gate_;         // the owning thread, from lock() to its unlock()
-    mutable std::mutex lease_mutex_;  // guards lease_ (the owner's adopt may race observers)
-    lease lease_;
+    detail::owner_gate gate_;            // the owning thread, from lock() to its unlock()
+    mutable detail::mutex lease_mutex_;  // the owner's adopt may race observers
+    lease lease_ DLOCK_GUARDED_BY(lease_mutex_);
 };
 
 /// `dlock::fair_mutex`: a mutex whose waiters are served strictly first come, first served, with

@@ -34,6 +34,7 @@
 #include <dlock/backend.hpp>
 #include <dlock/detail/deadline.hpp>
 #include <dlock/lease.hpp>
+#include <dlock/detail/thread_safety.hpp>
 #include <dlock/options.hpp>
 
 namespace dlock {
@@ -107,8 +108,9 @@ private:
     backend& backend_;
     std::string name_;
     lock_options options_;
-    mutable std::mutex owners_mutex_;  // guards owners_ (the map, and each owner's vectors)
-    std::unordered_map<std::thread::id, std::unique_ptr<owner>> owners_;
+    mutable detail::mutex owners_mutex_;  // guards the map, and each owner's vectors
+    std::unordered_map<std::thread::id, std::unique_ptr<owner>> owners_
+        DLOCK_GUARDED_BY(owners_mutex_);
 };
 
 }  // namespace dlock

@@ -28,6 +28,7 @@
 #include <dlock/backend.hpp>
 #include <dlock/detail/deadline.hpp>
 #include <dlock/lease.hpp>
+#include <dlock/detail/thread_safety.hpp>
 #include <dlock/options.hpp>
 
 namespace dlock {
@@ -140,8 +141,9 @@ private:
     std::string name_;
     lock_options options_;
     std::atomic<std::uint32_t> permits_;
-    mutable std::mutex grants_mutex_;    // guards *grants_
-    std::unique_ptr<grant_set> grants_;  // its source fires when a grant is lost or all are back
+    mutable detail::mutex grants_mutex_;
+    // Its source fires when a grant is lost or all are back.
+    std::unique_ptr<grant_set> grants_ DLOCK_GUARDED_BY(grants_mutex_);
 };
 
 }  // namespace dlock

@@ -134,16 +134,16 @@ private:
     bool try_lock_shared_until_steady(std::chrono::steady_clock::time_point deadline);
     /// The calling thread's share, else the write lease; null when neither. Call with
     /// leases_mutex_ held.
-    const lease* current() const noexcept;
+    const lease* current() const noexcept DLOCK_REQUIRES(leases_mutex_);
     void refuse_second_share() const;
 
     backend& backend_;
     std::string name_;
     lock_options options_;
-    detail::owner_gate writer_gate_;   // the thread owning the write lock, until its unlock()
-    mutable std::mutex leases_mutex_;  // guards writer_ and readers_
-    lease writer_;
-    std::unordered_map<std::thread::id, lease> readers_;
+    detail::owner_gate writer_gate_;  // the thread owning the write lock, until its unlock()
+    mutable detail::mutex leases_mutex_;
+    lease writer_ DLOCK_GUARDED_BY(leases_mutex_);
+    std::unordered_map<std::thread::id, lease> readers_ DLOCK_GUARDED_BY(leases_mutex_);
 };
 
 }  // namespace dlock

@@ -23,13 +23,13 @@ namespace dlock::detail {
 /// the client whose error handler is told (report_foreign_unlock, `kind` object `name`).
 /// `Grant` is default-constructible (empty) and movable. Never throws.
 template <class Grant, class CoreOf>
-void unlock_if_owner(owner_gate& gate, std::mutex& slot_mutex, Grant& slot, CoreOf core_of,
+void unlock_if_owner(owner_gate& gate, detail::mutex& slot_mutex, Grant& slot, CoreOf core_of,
                      std::string_view kind, std::string_view name) noexcept {
     Grant held{};
     std::shared_ptr<lease_core> others;
     const bool owner = gate.owned_by_caller();
     {
-        std::lock_guard guard(slot_mutex);
+        detail::lock_guard guard(slot_mutex);
         if (owner) {
             held = std::move(slot);
         } else {
@@ -45,7 +45,7 @@ void unlock_if_owner(owner_gate& gate, std::mutex& slot_mutex, Grant& slot, Core
 }
 
 /// unlock_if_owner for a grant that is one dlock::lease.
-inline void unlock_if_owner(owner_gate& gate, std::mutex& slot_mutex, lease& slot,
+inline void unlock_if_owner(owner_gate& gate, detail::mutex& slot_mutex, lease& slot,
                             std::string_view kind, std::string_view name) noexcept {
     unlock_if_owner(
         gate, slot_mutex, slot,

@@ -5,9 +5,10 @@ namespace dlock::detail {
 owner_gate::entry owner_gate::enter(std::chrono::steady_clock::time_point deadline,
                                     std::stop_token cancel) {
     const auto me = std::this_thread::get_id();
-    std::unique_lock lock(mutex_);
+    detail::unique_lock lock(mutex_);
     if (owned_ && owner_ == me) return entry::already_owner;
-    const auto free = [this] { return !owned_; };
+    // Called by wait() with mutex_ held (the analysis does not see into the wait).
+    const auto free = [this]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return !owned_; };
     bool entered = false;
     if (deadline == std::chrono::steady_clock::time_point::max()) {
         entered = free_.wait(lock, cancel, free);
@@ -21,13 +22,13 @@ owner_gate::entry owner_gate::enter(std::chrono::steady_clock::time_point deadli
 }
 
 bool owner_gate::owned_by_caller() const noexcept {
-    std::lock_guard lock(mutex_);
+    detail::lock_guard lock(mutex_);
     return owned_ && owner_ == std::this_thread::get_id();
 }
 
 void owner_gate::leave() noexcept {
     {
-        std::lock_guard lock(mutex_);
+        detail::lock_guard lock(mutex_);
         owned_ = false;
         owner_ = {};
     }

@@ -29,14 +29,14 @@ recursive_mutex::recursive_mutex(backend& backend, std::string name, lock_option
 recursive_mutex::~recursive_mutex() {
     decltype(owners_) left;
     {
-        std::lock_guard guard(owners_mutex_);
+        detail::lock_guard guard(owners_mutex_);
         left.swap(owners_);
     }
     // ~owner releases each level outside owners_mutex_; failures go to the client's handler.
 }
 
 recursive_mutex::owner* recursive_mutex::mine() const {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     return it == owners_.end() ? nullptr : it->second.get();
 }
@@ -81,7 +81,7 @@ lease recursive_mutex::take(owner* held, std::chrono::steady_clock::time_point d
 }
 
 void recursive_mutex::adopt(lease&& grant) {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto id = std::this_thread::get_id();
     const auto it = owners_.find(id);
     std::unique_ptr<owner> fresh;
@@ -98,7 +98,7 @@ void recursive_mutex::unlock() noexcept {
     std::optional<detail::composite_grant::detached> level;
     std::unique_ptr<owner> finished;
     {
-        std::lock_guard guard(owners_mutex_);
+        detail::lock_guard guard(owners_mutex_);
         const auto it = owners_.find(std::this_thread::get_id());
         if (it == owners_.end()) return;  // not held by this thread: harmless
         auto& o = *it->second;
@@ -115,7 +115,7 @@ void recursive_mutex::unlock() noexcept {
 }
 
 std::uint64_t recursive_mutex::fencing_token() const {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) {
         throw error(errc::not_owner,
@@ -125,27 +125,27 @@ std::uint64_t recursive_mutex::fencing_token() const {
 }
 
 std::chrono::milliseconds recursive_mutex::expires_in() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) return std::chrono::milliseconds::zero();
     return it->second->levels.expires_in();
 }
 
 lock_state recursive_mutex::state() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     if (it == owners_.end()) return lock_state::lost;
     return it->second->levels.state();
 }
 
 std::stop_token recursive_mutex::lost_token() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     return it != owners_.end() ? it->second->levels.lost_token() : detail::fired_token();
 }
 
 std::size_t recursive_mutex::depth() const noexcept {
-    std::lock_guard guard(owners_mutex_);
+    detail::lock_guard guard(owners_mutex_);
     const auto it = owners_.find(std::this_thread::get_id());
     return it == owners_.end() ? 0 : it->second->levels.size();
 }

@@ -87,13 +87,13 @@ void counting_semaphore::adopt(lease&& held, std::uint32_t count) {
     for (;;) {
         std::stop_source period;
         {
-            std::lock_guard guard(grants_mutex_);
+            detail::lock_guard guard(grants_mutex_);
             period = grants_->leases.lost_source();
         }
         // Watch outside grants_mutex_: a grant already lost runs the callback right here, and that
         // runs the user's callbacks on lost_token(), which may call back into this object.
         auto watch = detail::composite_grant::watch(held, period);
-        std::lock_guard guard(grants_mutex_);
+        detail::lock_guard guard(grants_mutex_);
         if (grants_->leases.lost_source() == period) {
             grants_->info.reserve(grants_->info.size() + 1);
             grants_->leases.add(std::move(held), std::move(watch));
@@ -113,7 +113,7 @@ std::unique_ptr<counting_semaphore::detached_grants> counting_semaphore::detach(
         // Allocated up front: nothing below may fail half-way.
         auto out = std::make_unique<detached_grants>();
         std::stop_source next_period;
-        std::lock_guard guard(grants_mutex_);
+        detail::lock_guard guard(grants_mutex_);
         auto& leases = grants_->leases;
         auto& info = grants_->info;
         // release() order: the caller's own grants, then lost ones (already free on the server),
@@ -202,14 +202,14 @@ void counting_semaphore::set_permits(std::uint32_t permits, std::error_code& ec)
 }
 
 std::uint32_t counting_semaphore::held() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     std::uint64_t sum = 0;
     for (const auto& g : grants_->info) sum += g.count;
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(sum, UINT32_MAX));
 }
 
 std::uint64_t counting_semaphore::fencing_token() const {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     if (grants_->leases.empty()) {
         throw error(errc::not_owner,
                     "fencing_token() of semaphore \"" + name_ + "\", which holds no permit");
@@ -218,17 +218,17 @@ std::uint64_t counting_semaphore::fencing_token() const {
 }
 
 std::chrono::milliseconds counting_semaphore::expires_in() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     return grants_->leases.expires_in();
 }
 
 lock_state counting_semaphore::state() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     return grants_->leases.state();
 }
 
 std::stop_token counting_semaphore::lost_token() const noexcept {
-    std::lock_guard guard(grants_mutex_);
+    detail::lock_guard guard(grants_mutex_);
     return grants_->leases.lost_token();
 }
 

@@ -27,7 +27,7 @@ shared_mutex::~shared_mutex() {
     lease writer;
     std::unordered_map<std::thread::id, lease> readers;
     {
-        std::lock_guard guard(leases_mutex_);
+        detail::lock_guard guard(leases_mutex_);
         writer = std::move(writer_);
         readers.swap(readers_);
     }
@@ -41,7 +41,7 @@ void shared_mutex::refuse_second_share() const {
     }
     bool holds_share = false;
     {
-        std::lock_guard guard(leases_mutex_);
+        detail::lock_guard guard(leases_mutex_);
         holds_share = readers_.contains(std::this_thread::get_id());
     }
     if (holds_share) {
@@ -80,12 +80,14 @@ bool shared_mutex::try_lock_until_steady(std::chrono::steady_clock::time_point d
         if (is_contention(ec) && deadline != detail::steady::time_point::max()) return false;
         detail::throw_if(ec);
     }
-    std::lock_guard guard(leases_mutex_);
+    detail::lock_guard guard(leases_mutex_);
     writer_ = std::move(grant);  // empty before: only the gate's owner adopts, once
     return true;
 }
 
-void shared_mutex::unlock() noexcept {
+// unlock_if_owner takes the slot by reference and touches it only under the mutex it is given;
+// the analysis cannot tie a parameter to a mutex, so it is off for this forwarding call only.
+void shared_mutex::unlock() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
     detail::unlock_if_owner(writer_gate_, leases_mutex_, writer_, "shared_mutex", name_);
 }
 
@@ -104,7 +106,7 @@ bool shared_mutex::try_lock_shared_until_steady(std::chrono::steady_clock::time_
     auto grant = backend_.acquire_until(name_, read_request, options_, deadline, ec);
     if (is_contention(ec) && deadline != detail::steady::time_point::max()) return false;
     detail::throw_if(ec);
-    std::lock_guard guard(leases_mutex_);
+    detail::lock_guard guard(leases_mutex_);
     // Only this thread adds under its id, and refuse_second_share() found none: no lease is
     // replaced (and so none is released under the mutex).
     readers_.emplace(std::this_thread::get_id(), std::move(grant));
@@ -114,7 +116,7 @@ bool shared_mutex::try_lock_shared_until_steady(std::chrono::steady_clock::time_
 void shared_mutex::unlock_shared() noexcept {
     lease held;
     {
-        std::lock_guard guard(leases_mutex_);
+        detail::lock_guard guard(leases_mutex_);
         const auto it = readers_.find(std::this_thread::get_id());
         if (it == readers_.end()) return;
         held = std::move(it->second);
@@ -131,7 +133,7 @@ const lease* shared_mutex::current() const noexcept {
 }
 
 std::uint64_t shared_mutex::fencing_token() const {
-    std::lock_guard guard(leases_mutex_);
+    detail::lock_guard guard(leases_mutex_);
     const auto* held = current();
     if (!held) {
         throw error(errc::not_owner, "fencing_token() of \"" + name_ +
@@ -141,19 +143,19 @@ std::uint64_t shared_mutex::fencing_token() const {
 }
 
 std::chrono::milliseconds shared_mutex::expires_in() const noexcept {
-    std::lock_guard guard(leases_mutex_);
+    detail::lock_guard guard(leases_mutex_);
     const auto* held = current();
     return held ? held->expires_in() : std::chrono::milliseconds::zero();
 }
 
 lock_state shared_mutex::state() const noexcept {
-    std::lock_guard guard(leases_mutex_);
+    detail::lock_guard guard(leases_mutex_);
     const auto* held = current();
     return held ? held->state() : lock_state::lost;
 }
 
 std::stop_token shared_mutex::lost_token() const noexcept {
-    std::lock_guard guard(leases_mutex_);
+    detail::lock_guard guard(leases_mutex_);
     const auto* held = current();
     return held ? held->lost_token() : lease().lost_token();
 }

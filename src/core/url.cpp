@@ -1,25 +1,47 @@
 #include "core/url.hpp"
 
-#include <cctype>
-#include <charconv>
+#include <dlock/error.hpp>
+#include <dlock/url.hpp>
 
-#include "core/status.hpp"
+#include <cctype>
 
 namespace dlock::detail {
 namespace {
-
-bool parse_int(std::string_view text, long long low, long long high, long long& out) {
-    if (text.empty()) return false;
-    const auto* end = text.data() + text.size();
-    const auto [ptr, err] = std::from_chars(text.data(), end, out);
-    return err == std::errc{} && ptr == end && out >= low && out <= high;
-}
 
 int hex_value(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
+}
+
+// A user name that may be shown: only characters RFC 3986 allows unencoded in userinfo. Anything
+// else ('/', '?', '#', '@', ...) means the split into user and password is not what the writer
+// meant, so nothing of it is shown.
+bool is_plain_user(std::string_view text) {
+    for (const char c : text) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) &&
+            std::string_view("-._~%!$&'()*+,;=").find(c) == std::string_view::npos)
+            return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+bool is_scheme(std::string_view text) noexcept {
+    if (text.empty() || !std::isalpha(static_cast<unsigned char>(text.front()))) return false;
+    for (const char c : text) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.')
+            return false;
+    }
+    return true;
+}
+
+std::string_view url_scheme(std::string_view url) noexcept {
+    const auto end = url.find("://");
+    if (end == std::string_view::npos || !is_scheme(url.substr(0, end))) return {};
+    return url.substr(0, end);
 }
 
 bool percent_decode(std::string_view in, std::string& out) {
@@ -39,177 +61,93 @@ bool percent_decode(std::string_view in, std::string& out) {
     return true;
 }
 
-// A URL scheme: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ).
-bool is_scheme(std::string_view text) {
-    if (text.empty() || !std::isalpha(static_cast<unsigned char>(text.front()))) return false;
+std::string percent_encode(std::string_view text) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(text.size());
     for (const char c : text) {
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.')
-            return false;
+        const auto u = static_cast<unsigned char>(c);
+        if (std::isalnum(u) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+            out += c;
+        } else {
+            out += '%';
+            out += hex[u >> 4];
+            out += hex[u & 0xF];
+        }
     }
-    return true;
+    return out;
 }
 
-// A user name that may be shown: only characters RFC 3986 allows unencoded in userinfo. Anything
-// else ('/', '?', '#', '@', ...) means the split into user and password is not what the writer
-// meant, so nothing of it is shown.
-bool is_plain_user(std::string_view text) {
-    for (const char c : text) {
-        if (!std::isalnum(static_cast<unsigned char>(c)) &&
-            std::string_view("-._~%!$&'()*+,;=").find(c) == std::string_view::npos)
-            return false;
-    }
-    return true;
+std::string_view userinfo_span::user(std::string_view url) const noexcept {
+    if (colon == std::string_view::npos) return {};
+    return url.substr(begin, colon - begin);
 }
 
-}  // namespace
+std::optional<userinfo_span> find_userinfo(std::string_view url) noexcept {
+    const auto scheme = url_scheme(url);
+    userinfo_span span;
+    span.scheme = !scheme.empty();
+    span.begin = span.scheme ? scheme.size() + 3 : 0;
+    const auto at = url.rfind('@');
+    if (at == std::string_view::npos || at < span.begin) return std::nullopt;
+    span.end = at;
+    const auto colon = url.substr(0, at).find(':', span.begin);
+    span.colon = colon;
+    return span;
+}
 
 std::string redact_url(std::string_view url) {
-    // The secret is everything between "://" and the LAST '@' of the whole text, not of the
-    // authority: a password may hold an unencoded '@', '/', '?' or '#', and then the authority
-    // cannot be told from the path, so more is hidden rather than less. Without a "://" after a
-    // valid scheme the text may be a bare "user:password@host", so the secret starts at 0.
-    const auto scheme_end = url.find("://");
-    const std::size_t begin =
-        scheme_end != std::string_view::npos && is_scheme(url.substr(0, scheme_end))
-            ? scheme_end + 3
-            : 0;
-    const auto at = url.rfind('@');
-    if (at == std::string_view::npos || at < begin) return std::string(url);
-    const auto secret = url.substr(begin, at - begin);
-    // "user:password@" keeps the user; a lone "secret@" is a password.
-    const auto colon = secret.find(':');
-    const auto user =
-        colon == std::string_view::npos ? std::string_view{} : secret.substr(0, colon);
-    const bool keep_user = colon != std::string_view::npos && is_plain_user(user);
-    std::string out(url.substr(0, begin));
+    const auto span = find_userinfo(url);
+    if (!span) return std::string(url);
+    const auto user = span->user(url);
+    const bool keep_user = span->colon != std::string_view::npos && is_plain_user(user);
+    std::string out(url.substr(0, span->begin));
     if (keep_user) {
         out += user;
         out += ':';
     }
     out += "***";
-    out += url.substr(at);
+    out += url.substr(span->end);
     return out;
 }
 
-std::string redis_endpoint::describe() const {
-    if (kind == transport::unix_socket) return path;
-    if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-    return host + ":" + std::to_string(port);
-}
-
-redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec) {
-    ec.clear();
-    redis_endpoint ep;
-    const auto bad = [&](const std::string& why) {
-        fail(ec, errc::invalid_argument, "client_options.url \"" + redact_url(url) + "\": " + why);
-        return redis_endpoint{};
-    };
-    const auto scheme_end = url.find("://");
-    if (scheme_end == std::string_view::npos) {
-        return bad("expected redis://host[:port][/db], rediss://... or unix:///path");
-    }
-    const auto scheme = url.substr(0, scheme_end);
-    auto rest = url.substr(scheme_end + 3);
-
-    if (scheme == "unix") {
-        ep.kind = redis_endpoint::transport::unix_socket;
-        const auto query = rest.find('?');
-        ep.path = std::string(rest.substr(0, query));
-        if (ep.path.empty() || ep.path.front() != '/')
-            return bad("unix socket path must be absolute");
-        if (query != std::string_view::npos) {
-            const auto q = rest.substr(query + 1);
-            long long db = 0;
-            if (q.substr(0, 3) != "db=" || !parse_int(q.substr(3), 0, 1 << 20, db)) {
-                return bad("the only query option is db=N");
-            }
-            ep.db = static_cast<int>(db);
-        }
-        return ep;
-    }
-    if (scheme == "redis") {
-        ep.kind = redis_endpoint::transport::tcp;
-    } else if (scheme == "rediss") {
-        ep.kind = redis_endpoint::transport::tls;
-    } else {
-        // Not quoted unless it is a scheme: "user:pass://..." would show the password.
-        return bad((is_scheme(scheme) ? "unknown scheme \"" + std::string(scheme) + "\""
-                                      : std::string("no scheme")) +
-                   " (expected redis, rediss or unix)");
-    }
-
-    // The userinfo ends at the LAST '@' of the text (this URL has no query, and its path is a
-    // number): an unencoded '/', '?' or '#' in a password must not turn its tail into a host,
-    // port or database that an error message would quote.
-    const auto at = rest.rfind('@');
-    const auto userinfo = at == std::string_view::npos ? std::string_view{} : rest.substr(0, at);
-    if (at != std::string_view::npos) rest = rest.substr(at + 1);
-    if (userinfo.find_first_of("/?#") != std::string_view::npos) {
-        return bad(
-            "unencoded '/', '?' or '#' in the user or password (write them as %2F, %3F, %23)");
-    }
-    const auto slash = rest.find('/');
-    auto authority = rest.substr(0, slash);
-    const auto db_part =
-        slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
-
-    if (at != std::string_view::npos) {
-        const auto colon = userinfo.find(':');
-        std::string decoded;
-        if (!percent_decode(userinfo.substr(0, colon), decoded))
-            return bad("bad percent-escape in the user or password");
-        ep.user = decoded;
-        if (colon != std::string_view::npos) {
-            if (!percent_decode(userinfo.substr(colon + 1), decoded)) {
-                return bad("bad percent-escape in password");
-            }
-            ep.password = decoded;
-            ep.has_password = true;
-        } else if (!ep.user.empty()) {
-            // redis://secret@host is the common "password only" spelling.
-            ep.password = ep.user;
-            ep.user.clear();
-            ep.has_password = true;
-        }
-    }
-
-    std::string_view port_text;
-    if (!authority.empty() && authority.front() == '[') {
-        const auto close = authority.find(']');
-        if (close == std::string_view::npos) return bad("unclosed '[' in IPv6 host");
-        ep.host = std::string(authority.substr(1, close - 1));
-        const auto after = authority.substr(close + 1);
-        if (!after.empty()) {
-            if (after.front() != ':') return bad("expected ':' after ']'");
-            port_text = after.substr(1);
-            if (port_text.empty()) return bad("empty port");
-        }
-    } else {
-        const auto colon = authority.rfind(':');
-        ep.host = std::string(authority.substr(0, colon));
-        if (colon != std::string_view::npos) {
-            port_text = authority.substr(colon + 1);
-            if (port_text.empty()) return bad("empty port");
-        }
-    }
-    if (ep.host.empty()) return bad("missing host");
-    if (ep.host.find_first_of(" /?#@") != std::string::npos)
-        return bad("invalid host \"" + ep.host + "\"");
-    if (!port_text.empty()) {
-        long long port = 0;
-        if (!parse_int(port_text, 1, 65535, port)) {
-            return bad("port \"" + std::string(port_text) + "\" is not in 1..65535");
-        }
-        ep.port = static_cast<std::uint16_t>(port);
-    }
-    if (!db_part.empty()) {
-        long long db = 0;
-        if (!parse_int(db_part, 0, 1 << 20, db)) {
-            return bad("database \"" + std::string(db_part) + "\" is not a non-negative number");
-        }
-        ep.db = static_cast<int>(db);
-    }
-    return ep;
-}
-
 }  // namespace dlock::detail
+
+namespace dlock {
+
+std::string redact_url(std::string_view url) { return detail::redact_url(url); }
+
+std::string_view url_scheme(std::string_view url) noexcept { return detail::url_scheme(url); }
+
+std::optional<std::pair<std::size_t, std::size_t>> url_password(std::string_view url) noexcept {
+    const auto span = detail::find_userinfo(url);
+    if (!span || !span->scheme || span->password_length() == 0) return std::nullopt;
+    return std::pair{span->password_begin(), span->password_length()};
+}
+
+std::string url_with_password(std::string_view url, std::string_view password) {
+    const auto scheme = detail::url_scheme(url);
+    if (scheme.empty()) {
+        throw error(errc::invalid_argument,
+                    "URL \"" + detail::redact_url(url) +
+                        "\" has no scheme, so a password cannot be put into it");
+    }
+    const auto span = detail::find_userinfo(url);
+    if (span && span->password_length() > 0) {
+        throw error(errc::invalid_argument,
+                    "URL \"" + detail::redact_url(url) +
+                        "\" has a password already (a lone \"secret@\" is a password; write a "
+                        "user name as \"user:@\")");
+    }
+    const auto user = span ? span->user(url) : std::string_view{};
+    const auto rest = span ? span->end + 1 : scheme.size() + 3;
+    std::string out(url.substr(0, scheme.size() + 3));
+    out += user;
+    out += ':';
+    out += detail::percent_encode(password);
+    out += '@';
+    out += url.substr(rest);
+    return out;
+}
+
+}  // namespace dlock

@@ -1,35 +1,55 @@
-// Redis endpoint URLs, parsed without I/O:
-//   redis://[user[:password]@]host[:port][/db]     rediss://... (TLS; parsed, refused later)
-//   unix:///path/to/socket[?db=N]
-// IPv6 hosts go in brackets: redis://[::1]:6380. Percent-escapes are decoded in user/password.
+// Backend-neutral URL helpers: the scheme, where the user-info (and so the password) lies, and
+// redaction for messages. Each backend parses the rest of its own URLs (src/redis/url.hpp,
+// src/zk/recipe.hpp); this file knows no scheme by name.
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
 
 namespace dlock::detail {
 
-struct redis_endpoint {
-    enum class transport { tcp, tls, unix_socket };
-    transport kind = transport::tcp;
-    std::string host;  ///< tcp/tls
-    std::uint16_t port = 6379;
-    std::string path;      ///< unix_socket
-    std::string user;      ///< empty: AUTH with password only (the "default" user)
-    std::string password;  ///< empty: no AUTH
-    bool has_password = false;
-    int db = 0;
+/// Whether `text` is a URL scheme: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ).
+bool is_scheme(std::string_view text) noexcept;
 
-    /// host:port or the socket path, for messages (never includes the password).
-    std::string describe() const;
+/// The scheme of `url` ("redis" for "redis://h"), or empty when `url` has no "://" after a valid
+/// scheme.
+std::string_view url_scheme(std::string_view url) noexcept;
+
+/// Decodes %XX escapes of `in` into `out`; false on a '%' not followed by two hex digits.
+bool percent_decode(std::string_view in, std::string& out);
+
+/// `text` with every byte other than ALPHA / DIGIT / "-" / "." / "_" / "~" written as %XX.
+std::string percent_encode(std::string_view text);
+
+/// Where the user-info of a URL lies. It ends at the LAST '@' of the whole text, not of the
+/// authority: a password may hold an unencoded '@', '/', '?' or '#', and then the authority cannot
+/// be told from the path, so more is taken for the secret rather than less. "user:password@" has a
+/// user and a password; a lone "secret@" (no ':') is a password, as Redis URLs spell a password
+/// without a user. This is the one reading of user-info every part of dlock uses.
+struct userinfo_span {
+    std::size_t begin = 0;                       ///< first byte of the user-info
+    std::size_t end = 0;                         ///< the '@' that ends it
+    std::size_t colon = std::string_view::npos;  ///< the first ':' in [begin, end), or npos
+    bool scheme = false;  ///< it follows "<scheme>://" (else the text starts with it)
+
+    /// The user name: [begin, colon), empty without a ':'.
+    std::string_view user(std::string_view url) const noexcept;
+    /// The password's offset and length: after the ':', or all of it without one. Length 0 means
+    /// no password ("user:@" or "@").
+    std::size_t password_begin() const noexcept {
+        return colon == std::string_view::npos ? begin : colon + 1;
+    }
+    std::size_t password_length() const noexcept { return end - password_begin(); }
 };
 
-/// `url` with its password replaced by "***", so messages can quote it.
-std::string redact_url(std::string_view url);
+/// The user-info of `url`: after "<scheme>://" if it starts so, else from the start of the text
+/// (a bare "user:password@host"); nullopt when it has no '@' there.
+std::optional<userinfo_span> find_userinfo(std::string_view url) noexcept;
 
-/// Parses `url`; on failure sets ec to errc::invalid_argument with a message naming the problem.
-redis_endpoint parse_redis_url(std::string_view url, std::error_code& ec);
+/// `url` with its password replaced by "***", so messages can quote it. A user name is kept only
+/// when it holds nothing but characters allowed unencoded in user-info.
+std::string redact_url(std::string_view url);
 
 }  // namespace dlock::detail

@@ -1,7 +1,7 @@
 #include <dlock/redis/client.hpp>
 
 #include "core/status.hpp"
-#include "core/url.hpp"
+#include "redis/url.hpp"
 #include "redis/engine.hpp"
 
 namespace dlock::redis {

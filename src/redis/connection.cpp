@@ -99,7 +99,7 @@ bool connection::flush(std::error_code& ec) {
 }
 
 bool connection::read_available(std::error_code& ec) {
-    std::array<char, 16 * 1024> buffer;
+    std::array<char, std::size_t{16} * 1024> buffer;
     for (;;) {
         reply r;
         while (decoder_.next(r, ec)) {
@@ -228,7 +228,6 @@ void exchange_all(std::span<exchange> exchanges) {
             active.push_back(&x);
         }
     }
-    if (std::getenv("DLOCK_WIDEN_RACE")) ::usleep(100000);  // THROWAWAY
     std::vector<pollfd> fds;
     while (!active.empty()) {
         const auto now = steady::now();

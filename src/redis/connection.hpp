@@ -16,7 +16,7 @@
 
 #include <dlock/redis/reply.hpp>
 
-#include "core/url.hpp"
+#include "redis/url.hpp"
 #include "redis/codec.hpp"
 #include "redis/transport.hpp"
 

@@ -33,8 +33,8 @@ namespace {
 std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
 /// One call, shared by every server's batch.
-std::shared_ptr<const std::vector<script_call>> one_call(script_call call) {
-    return std::make_shared<const std::vector<script_call>>(1, std::move(call));
+std::shared_ptr<const std::vector<script_call>> one_call(const script_call& call) {
+    return std::make_shared<const std::vector<script_call>>(1, call);
 }
 
 /// A fresh owner token for `kind`. Where the server cannot tell the kind from the key's type (the
@@ -171,7 +171,7 @@ engine::engine(engine_config config) : config_(std::move(config)) {
                         ms_text(config_.drift.floor) + "ms");
     }
     if (config_.key_prefix.empty() || config_.key_prefix.find_first_of("{}") != std::string::npos) {
-        throw error(errc::invalid_argument, "client_options.key_prefix \"" + config_.key_prefix +
+        throw error(errc::invalid_argument, "key prefix \"" + config_.key_prefix +
                                                 "\" must be non-empty and free of '{' '}'");
     }
     if (config_.servers.empty())

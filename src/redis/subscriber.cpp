@@ -12,12 +12,12 @@ constexpr std::size_t max_lingering = 1024;
 constexpr std::chrono::milliseconds max_backoff{2000};
 
 template <class Pred>
-void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+void wait_until(std::condition_variable& cv, dlock::detail::unique_lock& lock,
                 steady::time_point deadline, Pred pred) {
     if (deadline == steady::time_point::max()) {
-        cv.wait(lock, pred);
+        cv.wait(lock.native(), pred);
     } else {
-        cv.wait_until(lock, deadline, pred);
+        cv.wait_until(lock.native(), deadline, pred);
     }
 }
 
@@ -32,7 +32,7 @@ subscriber::registration::registration(subscriber& owner, std::string channel, w
     : owner_(owner), channel_(std::move(channel)), mode_(mode) {
     bool first = false;
     {
-        std::lock_guard lock(owner_.mutex_);
+        dlock::detail::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
         if (mode_ == wake_mode::all) ++ch.waking_all;
         // A channel still subscribed from earlier waiters (lingering) needs no SUBSCRIBE.
@@ -45,7 +45,7 @@ subscriber::registration::registration(subscriber& owner, std::string channel, w
 subscriber::registration::~registration() {
     bool last = false;
     {
-        std::lock_guard lock(owner_.mutex_);
+        dlock::detail::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
         if (mode_ == wake_mode::all) --ch.waking_all;
         last = --ch.waiters == 0;
@@ -63,12 +63,12 @@ subscriber::registration::~registration() {
 }
 
 std::uint64_t subscriber::registration::generation() const {
-    std::lock_guard lock(owner_.mutex_);
+    dlock::detail::lock_guard lock(owner_.mutex_);
     return owner_.channels_[channel_].generation;
 }
 
 std::string subscriber::registration::last_message() const {
-    std::lock_guard lock(owner_.mutex_);
+    dlock::detail::lock_guard lock(owner_.mutex_);
     return owner_.channels_[channel_].last_message;
 }
 
@@ -78,21 +78,24 @@ std::string subscriber::registration::last_message() const {
 void subscriber::registration::wait_subscribed(steady::time_point deadline,
                                                const std::stop_token& cancel) const {
     const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(channel_); });
-    std::unique_lock lock(owner_.mutex_);
+    dlock::detail::unique_lock lock(owner_.mutex_);
     auto& ch = owner_.channels_[channel_];  // stays: this registration keeps it listed
-    wait_until(ch.confirmed, lock, deadline,
-               [&] { return ch.subscribed || cancel.stop_requested(); });
+    wait_until(
+        ch.confirmed, lock, deadline,
+        // Runs with mutex_ held, inside the wait (the analysis does not see into it).
+        [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return ch.subscribed || cancel.stop_requested(); });
 }
 
 void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadline,
                                     const std::stop_token& cancel) const {
     const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(channel_); });
-    std::unique_lock lock(owner_.mutex_);
+    dlock::detail::unique_lock lock(owner_.mutex_);
     auto& ch = owner_.channels_[channel_];
     // Back here after a wake-up: that attempt found the lock taken, and whoever took it publishes
     // again when it releases. The wake-up is used up.
     woken_ = false;
-    wait_until(ch.changed, lock, deadline, [&] {
+    // The predicate runs with mutex_ held, inside the wait (the analysis does not see into it).
+    wait_until(ch.changed, lock, deadline, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
         if (ch.generation != seen || cancel.stop_requested()) return true;
         if (mode_ == wake_mode::one && ch.wakeups > 0) {
             --ch.wakeups;
@@ -104,7 +107,7 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
 }
 
 void subscriber::interrupt(const std::string& channel) {
-    std::lock_guard lock(mutex_);  // orders the notify after a waiter's predicate check
+    dlock::detail::lock_guard lock(mutex_);  // orders the notify after a waiter's predicate check
     const auto it = channels_.find(channel);
     if (it == channels_.end()) return;
     it->second.changed.notify_all();
@@ -122,7 +125,7 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
     std::vector<std::string> subscribe, unsubscribe;
     bool reconnected = false;
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         if (!conn_->is_open()) {
             // Nothing is subscribed on a closed connection: a channel nobody waits on has nothing
             // left to undo, so it goes now (its linger deadline would otherwise keep asking for
@@ -137,7 +140,7 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
         std::error_code ec;
         conn_->open(ec, latest);  // bounded by connect_timeout and by the caller
         if (ec) move_to_next_server();
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         if (ec) {
             back_off_locked();
             return -1;
@@ -146,7 +149,7 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
         reconnected = true;
     }
     {
-        std::lock_guard lock(mutex_);
+        dlock::detail::lock_guard lock(mutex_);
         dirty_ = false;
         for (auto it = channels_.begin(); it != channels_.end();) {
             auto& [name, ch] = *it;
@@ -201,7 +204,7 @@ void subscriber::dispatch(const reply& r) {
     if (r.type != reply::kind::array || r.elements.size() < 3) return;
     const auto& kind = r.elements[0].text;
     const auto& name = r.elements[1].text;
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     const auto it = channels_.find(name);
     if (it == channels_.end()) return;
     auto& ch = it->second;
@@ -240,7 +243,7 @@ void subscriber::back_off_locked() {
 
 void subscriber::reset_connection() {
     move_to_next_server();
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     for (auto& [name, ch] : channels_) {
         ch.subscribed = false;
         ch.requested = false;
@@ -261,7 +264,7 @@ steady::time_point subscriber::next_linger_expiry_locked() const {
 }
 
 steady::time_point subscriber::next_retry() const {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     if (conn_->is_open()) return next_linger_expiry_locked();
     // Disconnected: lingering has no meaning (nothing is subscribed); reconnect only for waiters.
     const bool wanted = std::any_of(channels_.begin(), channels_.end(),
@@ -270,7 +273,7 @@ steady::time_point subscriber::next_retry() const {
 }
 
 void subscriber::wake_all() {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     for (auto& [name, ch] : channels_) ++ch.generation;
     notify_everyone_locked();
 }

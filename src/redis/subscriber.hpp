@@ -26,6 +26,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <dlock/detail/thread_safety.hpp>
+
 #include "redis/connection.hpp"
 
 namespace dlock::redis::detail {
@@ -97,25 +99,25 @@ private:
     /// Makes the channel's sleeping waiters re-check their predicate (a cancel was requested).
     void interrupt(const std::string& channel);
     /// Wakes every waiter of every channel (generation bumped by the caller).
-    void notify_everyone_locked();
-    steady::time_point next_linger_expiry_locked() const;
+    void notify_everyone_locked() DLOCK_REQUIRES(mutex_);
+    steady::time_point next_linger_expiry_locked() const DLOCK_REQUIRES(mutex_);
     void dispatch(const reply& r);
     void reset_connection();
     /// Closes the connection; with several servers the next attempt goes to the next one.
     void move_to_next_server();
     /// Doubles the reconnect delay (within [min, max]) and schedules the next attempt.
-    void back_off_locked();
+    void back_off_locked() DLOCK_REQUIRES(mutex_);
 
     const std::vector<connection_settings> servers_;
     std::function<void()> wake_;
     std::size_t server_ = 0;            // background thread only
     std::unique_ptr<connection> conn_;  // background thread only
 
-    mutable std::mutex mutex_;  // guards channels_, dirty_, reconnect_at_, backoff_
-    std::unordered_map<std::string, channel_state> channels_;
-    bool dirty_ = false;  // channels_ changed since the last service()
-    steady::time_point reconnect_at_{};
-    std::chrono::milliseconds backoff_{0};
+    mutable dlock::detail::mutex mutex_;
+    std::unordered_map<std::string, channel_state> channels_ DLOCK_GUARDED_BY(mutex_);
+    bool dirty_ DLOCK_GUARDED_BY(mutex_) = false;  // channels_ changed since the last service()
+    steady::time_point reconnect_at_ DLOCK_GUARDED_BY(mutex_){};
+    std::chrono::milliseconds backoff_ DLOCK_GUARDED_BY(mutex_){0};
 };
 
 }  // namespace dlock::redis::detail

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,8 @@ public:
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
             fail(ec, errc::connection_failed,
-                 "redis " + endpoint_.describe() + ": write failed: " + std::strerror(errno));
+                 "redis " + endpoint_.describe() +
+                     ": write failed: " + std::system_category().message(errno));
             return 0;
         }
     }
@@ -73,7 +75,8 @@ public:
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
             fail(ec, errc::connection_failed,
-                 "redis " + endpoint_.describe() + ": read failed: " + std::strerror(errno));
+                 "redis " + endpoint_.describe() +
+                     ": read failed: " + std::system_category().message(errno));
             return 0;
         }
     }
@@ -148,7 +151,8 @@ private:
             close();
         }
         fail(ec, errc::connection_failed,
-             "redis " + endpoint_.describe() + ": connect failed: " + std::strerror(last_error_));
+             "redis " + endpoint_.describe() +
+                 ": connect failed: " + std::system_category().message(last_error_));
         return false;
     }
 

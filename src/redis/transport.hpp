@@ -10,7 +10,7 @@
 #include <system_error>
 
 #include "core/time.hpp"
-#include "core/url.hpp"
+#include "redis/url.hpp"
 
 namespace dlock::redis::detail {
 

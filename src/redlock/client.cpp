@@ -3,7 +3,7 @@
 #include <dlock/redis/client.hpp>
 
 #include "core/status.hpp"
-#include "core/url.hpp"
+#include "redis/url.hpp"
 #include "redis/engine.hpp"
 
 namespace dlock::redlock {
@@ -32,7 +32,7 @@ private:
                                             o.observer,
                                             o.error_handler};
         if (o.urls.empty())
-            throw error(errc::invalid_argument, "redlock client_options.urls is empty");
+            throw error(errc::invalid_argument, "Redlock needs at least one server URL");
         for (const auto& url : o.urls) {
             std::error_code ec;
             config.servers.push_back(dlock::detail::parse_redis_url(url, ec));
@@ -61,7 +61,9 @@ client_options options_from(
 
 }  // namespace
 
-client::client(client_options options) : impl_(std::make_shared<impl>(options)) {}
+// By value, like every client's constructor (the options are a sink in the API).
+client::client(client_options options)  // NOLINT(performance-unnecessary-value-param)
+    : impl_(std::make_shared<impl>(options)) {}
 client::client(const std::vector<std::reference_wrapper<const dlock::redis::client>>& servers)
     : client(options_from(servers)) {}
 client::client(client&&) noexcept = default;

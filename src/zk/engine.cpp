@@ -221,7 +221,7 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
 }
 
 dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_options& options,
-                           std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
+                           const std::shared_ptr<session>& s, std::string path, std::uint64_t czxid,
                            steady::time_point sent) {
     auto node = std::make_shared<held_node>();
     node->owner = s;

@@ -115,7 +115,7 @@ private:
     dlock::lease reenter(std::string_view name, const lock_request& request,
                          const lock_options& options, std::error_code& ec);
     dlock::lease grant(std::string_view name, lock_kind kind, const lock_options& options,
-                       std::shared_ptr<session> s, std::string path, std::uint64_t czxid,
+                       const std::shared_ptr<session>& s, std::string path, std::uint64_t czxid,
                        steady::time_point sent);
     void wake() noexcept;
     void run(std::stop_token stop);

@@ -71,8 +71,7 @@ zk_endpoint parse_zk_url(std::string_view url, std::error_code& ec) {
     ec.clear();
     const auto bad = [&](const std::string& why) {
         // Quoted with any credentials hidden: this parser rejects them, but the text is the user's.
-        fail(ec, errc::invalid_argument,
-             "client_options.url \"" + dlock::detail::redact_url(url) + "\": " + why);
+        fail(ec, errc::invalid_argument, "URL \"" + dlock::detail::redact_url(url) + "\": " + why);
         return zk_endpoint{};
     };
     if (!url.starts_with(scheme)) return bad("must start with zk://");
@@ -80,7 +79,7 @@ zk_endpoint parse_zk_url(std::string_view url, std::error_code& ec) {
     if (rest.find_first_of("?#@") != std::string_view::npos) {
         return bad(
             "query strings, fragments and credentials are not supported "
-            "(use client_options.digest)");
+            "(give a digest in the client options)");
     }
     const auto slash = rest.find('/');
     const auto authority = rest.substr(0, slash);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -37,7 +38,8 @@ bool retriable(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT
 // matters, so its log is dropped unless DLOCK_ZK_LOG=1 (then: stderr, as the C client would).
 void client_log(const char* message) {
     static const bool enabled = [] {
-        const char* env = std::getenv("DLOCK_ZK_LOG");
+        // Read once; dlock never sets environment variables, so no setenv() can race it.
+        const char* env = std::getenv("DLOCK_ZK_LOG");  // NOLINT(concurrency-mt-unsafe)
         return env != nullptr && std::string_view(env) == "1";
     }();
     if (enabled) std::fprintf(stderr, "%s\n", message);
@@ -81,7 +83,7 @@ bool session::open(const std::string& hosts, milliseconds timeout, steady::time_
                               nullptr, this, 0, &client_log);
         if (zh_ == nullptr) {
             why = std::string("zookeeper_init failed: ") +
-                  (errno != 0 ? std::strerror(errno) : "bad host list");
+                  (errno != 0 ? std::system_category().message(errno) : "bad host list");
             return false;
         }
         // By default the C client re-resolves the host list with getaddrinfo() every time it

@@ -4,7 +4,9 @@
 // with a documented status for every bad input (docs/cli.md).
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
+#if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
+#endif
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -647,10 +649,12 @@ TEST(CliBadInput, UsageErrors) {
         {{"run", "--conflict-exit-code", "300", "n", "--", "true"}, usage, "between 0 and 255"},
         {{"run", "--conflict-exit-code", "x", "n", "--", "true"}, usage, "conflict-exit-code"},
         {{"run", "--url", "foo://h", "n", "--", "true"}, usage, "unknown scheme \"foo\""},
-        {{"run", "--url", "localhost:6379", "n", "--", "true"}, usage, "--url"},
+        {{"run", "--url", "localhost:6379", "n", "--", "true"}, usage, "URL \"localhost:6379\""},
         {{"run", "--url", "redis://127.0.0.1:99999", "n", "--", "true"}, usage, "99999"},
         {{"run", "--url", "", "n", "--", "true"}, usage, "empty URL"},
-        {{"run", "--key-prefix", "a{b", "--url", u, "n", "--", "true"}, usage, "--key-prefix"},
+        {{"run", "--key-prefix", "a{b", "--url", u, "n", "--", "true"},
+         usage,
+         "key prefix \"a{b\""},
         {{"demo", "--workers", "0"}, usage, "--workers 0"},
         {{"demo", "--stock", "many"}, usage, "--stock"},
         {{"demo", "--backend", "memcached"}, usage, "--backend \"memcached\""},
@@ -724,6 +728,7 @@ TEST(CliLockKinds, OneKindPerRun) {
     }
 }
 
+#if DLOCK_HAS_ZOOKEEPER
 TEST(CliZk, RunHoldsAZooKeeperLockWhileTheCommandRuns) {
     const auto zk = dlock::test::shared_zk().url("/dlock-cli");
     const auto name = dlock::test::unique_name("zk");
@@ -744,6 +749,7 @@ TEST(CliZk, RunHoldsAZooKeeperLockWhileTheCommandRuns) {
     EXPECT_EQ(r.status, 74) << r.err;
     expect_one_line(r);
 }
+#endif  // DLOCK_HAS_ZOOKEEPER
 
 TEST(CliBadInput, NotAvailableInThisBuild) {
     const std::string u = url();
@@ -815,6 +821,31 @@ TEST(CliBadInput, PasswordWithUrlDelimitersIsNeverPrinted) {
             }
         }
     }
+}
+
+TEST(CliBadInput, APasswordInTheUrlIsNotTakenForAUserName) {
+    // "redis://S3cretPw@host" is a password without a user (as the library parses and redacts
+    // it); a second password from the environment or a file is refused, never put next to the
+    // first as "S3cretPw:...@", where messages would show the first as a user name.
+    const std::string u = "redis://S3cretPw@127.0.0.1:" + std::to_string(shared_redis().port());
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"status", "--url", u, "n"}, {"run", "--url", u, "n", "--", "true"}}) {
+        const auto r = run_cli(args, {.env = {"DLOCK_PASSWORD=0therPw"}});
+        EXPECT_EQ(r.status, usage) << args[0] << ": " << r.err;
+        EXPECT_NE(r.err.find("has a password already"), std::string::npos) << r.err;
+        for (const char* piece : {"S3cret", "0ther"}) {
+            EXPECT_EQ(r.err.find(piece), std::string::npos) << args[0] << ": " << r.err;
+            EXPECT_EQ(r.out.find(piece), std::string::npos) << args[0] << ": " << r.out;
+        }
+        expect_one_line(r);
+    }
+    // A user name without a password takes one: "user:@host".
+    const auto r =
+        run_cli({"status", "--url",
+                 "redis://default:@127.0.0.1:" + std::to_string(shared_redis().port()), "n"},
+                {.env = {"DLOCK_PASSWORD=0therPw"}});
+    EXPECT_NE(r.status, usage) << r.err;
+    EXPECT_EQ(r.err.find("0ther"), std::string::npos) << r.err;
 }
 
 // --- help ---------------------------------------------------------------------------------------

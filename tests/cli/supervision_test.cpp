@@ -320,8 +320,10 @@ std::vector<int> command_fds(const std::string& lock_url) {
 TEST(Supervision, CommandInheritsOnlyStdinStdoutStderr) {
     const std::vector<int> stdio = {0, 1, 2};
     EXPECT_EQ(command_fds(url()), stdio) << "redis://";
+#if DLOCK_HAS_ZOOKEEPER
     const dlock::test::zk_ensemble zk(1);
     EXPECT_EQ(command_fds(zk.url()), stdio) << "zk://";
+#endif
 }
 
 // --- credentials -----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // (no barging, one notification), waiters that give up leave the queue (docs/lock-family.md).
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
+#include <dlock/redlock/client.hpp>
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -8,7 +8,9 @@
 // the parent.
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
+#if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
+#endif
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -41,7 +43,6 @@ using dlock::errc;
 using dlock::lock_state;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
-using dlock::test::shared_zk;
 using dlock::test::unique_name;
 using steady = std::chrono::steady_clock;
 
@@ -210,12 +211,14 @@ TEST(Fork, RedisChildCopiesNeverReleaseTheParentsLocks) {
     });
 }
 
+#if DLOCK_HAS_ZOOKEEPER
 TEST(Fork, ZooKeeperChildCopiesNeverReleaseTheParentsLocks) {
     fork_while_holding<dlock::zk::client>([](error_handler handler) {
-        return dlock::zk::client({.url = shared_zk().url("/dlock-fork"),
+        return dlock::zk::client({.url = dlock::test::shared_zk().url("/dlock-fork"),
                                   .connect_timeout = scaled(10s),
                                   .error_handler = handler});
     });
 }
+#endif  // DLOCK_HAS_ZOOKEEPER
 
 }  // namespace

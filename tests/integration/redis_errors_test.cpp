@@ -127,7 +127,7 @@ TEST(RedisErrors, MalformedUrlsAndUnknownSchemes) {
         [] { dlock::redis::client c({.url = shared_redis().url(), .connect_timeout = 0ms}); },
         dlock::errc::invalid_argument, "connect_timeout");
     expect_error([] { dlock::redis::client c({.url = shared_redis().url(), .key_prefix = "a{b"}); },
-                 dlock::errc::invalid_argument, "key_prefix");
+                 dlock::errc::invalid_argument, "key prefix");
 }
 
 TEST(RedisErrors, ConnectionRefused) {

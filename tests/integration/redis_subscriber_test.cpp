@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "core/url.hpp"
+#include "redis/url.hpp"
 #include "redis/subscriber.hpp"
 #include "redis_server.hpp"
 #include "test_env.hpp"

@@ -359,7 +359,7 @@ TEST(ZkLock, BadInput) {
             ADD_FAILURE() << url << " was accepted";
         } catch (const dlock::error& e) {
             EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << url;
-            EXPECT_NE(std::string(e.what()).find("url"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("URL"), std::string::npos) << e.what();
         }
     }
     try {

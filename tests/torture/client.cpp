@@ -17,7 +17,9 @@
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
+#if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
+#endif
 
 #include <fcntl.h>
 #include <signal.h>
@@ -193,11 +195,13 @@ int main(int argc, char** argv) {
             dlock::redlock::client_options{.urls = split(a.get("url"), ','),
                                            .command_timeout = cmd_timeout,
                                            .error_handler = quiet});
+#if DLOCK_HAS_ZOOKEEPER
     } else if (backend_name == "zk") {
         backend = std::make_unique<dlock::zk::client>(dlock::zk::client_options{
             .url = a.get("url"),
             .session_timeout = std::chrono::milliseconds(a.num("session-ms", 1000)),
             .error_handler = quiet});
+#endif
     } else {
         std::fprintf(stderr, "dlock-torture-client: unknown backend '%s'\n", backend_name.c_str());
         return 2;

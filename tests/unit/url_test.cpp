@@ -11,7 +11,7 @@
 #include <dlock/redis/client.hpp>
 
 #include "core/status.hpp"
-#include "core/url.hpp"
+#include "redis/url.hpp"
 
 namespace {
 

@@ -8,19 +8,20 @@
 #pragma once
 
 #include <dlock/backend.hpp>
+#include <dlock/connect.hpp>
 #include <dlock/error.hpp>
 #include <dlock/event.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
-#include <dlock/zk/client.hpp>
+#include <dlock/url.hpp>
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "cli.hpp"
@@ -31,17 +32,19 @@ namespace dlock::cli {
 std::string default_url();
 
 /// `url` with any password replaced by "***", for messages and `dlock status` output.
-using dlock::redis::redact_url;
+using dlock::redact_url;
 
-/// Whether `url` carries a password (in its user-info part).
+/// Whether `url` carries a password (in its user-info part, read as dlock::url_password does).
 bool has_password(std::string_view url);
 
-/// Where the password of `url` is (offset, length), or nullopt: to overwrite it in place.
+/// Where the password of `url` is (offset, length), or nullopt: to overwrite it in place. The
+/// library's one reading of user-info (dlock::url_password): a lone "secret@" is a password.
 std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url);
 
-/// `url` with `password` (percent-encoded) put into its user-info part. Only redis:// and
-/// redlock:// URLs take one; a user name in the URL (`redis://alice@host`) is kept as the user.
-/// Throws cli_error(usage) for other schemes, or if the URL already has a password.
+/// `url` with `password` (percent-encoded) put into its user-info part, as
+/// dlock::url_with_password does. Only redis:// and redlock:// URLs take one; a user name is
+/// written `redis://alice:@host` (a lone `redis://secret@host` is a password). Throws
+/// cli_error(usage) for other schemes, or if the URL already has a password.
 std::string with_password(std::string_view url, std::string_view password);
 
 /// What a --url names, before anything is connected.
@@ -51,9 +54,9 @@ struct service_url {
     bool zk = false;                     ///< servers holds the one zk:// URL
 };
 
-/// Splits `url` into its servers. Throws cli_error: unavailable for the schemes of backends this
-/// build does not have yet (etcd://), usage for a malformed redlock:// list. Other URLs
-/// are passed through as one server, for the client to validate.
+/// Splits `url` into its servers (dlock::parse_service_url). Throws cli_error: unavailable for
+/// the schemes of backends this build does not have (etcd://, zk:// without ZooKeeper), usage for
+/// a malformed URL or redlock:// list.
 service_url parse_service_url(std::string_view url);
 
 /// Passed to the lock client: lock events, and failures nobody can be thrown to.
@@ -62,9 +65,10 @@ struct service_callbacks {
     std::function<void(std::error_code, std::string_view)> error_handler{};
 };
 
-/// The lock service a --url names: one Redis server or a Redlock quorum, plus a plain client per
-/// server for inspection (`dlock status`, the waiting line). Thread-safe like its clients, except
-/// servers(), which creates the inspection clients on first use: call it from one thread.
+/// The lock service a --url names (dlock::connect): one Redis server, a Redlock quorum or a
+/// ZooKeeper ensemble, plus a plain client per Redis server for inspection (`dlock status`, the
+/// waiting line). Thread-safe like its clients, except servers(), which creates the inspection
+/// clients on first use: call it from one thread.
 class lock_service {
 public:
     /// Validates the URL and options (see parse_service_url; then cli_error with the client's
@@ -72,9 +76,9 @@ public:
     /// lazily; starts the clients' background threads.
     lock_service(const std::string& url, const std::string& key_prefix, service_callbacks cb = {});
 
-    dlock::backend& backend() noexcept;
-    bool is_redlock() const noexcept { return redlock_.has_value(); }
-    bool is_zk() const noexcept { return zk_.has_value(); }
+    dlock::backend& backend() noexcept { return *backend_; }
+    bool is_redlock() const noexcept { return kind_ == dlock::service_kind::redlock; }
+    bool is_zk() const noexcept { return kind_ == dlock::service_kind::zookeeper; }
     /// Servers needed for a grant: N/2+1 for Redlock, 1 for a single server.
     std::size_t quorum() const noexcept;
     const std::vector<std::string>& server_urls() const noexcept { return urls_; }
@@ -83,17 +87,17 @@ public:
 
 private:
     std::string key_prefix_;
+    dlock::service_kind kind_ = dlock::service_kind::redis;
     std::vector<std::string> urls_;
-    std::optional<dlock::redis::client> single_;
-    std::optional<dlock::redlock::client> redlock_;
-    std::optional<dlock::zk::client> zk_;
+    std::unique_ptr<dlock::backend> backend_;
     std::vector<std::unique_ptr<dlock::redis::client>> inspectors_;  // redlock only, on first use
 };
 
 /// The exit status for a dlock error code.
 int status_for(std::error_code ec);
 
-/// A cli_error for `e` with a message that says what failed in words, then the library's detail.
+/// A cli_error for `e` with a message that says what failed in words, then the library's detail
+/// (quoted as the library words it: the CLI does not rewrite library messages).
 cli_error to_cli_error(const dlock::error& e, std::string_view url);
 
 }  // namespace dlock::cli

@@ -11,6 +11,8 @@
 #include <stop_token>
 #include <thread>
 
+#include <dlock/detail/thread_safety.hpp>
+
 namespace dlock::detail {
 
 class owner_gate {
@@ -32,10 +34,10 @@ public:
     void leave() noexcept;
 
 private:
-    mutable std::mutex mutex_;
+    mutable detail::mutex mutex_;
     std::condition_variable_any free_;
-    bool owned_ = false;
-    std::thread::id owner_;
+    bool owned_ DLOCK_GUARDED_BY(mutex_) = false;
+    std::thread::id owner_ DLOCK_GUARDED_BY(mutex_);
 };
 
 }  // namespace dlock::detail

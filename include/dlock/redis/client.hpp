@@ -65,7 +65,7 @@ public:
     client& operator=(const client&) = delete;
     /// Stops the background thread and closes every connection. Leases still alive stop being
     /// renewed; their release still works.
-    ~client();
+    ~client() override;
 
     /// See dlock::backend::acquire_until. One round trip when the lock is free: a script does
     /// SET NX PX and increments the lock's fence counter atomically.

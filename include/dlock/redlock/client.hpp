@@ -61,7 +61,7 @@ public:
     client& operator=(client&&) noexcept;
     client(const client&) = delete;
     client& operator=(const client&) = delete;
-    ~client();
+    ~client() override;
 
     /// See dlock::backend::acquire_until and docs/redlock.md. Contention ends in errc::timeout /
     /// attempts_exhausted; fewer than a quorum of servers answering is errc::quorum_unreachable,

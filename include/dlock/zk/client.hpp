@@ -62,7 +62,7 @@ public:
     client& operator=(const client&) = delete;
     /// Stops the background thread and closes the session: every lease still alive is lost and
     /// its node goes with the session.
-    ~client();
+    ~client() override;
 
     /// See dlock::backend::acquire_until. Connects first if needed (bounded by connect_timeout:
     /// errc::connection_failed). Waits on a watch of the one node ahead of ours (no polling). A

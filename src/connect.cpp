@@ -1,0 +1,203 @@
+// dlock::connect(): the one place that maps a URL's scheme to a backend's client. Compiled into
+// dlock::dlock with the backends this build has (<dlock/config.hpp>).
+#include <dlock/connect.hpp>
+#include <dlock/error.hpp>
+#include <dlock/url.hpp>
+
+#include <algorithm>
+#include <utility>
+
+#include "core/url.hpp"
+
+#if DLOCK_HAS_REDIS
+#include <dlock/redis/client.hpp>
+#include <dlock/redlock/client.hpp>
+#endif
+#if DLOCK_HAS_ZOOKEEPER
+#include <dlock/zk/client.hpp>
+#endif
+
+namespace dlock {
+namespace {
+
+// The URL forms this build accepts, for messages.
+std::string accepted_forms() {
+    std::string out;
+#if DLOCK_HAS_REDIS
+    out += "redis://host[:port][/db], unix:///path, redlock://host:port,host:port,host:port";
+#endif
+#if DLOCK_HAS_ZOOKEEPER
+    if (!out.empty()) out += " or ";
+    out += "zk://host:port[,host:port...][/base]";
+#endif
+    return out;
+}
+
+[[noreturn]] void fail(errc code, std::string_view url, std::string_view why) {
+    throw error(code, "URL \"" + detail::redact_url(url) + "\": " + std::string(why));
+}
+
+// A scheme dlock knows: the component that serves it and whether this build has it, or (planned)
+// a service dlock has no backend for, refused by name rather than as an unknown scheme.
+struct known_scheme {
+    std::string_view scheme;
+    std::string_view component;  ///< what serves it, for messages
+    bool built;
+    bool planned;
+    service_kind kind;
+};
+
+constexpr std::string_view redis_component = "the Redis backend (DLOCK_WITH_REDIS)";
+constexpr std::string_view zk_component = "the ZooKeeper backend (DLOCK_WITH_ZOOKEEPER)";
+constexpr known_scheme known_schemes[] = {
+    {"redis", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
+    {"rediss", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
+    {"unix", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
+    {"redlock", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redlock},
+    {"zk", zk_component, DLOCK_HAS_ZOOKEEPER != 0, false, service_kind::zookeeper},
+    {"etcd", "etcd", false, true, service_kind::redis},
+    {"redis+sentinel", "Redis Sentinel", false, true, service_kind::redis},
+    {"redis-sentinel", "Redis Sentinel", false, true, service_kind::redis},
+    {"sentinel", "Redis Sentinel", false, true, service_kind::redis},
+};
+
+// redlock://[userinfo@]h1:p1,h2:p2,...[/db]: one redis:// URL per server, each with the userinfo
+// and db.
+std::vector<std::string> split_redlock(std::string_view url) {
+    const auto bad = [&](std::string_view why) {
+        fail(errc::invalid_argument, url,
+             std::string(why) + " (expected redlock://host:port,host:port,host:port[/db])");
+    };
+    auto rest = url.substr(std::string_view("redlock://").size());
+    // The userinfo ends at the last '@' (core/url.hpp), so that a password's unencoded '/' or '?'
+    // is never taken for a path or a query (and quoted in a message).
+    std::string_view userinfo;
+    if (const auto span = detail::find_userinfo(url)) {
+        userinfo = url.substr(span->begin, span->end + 1 - span->begin);  // with its '@'
+        rest = url.substr(span->end + 1);
+    }
+    if (userinfo.find_first_of("/?#") != std::string_view::npos)
+        bad("unencoded '/', '?' or '#' in the user or password (write them as %2F, %3F, %23)");
+    if (rest.find('?') != std::string_view::npos) bad("query options are not supported");
+    const auto slash = rest.find('/');
+    const auto path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+    auto hosts = rest.substr(0, slash);
+    std::vector<std::string> servers;
+    while (true) {
+        const auto comma = hosts.find(',');
+        const auto host = hosts.substr(0, comma);
+        if (host.empty()) bad("empty server in the list");
+        std::string server = "redis://";
+        server += userinfo;
+        server += host;
+        server += path;
+        // One server twice would count twice towards the quorum.
+        if (std::find(servers.begin(), servers.end(), server) != servers.end())
+            bad("server " + std::string(host) + " is listed twice");
+        servers.push_back(std::move(server));
+        if (comma == std::string_view::npos) break;
+        hosts = hosts.substr(comma + 1);
+    }
+    return servers;
+}
+
+}  // namespace
+
+const char* to_string(service_kind kind) noexcept {
+    switch (kind) {
+        case service_kind::redis: return "redis";
+        case service_kind::redlock: return "redlock";
+        case service_kind::zookeeper: return "zookeeper";
+    }
+    return "unknown";
+}
+
+service_url parse_service_url(std::string_view url) {
+    const auto scheme = detail::url_scheme(url);
+    if (scheme.empty()) {
+        // Not quoted as a scheme: in "user:password@host" the text before "://" may be secret.
+        fail(errc::invalid_argument, url, "no scheme (expected " + accepted_forms() + ")");
+    }
+    const auto known = std::find_if(std::begin(known_schemes), std::end(known_schemes),
+                                    [&](const known_scheme& k) { return k.scheme == scheme; });
+    if (known == std::end(known_schemes)) {
+        fail(errc::invalid_argument, url,
+             "unknown scheme \"" + std::string(scheme) + "\" (expected " + accepted_forms() + ")");
+    }
+    if (known->planned) {
+        throw error(errc::unsupported, std::string(scheme) + ":// URLs (" +
+                                           std::string(known->component) +
+                                           ") are not available in this build of dlock: it has "
+                                           "no backend for them");
+    }
+    if (!known->built) {
+        throw error(errc::unsupported, std::string(scheme) + ":// URLs need " +
+                                           std::string(known->component) +
+                                           ", which this build of dlock does not have");
+    }
+    service_url out{.kind = known->kind};
+    if (out.kind == service_kind::redlock) {
+        out.servers = split_redlock(url);
+    } else {
+        out.servers.emplace_back(url);
+    }
+    return out;
+}
+
+std::unique_ptr<backend> connect(std::string_view url, connect_options options) {
+    std::string full(url);
+    if (options.password) {
+        const auto scheme = detail::url_scheme(url);
+        if (scheme != "redis" && scheme != "rediss" && scheme != "redlock") {
+            fail(errc::invalid_argument, url,
+                 "a separate password applies to redis://, rediss:// and redlock:// URLs only");
+        }
+        full = url_with_password(url, *options.password);
+    }
+    auto parsed = parse_service_url(full);
+    if (options.connect_timeout && options.connect_timeout->count() <= 0) {
+        throw error(errc::invalid_argument, "connect_timeout must be > 0, got " +
+                                                std::to_string(options.connect_timeout->count()) +
+                                                " ms");
+    }
+    switch (parsed.kind) {
+#if DLOCK_HAS_REDIS
+        case service_kind::redis: {
+            redis::client_options o{.url = std::move(parsed.servers.front()),
+                                    .observer = std::move(options.observer),
+                                    .error_handler = std::move(options.error_handler)};
+            if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
+            if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
+            return std::make_unique<redis::client>(std::move(o));
+        }
+        case service_kind::redlock: {
+            redlock::client_options o{.urls = std::move(parsed.servers),
+                                      .observer = std::move(options.observer),
+                                      .error_handler = std::move(options.error_handler)};
+            if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
+            if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
+            return std::make_unique<redlock::client>(std::move(o));
+        }
+#endif
+#if DLOCK_HAS_ZOOKEEPER
+        case service_kind::zookeeper: {
+            if (options.key_prefix) {
+                fail(errc::invalid_argument, full,
+                     "a key prefix applies to Redis and Redlock; a zk:// URL names its base path "
+                     "instead (zk://host:port/base)");
+            }
+            zk::client_options o{.url = std::move(parsed.servers.front()),
+                                 .observer = std::move(options.observer),
+                                 .error_handler = std::move(options.error_handler)};
+            if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
+            return std::make_unique<zk::client>(std::move(o));
+        }
+#endif
+        default: break;
+    }
+    // parse_service_url() refuses the schemes of backends this build lacks.
+    throw error(errc::unsupported,
+                std::string(to_string(parsed.kind)) + " is not available in this build of dlock");
+}
+
+}  // namespace dlock
