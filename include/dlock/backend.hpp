@@ -165,6 +165,14 @@ public:
     [[nodiscard]] lock_info inspect(std::string_view name);
     [[nodiscard]] virtual lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
 
+    /// Small settings every process must agree on (dlock::striped's stripe count): stores `value`
+    /// under `name` if nothing is stored there yet, and returns what is stored (`value`, or what
+    /// an earlier call stored). Never expires; one round trip. Names live beside the lock names
+    /// (Redis: the key "<prefix>:{<name>}:record"). errc::unsupported when the backend has no such
+    /// store (the default; Redlock and ZooKeeper today).
+    virtual std::string record_once(std::string_view name, std::string_view value,
+                                    std::error_code& ec) noexcept;
+
     /// Takes the lock `name`, blocking up to `options.wait`. Throws dlock::error: errc::timeout
     /// when the wait bound passed while the lock was held by someone else, another errc when the
     /// backend failed. Nothing is held after a throw.

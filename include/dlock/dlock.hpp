@@ -13,9 +13,11 @@
 #include <dlock/error.hpp>
 #include <dlock/event.hpp>
 #include <dlock/lease.hpp>
+#include <dlock/metrics.hpp>
 #include <dlock/multi_lock.hpp>
 #include <dlock/mutex.hpp>
 #include <dlock/options.hpp>
 #include <dlock/recursive_mutex.hpp>
 #include <dlock/semaphore.hpp>
 #include <dlock/shared_mutex.hpp>
+#include <dlock/striped.hpp>

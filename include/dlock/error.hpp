@@ -53,6 +53,19 @@ std::error_code make_error_code(errc e) noexcept;
 /// True for the codes that mean "someone else holds the lock" (timeout, attempts_exhausted).
 bool is_contention(std::error_code ec) noexcept;
 
+/// The detailed message behind the error code the calling thread's latest failing dlock call set
+/// (what the throwing twin would have put in its exception: the field, the server's reply, the
+/// node that failed), if `ec` is that code; otherwise ec.message(). Per thread: each thread sees
+/// only the failures of its own calls, and the next failing call on the thread replaces it (a
+/// successful call leaves it alone). "" for an empty `ec`. Never contains a password.
+///   std::error_code ec;
+///   auto held = client.acquire("job", {}, ec);
+///   if (ec) log(dlock::last_error_message(ec));
+std::string last_error_message(const std::error_code& ec);
+
+/// The calling thread's latest stored failure message, whatever its code ("" if none yet).
+std::string last_error_message();
+
 /// The exception thrown by every dlock call that throws. `code()` is a dlock::errc.
 class error : public std::system_error {
 public:

@@ -3,6 +3,7 @@
 // caller's thread for acquire/release, the client's background thread for renewal and loss), with
 // no dlock lock held. It must be thread-safe and quick; exceptions escaping it are caught and
 // reported to the client's error handler. Silent by default (no observer).
+// dlock::metrics (metrics.hpp) is a ready-made observer that aggregates these events.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,8 @@
 #include <functional>
 #include <string_view>
 #include <system_error>
+
+#include <dlock/lease.hpp>
 
 namespace dlock {
 
@@ -20,6 +23,12 @@ enum class event_kind {
     released,      ///< the holder released it
     lost,          ///< the grant can no longer be guaranteed; error says why
     error,         ///< a backend failure while acquiring, renewing or releasing
+    /// An acquire call ended without a grant: error is timeout, attempts_exhausted, canceled, or
+    /// the failure (a backend failure is also reported as an error event just before).
+    gave_up,
+    /// The watchdog could not confirm the lease (held -> uncertain), once per episode; a renewed
+    /// or lost event follows.
+    renewal_failed,
 };
 
 struct lock_event {
@@ -28,7 +37,21 @@ struct lock_event {
     std::uint64_t fencing_token = 0;  ///< 0 when there is no grant (wait_started, error)
     std::error_code error;            ///< set for lost and error
     std::chrono::steady_clock::time_point at;
+    /// acquired and gave_up: when the acquire call began (the wait is `at - since`); released and
+    /// lost: when the grant was requested (the hold time is `at - since`). Epoch when unknown.
+    std::chrono::steady_clock::time_point since{};
+    /// lost: why the grant was lost; released: lost_reason::released.
+    lost_reason reason = lost_reason::none;
+    /// acquired: the releasing holder handed the lock directly to this waiter (the hand-off of a
+    /// queued Redis kind: fair_mutex, the write side of shared_mutex); no attempt of ours won it.
+    bool handed_off = false;
+    /// acquired and gave_up: this acquire call emitted wait_started before (it waited in line).
+    bool waited = false;
 };
+
+// Each grant's acquired event is followed by exactly one of released or lost (a release that finds
+// the grant already gone reports lost, with its reason), so acquired - released - lost is the
+// number of grants held. Each acquire call that reaches the backend ends with acquired or gave_up.
 
 using observer = std::function<void(const lock_event&)>;
 

@@ -33,6 +33,21 @@ enum class lock_state {
 
 const char* to_string(lock_state state) noexcept;
 
+/// Why a grant ended. Reported by lease::lost_reason() and by the lost / released events.
+enum class lost_reason : std::uint8_t {
+    none,             ///< not lost: the grant is still valid (held or uncertain)
+    released,         ///< the holder released it (or the lease is empty)
+    expired,          ///< the lease ran out: renewals failed until its end, or a fixed lease ended
+    max_hold,         ///< lock_options::max_hold ran out (renewal stopped at the cap)
+    taken_over,       ///< the server holds another owner's token (it expired there and was retaken)
+    deleted,          ///< the lock's state vanished on the server: deleted by someone else (or
+                      ///< lost by the server, e.g. a failover without persistence)
+    session_expired,  ///< ZooKeeper: the session that owned the node expired
+    client_closed,    ///< the client was destroyed while the grant lived; nobody renews it
+};
+
+const char* to_string(lost_reason reason) noexcept;
+
 class lease {
 public:
     /// An empty lease: owns nothing (the state of a moved-from lease). state() is lost.
@@ -66,6 +81,11 @@ public:
     /// it is released. Composes with std::jthread and std::condition_variable_any. An empty lease
     /// gives a token that has already fired.
     std::stop_token lost_token() const noexcept;
+
+    /// Why the grant ended, once state() is lost: lost_reason::none while it is held or uncertain;
+    /// `released` for an empty lease. A loss the watchdog has not examined yet (the lease ran out
+    /// before its next check) is `expired` or `max_hold`. Thread-safe like state().
+    dlock::lost_reason lost_reason() const noexcept;
 
     /// Releases the lock in one round trip (atomic compare-and-delete on the server). Afterwards
     /// the lease is empty. Throws errc::lock_lost if the server no longer held our token (nothing

@@ -20,10 +20,24 @@ void report_to(const error_handler& handler, std::error_code ec, std::string_vie
     std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(what.size()), what.data());
 }
 
+acquire_frame*& current_acquire() noexcept {
+    thread_local acquire_frame* current = nullptr;
+    return current;
+}
+
 void notify_observer(const observer& watcher, const error_handler& handler,
                      const lock_event& event) noexcept {
+    auto* frame = current_acquire();
+    if (frame && event.kind == event_kind::wait_started) frame->waited = true;
     if (!watcher) return;
     try {
+        if (frame && event.kind == event_kind::acquired && event.since == decltype(event.since){}) {
+            auto stamped = event;
+            stamped.since = frame->started;
+            stamped.waited = frame->waited;
+            watcher(stamped);
+            return;
+        }
         watcher(event);
     } catch (const std::exception& e) {
         report_to(handler, make_error_code(errc::invalid_argument),

@@ -51,6 +51,8 @@ const char* to_string(event_kind kind) noexcept {
         case event_kind::released: return "released";
         case event_kind::lost: return "lost";
         case event_kind::error: return "error";
+        case event_kind::gave_up: return "gave_up";
+        case event_kind::renewal_failed: return "renewal_failed";
     }
     return "unknown";
 }
@@ -60,6 +62,20 @@ const char* to_string(lock_state state) noexcept {
         case lock_state::held: return "held";
         case lock_state::uncertain: return "uncertain";
         case lock_state::lost: return "lost";
+    }
+    return "unknown";
+}
+
+const char* to_string(lost_reason reason) noexcept {
+    switch (reason) {
+        case lost_reason::none: return "none";
+        case lost_reason::released: return "released";
+        case lost_reason::expired: return "expired";
+        case lost_reason::max_hold: return "max_hold";
+        case lost_reason::taken_over: return "taken_over";
+        case lost_reason::deleted: return "deleted";
+        case lost_reason::session_expired: return "session_expired";
+        case lost_reason::client_closed: return "client_closed";
     }
     return "unknown";
 }

@@ -70,6 +70,10 @@ lock_state lease::state() const noexcept {
     return core_ ? core_->state(detail::steady::now()) : lock_state::lost;
 }
 
+dlock::lost_reason lease::lost_reason() const noexcept {
+    return core_ ? core_->reason(detail::steady::now()) : dlock::lost_reason::released;
+}
+
 std::stop_token lease::lost_token() const noexcept {
     if (core_ && !core_->forked()) return core_->lost_token();
     std::stop_source fired;
@@ -94,6 +98,7 @@ void lease::release(std::error_code& ec) noexcept {
                                 "which still holds it; nothing was released");
     }
     core->owner().release(*core, ec);
+    core->finish_release(ec);
 }
 
 }  // namespace dlock

@@ -1,5 +1,6 @@
 #include "core/lease_core.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -38,15 +39,60 @@ void lease_core::renewed(steady::time_point new_valid_until) noexcept {
     state_.compare_exchange_strong(expected, lock_state::held);
 }
 
-void lease_core::renewal_failed() noexcept {
+bool lease_core::renewal_failed() noexcept {
     auto expected = lock_state::held;
-    state_.compare_exchange_strong(expected, lock_state::uncertain);
+    return state_.compare_exchange_strong(expected, lock_state::uncertain);
 }
 
-bool lease_core::lose(std::error_code why) noexcept {
+void lease_core::report_renewal_failed() noexcept {
+    owner_->notify({event_kind::renewal_failed, name_, fencing_token_, {}, steady::now()});
+}
+
+lost_reason lease_core::expiry_reason() const noexcept {
+    if (plan_.max_hold == forever) return lost_reason::expired;
+    // The last renewal asked for exactly what was left before granted + max_hold, so validity
+    // ends within one drift margin of the cap (ZooKeeper: of the cap's own margin).
+    const auto margin = drift_for(std::max(plan_.lease, plan_.max_hold)) + milliseconds(1);
+    const auto cap = deadline_after(granted_, plan_.max_hold);
+    return valid_until() + margin >= cap ? lost_reason::max_hold : lost_reason::expired;
+}
+
+lost_reason lease_core::reason(steady::time_point now) const noexcept {
+    if (const auto r = reason_.load(); r != lost_reason::none) return r;
+    if (state(now) != lock_state::lost) return lost_reason::none;
+    return released_.load() ? lost_reason::released : expiry_reason();
+}
+
+void lease_core::note_loss(lost_reason reason) noexcept {
+    auto r = reason_.load();
+    while ((r == lost_reason::none || r == lost_reason::released) &&
+           !reason_.compare_exchange_weak(r, reason)) {
+    }
+}
+
+void lease_core::finish_release(std::error_code ec) noexcept {
+    if (ended_.exchange(true)) return;
+    const auto now = steady::now();
+    if (ec == errc::lock_lost) {
+        auto r = reason_.load();
+        if (r == lost_reason::none || r == lost_reason::released) r = lost_reason::deleted;
+        owner_->notify({event_kind::lost, name_, fencing_token_, ec, now, granted_, r});
+        return;
+    }
+    // Also when the server did not confirm (ec set): the grant is ours no longer; it expires there.
+    owner_->notify(
+        {event_kind::released, name_, fencing_token_, ec, now, granted_, lost_reason::released});
+}
+
+bool lease_core::lose(std::error_code why, lost_reason reason) noexcept {
     if (state_.exchange(lock_state::lost) == lock_state::lost) return false;
+    if (reason == lost_reason::none) reason = expiry_reason();
+    reason_.store(reason);
     lost_.request_stop();
-    owner_->notify({event_kind::lost, name_, fencing_token_, why, steady::now()});
+    if (!ended_.exchange(true)) {
+        owner_->notify(
+            {event_kind::lost, name_, fencing_token_, why, steady::now(), granted_, reason});
+    }
     if (on_lost_ && !released_.load()) {
         try {
             on_lost_(why);
@@ -65,9 +111,25 @@ bool lease_core::lose(std::error_code why) noexcept {
 
 bool lease_core::mark_released() noexcept {
     if (released_.exchange(true)) return false;
+    auto none = lost_reason::none;
+    reason_.compare_exchange_strong(none, lost_reason::released);
     state_.store(lock_state::lost);
     lost_.request_stop();
     return true;
+}
+
+acquire_call::acquire_call(lease_owner& owner, std::string_view name,
+                           const std::error_code& ec) noexcept
+    : owner_(owner), name_(name), ec_(ec), frame_{steady::now(), false, current_acquire()} {
+    current_acquire() = &frame_;
+}
+
+acquire_call::~acquire_call() {
+    current_acquire() = frame_.outer;
+    if (!ec_) return;
+    lock_event gave_up{event_kind::gave_up, name_, 0, ec_, steady::now(), frame_.started};
+    gave_up.waited = frame_.waited;
+    owner_.notify(gave_up);
 }
 
 void report_foreign_unlock(lease_owner& owner, std::string_view kind,

@@ -20,6 +20,7 @@
 #include <dlock/lease.hpp>
 #include <dlock/options.hpp>
 
+#include "core/callbacks.hpp"
 #include "core/fork.hpp"
 #include "core/renewal.hpp"
 
@@ -70,13 +71,29 @@ public:
     /// renewal's send time + its lease - drift), lower than before if that lease was shorter.
     /// Callers must not apply an older renewal's answer after a newer one's.
     void renewed(steady::time_point new_valid_until) noexcept;
-    /// A renewal could not be confirmed (server unreachable); valid_until() is unchanged.
-    void renewal_failed() noexcept;
+    /// A renewal could not be confirmed (server unreachable); valid_until() is unchanged. true on
+    /// the first failure of an episode (held -> uncertain): the caller then calls
+    /// report_renewal_failed() once it holds no lock of its own (the observer may call back in).
+    bool renewal_failed() noexcept;
+    /// Emits the renewal_failed event.
+    void report_renewal_failed() noexcept;
     /// Moves to lost (once), fires lost_token and runs on_lost with `why`. true on the transition.
-    bool lose(std::error_code why) noexcept;
+    /// `reason` none: the lease ran out, expiry_reason() tells expired from max_hold. The lost
+    /// event is emitted unless the grant already ended (finish_release).
+    bool lose(std::error_code why, lost_reason reason = lost_reason::none) noexcept;
     /// Marks a deliberate release: lost_token fires, on_lost does not run. true the first time.
     bool mark_released() noexcept;
     bool released() const noexcept { return released_.load(); }
+    /// A release found the grant no longer ours for `reason` (taken over, deleted, session
+    /// expired): finish_release reports it as lost with that reason.
+    void note_loss(lost_reason reason) noexcept;
+    /// After the owner's release(): emits the grant's end (released, or lost when `ec` is
+    /// lock_lost) unless lose() already did. Every grant ends with exactly one of them.
+    void finish_release(std::error_code ec) noexcept;
+    /// Why the grant ended; none while valid at `now`.
+    lost_reason reason(steady::time_point now) const noexcept;
+    /// expired or max_hold, for a lease that ran out: max_hold when its validity reached the cap.
+    lost_reason expiry_reason() const noexcept;
 
 private:
     std::shared_ptr<lease_owner> owner_;
@@ -91,7 +108,26 @@ private:
     std::atomic<steady::rep> valid_until_;
     std::atomic<lock_state> state_{lock_state::held};
     std::atomic<bool> released_{false};
+    std::atomic<bool> ended_{false};  // the released or lost event was emitted
+    std::atomic<lost_reason> reason_{lost_reason::none};
     std::stop_source lost_;
+};
+
+/// One acquire call, declared by a backend at the top of acquire_until (before its try): while it
+/// lives, this thread's acquired event carries the call's start (since) and whether it waited;
+/// when it ends with `ec` set, it emits gave_up. Not copyable; strictly nested per thread.
+class acquire_call {
+public:
+    acquire_call(lease_owner& owner, std::string_view name, const std::error_code& ec) noexcept;
+    ~acquire_call();
+    acquire_call(const acquire_call&) = delete;
+    acquire_call& operator=(const acquire_call&) = delete;
+
+private:
+    lease_owner& owner_;
+    std::string_view name_;
+    const std::error_code& ec_;
+    acquire_frame frame_;
 };
 
 /// Tells `owner`'s error handler that a thread called unlock() on `kind` object `name` that another

@@ -58,6 +58,13 @@ void backend::set_permits(std::string_view name, std::uint32_t, std::error_code&
                  "semaphore \"" + std::string(name) + "\": this backend has no semaphore");
 }
 
+std::string backend::record_once(std::string_view name, std::string_view,
+                                 std::error_code& ec) noexcept {
+    detail::fail(ec, errc::unsupported,
+                 "record_once(\"" + std::string(name) + "\"): not supported by this backend");
+    return {};
+}
+
 mutex::mutex(backend& backend, std::string name, lock_options options)
     : mutex(backend, std::move(name), std::move(options), lock_request{}) {}
 

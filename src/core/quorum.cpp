@@ -48,6 +48,10 @@ owner_tally tally_owner(std::span<const owner_vote> votes, std::size_t servers) 
         switch (v) {
             case owner_vote::ours: ++t.ours; break;
             case owner_vote::not_ours: ++t.not_ours; break;
+            case owner_vote::taken:
+                ++t.not_ours;
+                ++t.taken;
+                break;
             case owner_vote::failed: ++t.failed; break;
         }
     }

@@ -79,15 +79,22 @@ acquire_verdict decide_acquire(const acquire_tally& t, std::size_t raised, stead
 // ---- renew and release ----------------------------------------------------------------------
 
 /// One server's answer to a renew or release script: 1 (ours: extended / deleted), 0 (not ours:
-/// gone or another token), or no usable answer. Servers whose votes do not count are left out.
-enum class owner_vote : std::uint8_t { ours, not_ours, failed };
+/// gone), < 0 (taken: another owner's token is there), or no usable answer. Servers whose votes
+/// do not count are left out.
+enum class owner_vote : std::uint8_t { ours, not_ours, taken, failed };
 
 struct owner_tally {
     std::size_t servers = 0;
     std::size_t ours = 0;
-    std::size_t not_ours = 0;
+    std::size_t not_ours = 0;  ///< gone or taken: every vote that is not ours and not failed
+    std::size_t taken = 0;     ///< of not_ours, the servers holding another owner's token
     std::size_t failed = 0;
 };
+
+/// The vote for a script's integer reply: 1 ours, < 0 taken, otherwise (0) not ours.
+constexpr owner_vote owner_vote_of(std::int64_t reply) noexcept {
+    return reply == 1 ? owner_vote::ours : reply < 0 ? owner_vote::taken : owner_vote::not_ours;
+}
 
 owner_tally tally_owner(std::span<const owner_vote> votes, std::size_t servers);
 

@@ -35,3 +35,14 @@ void throw_if(const std::error_code& ec) {
 }
 
 }  // namespace dlock::detail
+
+namespace dlock {
+
+std::string last_error_message(const std::error_code& ec) {
+    if (!ec) return {};
+    return detail::message_for(ec);
+}
+
+std::string last_error_message() { return detail::last.text; }
+
+}  // namespace dlock

@@ -331,7 +331,8 @@ void engine::stop() noexcept {
         dlock::detail::lock_guard lock(registry_mutex_);
         orphaned = registry_.lose_all();
     }
-    for (auto& lease : orphaned) lease->lose(make_error_code(errc::lock_lost));
+    for (auto& lease : orphaned)
+        lease->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
     if (subscriber_) subscriber_->wake_all();
     if (wake_fd_ >= 0) {
         ::close(wake_fd_);
@@ -624,7 +625,9 @@ dlock::lease engine::grant(std::string_view name, const std::string& token, std:
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token, fence,
                                              options, sent, valid_until, kind);
     track(core, handed_off);
-    notify({event_kind::acquired, name, fence, {}, steady::now()});
+    lock_event acquired{event_kind::acquired, name, fence, {}, steady::now()};
+    acquired.handed_off = handed_off;
+    notify(acquired);
     return dlock::detail::lease_access::make(std::move(core));
 }
 
@@ -671,6 +674,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    const lock_options& options, steady::time_point deadline,
                                    std::error_code& ec) noexcept {
     ec.clear();
+    const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
@@ -926,8 +930,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 failures += (failures.empty() ? "" : "; ") + b.error;
                 votes.push_back(quorum::owner_vote::failed);
             } else {
-                votes.push_back(b.replies.front().integer == 1 ? quorum::owner_vote::ours
-                                                               : quorum::owner_vote::not_ours);
+                votes.push_back(quorum::owner_vote_of(b.replies.front().integer));
             }
         }
         const auto tally = quorum::tally_owner(votes, servers_.size());
@@ -936,10 +939,10 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         if (verdict == quorum::release_verdict::released) {
             // Servers that could not be reached keep our key until it expires; nobody else is hurt.
             ec.clear();
-            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
-            return;
+            return;  // dlock::lease reports the released event
         }
         if (verdict == quorum::release_verdict::lost) {
+            lease.note_loss(tally.taken > 0 ? lost_reason::taken_over : lost_reason::deleted);
             fail(ec, errc::lock_lost,
                  "lock \"" + lease.name() +
                      "\" was no longer held by this owner (expired or taken " + "over" +
@@ -1001,6 +1004,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
         }
         latest = registry_.earliest_deadline();
     }
+    // Ran out: lose() without a reason asks expiry_reason() (expired or max_hold).
     for (auto& lease : batch.lost) lease->lose(make_error_code(errc::lock_lost));
     if (!due.empty()) {
         const auto sent = steady::now();
@@ -1027,8 +1031,10 @@ steady::time_point engine::renew_due(steady::time_point now) {
         for (const auto& b : batches) {
             if (b.ec) failures += (failures.empty() ? "" : "; ") + b.error;
         }
-        std::vector<std::shared_ptr<lease_core>> lost, renewed;
+        std::vector<std::shared_ptr<lease_core>> renewed;
+        std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
         std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
+        std::vector<std::shared_ptr<lease_core>> went_uncertain;
         {
             dlock::detail::lock_guard lock(registry_mutex_);
             std::vector<quorum::owner_vote> votes;
@@ -1047,10 +1053,10 @@ steady::time_point engine::renew_due(steady::time_point now) {
                         votes.push_back(quorum::owner_vote::failed);
                         continue;
                     }
-                    votes.push_back(r.integer == 1 ? quorum::owner_vote::ours
-                                                   : quorum::owner_vote::not_ours);
+                    votes.push_back(quorum::owner_vote_of(r.integer));
                 }
-                switch (quorum::decide_renew(quorum::tally_owner(votes, servers_.size()))) {
+                const auto tally = quorum::tally_owner(votes, servers_.size());
+                switch (quorum::decide_renew(tally)) {
                     case quorum::renew_verdict::renewed:
                         lease->renewed(
                             dlock::detail::valid_until(sent, due[i].request, config_.drift));
@@ -1062,7 +1068,8 @@ steady::time_point engine::renew_due(steady::time_point now) {
                         break;
                     case quorum::renew_verdict::lost:
                         // gone or another token on enough servers: no quorum can hold it
-                        lost.push_back(lease);
+                        lost.emplace_back(lease, tally.taken > 0 ? lost_reason::taken_over
+                                                                 : lost_reason::deleted);
                         registry_.untrack(lease.get());
                         break;
                     case quorum::renew_verdict::failed:
@@ -1070,7 +1077,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                             registry_.schedule(lease.get(), now);
                             break;
                         }
-                        lease->renewal_failed();
+                        if (lease->renewal_failed()) went_uncertain.push_back(lease);
                         registry_.schedule(lease.get(),
                                            now + dlock::detail::renewal_retry_delay(lease->plan()));
                         failed.emplace_back(lease, std::move(why));
@@ -1081,6 +1088,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
         for (const auto& lease : renewed) {
             notify({event_kind::renewed, lease->name(), lease->fencing_token(), {}, steady::now()});
         }
+        for (const auto& lease : went_uncertain) lease->report_renewal_failed();
         for (const auto& [lease, why] : failed) {
             const auto code = servers_.size() > 1  ? make_error_code(errc::quorum_unreachable)
                               : batches.front().ec ? batches.front().ec
@@ -1089,7 +1097,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                                    "\" failed; retrying until its lease runs out: " + why);
             notify({event_kind::error, lease->name(), lease->fencing_token(), code, steady::now()});
         }
-        for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
+        for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
     }
     dlock::detail::lock_guard lock(registry_mutex_);
     const auto next = registry_.next_due();

@@ -128,7 +128,7 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
 }
 
 bool subscriber::subscribed(const std::string& channel) const {
-    std::lock_guard lock(mutex_);
+    dlock::detail::lock_guard lock(mutex_);
     const auto it = channels_.find(channel);
     return it != channels_.end() && it->second.subscribed;
 }

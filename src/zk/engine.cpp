@@ -122,7 +122,7 @@ void engine::stop() noexcept {
         if (session_) sessions.push_back(std::move(session_));
         leases_.lose_all();
     }
-    for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost));
+    for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
     for (auto& s : sessions) s->close();  // the nodes go with the session
 }
 
@@ -290,6 +290,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    const lock_options& options, steady::time_point deadline,
                                    std::error_code& ec) noexcept {
     ec.clear();
+    const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (!ec) dlock::detail::validate_lock_options(options, ec);
@@ -617,8 +618,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                         "lock \"" + lease.name() + "\": the client was closed; nothing to release");
         }
         if (stays) {  // one re-entry level left; the node stays
-            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
-            return;
+            return;   // dlock::lease reports the released event
         }
         if (!last) {
             return fail(ec, errc::lock_lost,
@@ -626,11 +626,9 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         }
         node->owner->disown(node->path);  // our own delete is no loss
         const int rc = node->owner->remove_guaranteed(node->path);
-        if (rc == ZOK) {
-            notify({event_kind::released, lease.name(), lease.fencing_token(), {}, steady::now()});
-            return;
-        }
+        if (rc == ZOK) return;  // dlock::lease reports the released event
         if (rc == ZNONODE || session_gone(rc)) {
+            lease.note_loss(rc == ZNONODE ? lost_reason::deleted : lost_reason::session_expired);
             fail(ec, errc::lock_lost,
                  "lock \"" + lease.name() + "\": our node " + node->path +
                      " was already gone (session expired)");
@@ -677,16 +675,25 @@ steady::time_point engine::revisit_at(steady::time_point now, steady::time_point
 }
 
 steady::time_point engine::check_leases(steady::time_point now) {
-    std::vector<std::shared_ptr<lease_core>> lost;
+    std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
+    std::vector<std::shared_ptr<lease_core>> went_uncertain;  // reported outside mutex_
     std::vector<std::pair<std::shared_ptr<session>, std::string>> doomed;  // nodes to delete
     {
         dlock::detail::lock_guard lock(mutex_);
         const auto lose = [&](const std::shared_ptr<lease_core>& lease, held_node& node,
-                              bool delete_node) DLOCK_REQUIRES(mutex_) {
+                              bool delete_node, lost_reason reason) DLOCK_REQUIRES(mutex_) {
             if (delete_node && !node.deleted(mutex_)) doomed.emplace_back(node.owner, node.path);
             node.deleted(mutex_) = true;
             leases_.untrack(lease.get());
-            lost.push_back(lease);
+            lost.emplace_back(lease, reason);
+        };
+        // Why a lease whose bound passed is lost: max_hold ran out (or, renew = false, the fixed
+        // lease did), or else no answer from ZooKeeper within the session timeout.
+        const auto ran_out = [&](const lease_core& lease, const held_node& node) {
+            if (now < node.cap_valid) return lost_reason::expired;
+            const auto& plan = lease.plan();
+            return plan.renew || plan.max_hold <= plan.lease ? lost_reason::max_hold
+                                                             : lost_reason::expired;
         };
         // Events, per session holding leases (O(sessions) when nothing happened): nodes someone
         // else deleted (session::own's watches), an expired session, and a change of health
@@ -704,15 +711,19 @@ steady::time_point engine::check_leases(steady::time_point now) {
                 auto lease = e.lease.lock();
                 if (!lease || lease->released() || lease->lost_token().stop_requested()) continue;
                 auto& node = *e.node;
-                if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end() ||
-                    dead) {
-                    lose(lease, node, false);  // gone already: deleted, or with the session
+                // Gone already: deleted by someone else, or with the session.
+                if (std::find(vanished.begin(), vanished.end(), node.path) != vanished.end()) {
+                    lose(lease, node, false, lost_reason::deleted);
+                    continue;
+                }
+                if (dead) {
+                    lose(lease, node, false, lost_reason::session_expired);
                     continue;
                 }
                 const auto bound = std::min(s.valid_until(), node.cap_valid);
                 if (now >= bound) continue;  // lost below, when the registry finds it due
                 lease->renewed(bound);
-                if (!healthy) lease->renewal_failed();
+                if (!healthy && lease->renewal_failed()) went_uncertain.push_back(lease);
             }
         }
         // Time: the leases due for a look (renewal from the session's bound, max_hold, expiry),
@@ -723,7 +734,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
             // out). If we reconnect in time the node is deleted, as nobody trusts it any more.
             const auto it = registry_.find(lease.get());
             if (it == registry_.end() || lease->lost_token().stop_requested()) continue;
-            lose(lease, *it->second.node, true);
+            lose(lease, *it->second.node, true, ran_out(*lease, *it->second.node));
         }
         for (auto& due : batch.renew) {
             auto& lease = due.lease;
@@ -735,18 +746,18 @@ steady::time_point engine::check_leases(steady::time_point now) {
             auto& node = *it->second.node;
             auto& s = *node.owner;
             if (s.dead()) {
-                lose(lease, node, false);
+                lose(lease, node, false, lost_reason::session_expired);
                 continue;
             }
             const auto bound = std::min(s.valid_until(), node.cap_valid);
             if (now >= bound) {
-                lose(lease, node, true);
+                lose(lease, node, true, ran_out(*lease, node));
                 continue;
             }
             if (s.connected() && !s.overdue(now)) {
                 lease->renewed(bound);
             } else {
-                lease->renewal_failed();
+                if (lease->renewal_failed()) went_uncertain.push_back(lease);
             }
             leases_.schedule(lease.get(), revisit_at(now, bound), true);
         }
@@ -754,7 +765,8 @@ steady::time_point engine::check_leases(steady::time_point now) {
     // Outside mutex_: queue_cleanup wakes this thread, which takes mutex_.
     for (auto& [s, path] : doomed) s->queue_cleanup({{}, {}, path});
     // The observer and on_lost hear why through the lost event (as with Redis, no error report).
-    for (auto& lease : lost) lease->lose(make_error_code(errc::lock_lost));
+    for (auto& lease : went_uncertain) lease->report_renewal_failed();
+    for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
     dlock::detail::lock_guard lock(mutex_);
     return leases_.next_due();
 }

@@ -495,6 +495,27 @@ TEST(Quorum, Release) {
     EXPECT_EQ(q::decide_release(q::tally_owner(down, 3)), q::release_verdict::failed);
 }
 
+// A server holding another owner's token votes "taken": it counts as not ours in every verdict,
+// and the tally keeps how many so the engine can report taken_over rather than deleted.
+TEST(Quorum, TakenCountsAsNotOurs) {
+    using ov = q::owner_vote;
+    EXPECT_EQ(q::owner_vote_of(1), ov::ours);
+    EXPECT_EQ(q::owner_vote_of(0), ov::not_ours);
+    EXPECT_EQ(q::owner_vote_of(-1), ov::taken);
+    const std::vector<ov> taken{ov::ours, ov::taken, ov::not_ours};
+    const auto t = q::tally_owner(taken, 3);
+    EXPECT_EQ(t.ours, 1u);
+    EXPECT_EQ(t.not_ours, 2u);
+    EXPECT_EQ(t.taken, 1u);
+    EXPECT_EQ(q::decide_renew(t), q::renew_verdict::lost);
+    EXPECT_EQ(q::decide_release(t), q::release_verdict::lost);
+    const std::vector<ov> one_taken{ov::ours, ov::ours, ov::taken};
+    EXPECT_EQ(q::decide_renew(q::tally_owner(one_taken, 3)), q::renew_verdict::renewed);
+    EXPECT_EQ(q::decide_release(q::tally_owner(one_taken, 3)), q::release_verdict::released);
+    const std::vector<ov> gone{ov::not_ours};
+    EXPECT_EQ(q::tally_owner(gone, 1).taken, 0u);
+}
+
 }  // namespace
 
 // ---- composite_grant --------------------------------------------------------------------------

@@ -175,7 +175,14 @@ private:
             case dlock::event_kind::renewed: what = fmt::format("renewed \"{}\"", e.name); break;
             case dlock::event_kind::released: what = fmt::format("released \"{}\"", e.name); break;
             case dlock::event_kind::lost:
-                what = fmt::format("lost \"{}\": {}", e.name, e.error.message());
+                what = fmt::format("lost \"{}\" ({}): {}", e.name, dlock::to_string(e.reason),
+                                   e.error.message());
+                break;
+            case dlock::event_kind::gave_up:
+                what = fmt::format("gave up on \"{}\": {}", e.name, e.error.message());
+                break;
+            case dlock::event_kind::renewal_failed:
+                what = fmt::format("renewal of \"{}\" not confirmed; retrying", e.name);
                 break;
             case dlock::event_kind::error:
                 what = fmt::format("error on \"{}\": {}", e.name, e.error.message());

@@ -87,6 +87,11 @@ public:
                      std::error_code& ec) noexcept override;
     using dlock::backend::set_permits;
 
+    /// See dlock::backend::record_once: one script reads the key "<prefix>:{<name>}:record" and
+    /// sets it (no expiry) when absent.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept override;
+
     /// Runs one Redis command on a pooled connection (e.g. {"INCRBY", "stock", "-1"}), bounded by
     /// command_timeout. An error reply is returned as reply::kind::error, not thrown; transport
     /// failures throw dlock::error.

@@ -1,0 +1,211 @@
+// dlock::metrics against a real redis-server: a known sequence of grants, contention (timeout,
+// attempts exhausted, cancel), a bad argument, a fair hand-off and four forced losses (key deleted,
+// key taken over, renewals off, max_hold), then the rendered OpenMetrics text is scraped and
+// every number of the family checked (docs/metrics.md).
+#include <dlock/dlock.hpp>
+#include <dlock/metrics.hpp>
+#include <dlock/redis/client.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <sstream>
+#include <stop_token>
+#include <string>
+#include <thread>
+
+#include "shared_redis.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using dlock::test::shared_redis;
+using dlock::test::unique_name;
+
+/// Sample lines of an OpenMetrics text: "name{labels}" -> value text.
+std::map<std::string, std::string> samples(const std::string& text) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line.front() == '#') continue;
+        const auto space = line.rfind(' ');
+        out[line.substr(0, space)] = line.substr(space + 1);
+    }
+    return out;
+}
+
+double number(const std::map<std::string, std::string>& s, const std::string& series) {
+    const auto it = s.find(series);
+    if (it == s.end()) {
+        ADD_FAILURE() << "no sample " << series;
+        return -1;
+    }
+    return std::stod(it->second);
+}
+
+bool key_gone(dlock::redis::client& redis, const std::string& name) {
+    return redis.command({"EXISTS", redis.lock_key(name)}).integer == 0;
+}
+
+TEST(MetricsRedis, KnownSequenceScrapesToExactNumbers) {
+    dlock::metrics stats;
+    std::atomic<int> renewed{0}, handed_off{0};
+    dlock::redis::client redis({.url = shared_redis().url(), .observer = [&](const auto& e) {
+                                    if (e.kind == dlock::event_kind::renewed) ++renewed;
+                                    if (e.kind == dlock::event_kind::acquired && e.handed_off)
+                                        ++handed_off;
+                                    stats.record(e);
+                                }});
+    const auto family = dlock::default_family(unique_name());
+    const auto waiters = [&] {
+        const auto s = stats.snapshot();
+        const auto* f = s.find(family);
+        return f ? f->waiters : 0;
+    };
+    std::error_code ec;
+
+    // 1. A grant at once.
+    const auto a_name = unique_name("a");
+    auto a = redis.acquire(a_name, {.lease = 10s});
+    // 2. Contention: a timeout after waiting, attempts exhausted without waiting.
+    auto no = redis.acquire(a_name, {.lease = 10s, .wait = scaled(200ms)}, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout);
+    no = redis.acquire(a_name, {.lease = 10s, .max_attempts = 1}, ec);
+    EXPECT_EQ(ec, dlock::errc::attempts_exhausted);
+    // 3. A cancel while waiting.
+    {
+        std::stop_source stop;
+        std::error_code canceled;
+        std::jthread waiter([&] {
+            auto l = redis.acquire(a_name, {.lease = 10s, .cancel = stop.get_token()}, canceled);
+        });
+        ASSERT_TRUE(eventually([&] { return waiters() == 1; }, 10s));
+        stop.request_stop();
+        waiter.join();
+        EXPECT_EQ(canceled, dlock::errc::canceled);
+    }
+    // 4. A bad argument: an error outcome.
+    no = redis.acquire(unique_name("bad"), {.lease = 0ms}, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    // 5. A fair lock handed from its holder to a waiter.
+    const auto f_name = unique_name("fair");
+    const dlock::lock_request fair{.kind = dlock::lock_kind::fair};
+    auto f = redis.acquire(f_name, fair, {.lease = 10s});
+    {
+        std::error_code waited;
+        std::jthread waiter([&] {
+            auto l = redis.acquire(f_name, fair, {.lease = 10s}, waited);
+            if (!waited) l.release(waited);
+        });
+        ASSERT_TRUE(eventually([&] { return waiters() == 1; }, 10s));
+        f.release();
+        waiter.join();
+        EXPECT_FALSE(waited);
+    }
+    // 6. Forced losses: the key deleted, the key taken over, renewals off, max_hold reached.
+    const dlock::lock_options renewing{.lease = scaled(3s), .renew_every = scaled(1s)};
+    const auto d_name = unique_name("deleted");
+    auto d = redis.acquire(d_name, renewing);
+    redis.command({"DEL", redis.lock_key(d_name)});
+    ASSERT_TRUE(eventually([&] { return d.lost_token().stop_requested(); }, 10s));
+    EXPECT_EQ(d.lost_reason(), dlock::lost_reason::deleted);
+
+    const auto t_name = unique_name("taken");
+    auto t = redis.acquire(t_name, renewing);
+    redis.command({"SET", redis.lock_key(t_name), "someone-else"});
+    ASSERT_TRUE(eventually([&] { return t.lost_token().stop_requested(); }, 10s));
+    EXPECT_EQ(t.lost_reason(), dlock::lost_reason::taken_over);
+    redis.command({"DEL", redis.lock_key(t_name)});
+
+    const auto e_name = unique_name("expired");
+    auto e = redis.acquire(e_name, {.lease = 300ms, .renew = false});
+    ASSERT_TRUE(eventually([&] { return e.lost_token().stop_requested(); }, 10s));
+    EXPECT_EQ(e.lost_reason(), dlock::lost_reason::expired);
+
+    const auto m_name = unique_name("maxhold");
+    auto m = redis.acquire(m_name, {.lease = 3s, .max_hold = 300ms});
+    ASSERT_TRUE(eventually([&] { return m.lost_token().stop_requested(); }, 10s));
+    EXPECT_EQ(m.lost_reason(), dlock::lost_reason::max_hold);
+
+    // Releasing a lost grant: lock_lost (an error event), and no second end of the grant.
+    for (auto* lost : {&d, &t, &e, &m}) {
+        const auto name = lost->name();
+        ASSERT_TRUE(eventually([&] { return key_gone(redis, name); }, 10s));
+        lost->release(ec);
+        EXPECT_EQ(ec, dlock::errc::lock_lost);
+    }
+    a.release();
+
+    const auto text = stats.render();
+    const auto s = samples(text);
+    const auto series = [&](const std::string& metric, const std::string& extra = {}) {
+        return "dlock_" + metric + "{family=\"" + family + "\"" + (extra.empty() ? "" : ",") +
+               extra + "}";
+    };
+    EXPECT_EQ(number(s, series("acquires_total", "outcome=\"granted\"")), 7) << text;
+    EXPECT_EQ(number(s, series("acquires_total", "outcome=\"timeout\"")), 1);
+    EXPECT_EQ(number(s, series("acquires_total", "outcome=\"attempts_exhausted\"")), 1);
+    EXPECT_EQ(number(s, series("acquires_total", "outcome=\"canceled\"")), 1);
+    EXPECT_EQ(number(s, series("acquires_total", "outcome=\"error\"")), 1);
+    EXPECT_EQ(number(s, series("acquire_wait_seconds_count")), 7);
+    EXPECT_EQ(number(s, series("acquire_wait_seconds_bucket", "le=\"+Inf\"")), 7);
+    // The hand-off waiter waited at least from its wait_started to the release.
+    EXPECT_GT(number(s, series("acquire_wait_seconds_sum")), 0);
+    EXPECT_EQ(number(s, series("hold_seconds_count")), 7);  // 3 released, 4 lost
+    EXPECT_EQ(number(s, series("hold_seconds_bucket", "le=\"+Inf\"")), 7);
+    // `a` was held through the 200 ms timeout and the cancel; the max_hold grant for ~300 ms.
+    EXPECT_GE(number(s, series("hold_seconds_sum")), 0.2 + 0.29);
+    EXPECT_EQ(number(s, series("releases_total")), 3);  // a, the fair holder, its waiter
+    EXPECT_EQ(number(s, series("renewals_total", "result=\"ok\"")), renewed.load());
+    EXPECT_EQ(number(s, series("renewals_total", "result=\"failed\"")), 0);
+    EXPECT_EQ(number(s, series("losses_total", "reason=\"deleted\"")), 1);
+    EXPECT_EQ(number(s, series("losses_total", "reason=\"taken_over\"")), 1);
+    EXPECT_EQ(number(s, series("losses_total", "reason=\"expired\"")), 1);
+    EXPECT_EQ(number(s, series("losses_total", "reason=\"max_hold\"")), 1);
+    EXPECT_EQ(number(s, series("losses_total", "reason=\"session_expired\"")), 0);
+    EXPECT_EQ(number(s, series("losses_total", "reason=\"client_closed\"")), 0);
+    // The waiter learns of its grant from the hand-off message, or (rarely) from the refresh
+    // it had in flight: both count only when the message handed it over.
+    EXPECT_EQ(number(s, series("handoffs_total")), handed_off.load());
+    EXPECT_LE(handed_off.load(), 1);
+    EXPECT_EQ(number(s, series("errors_total")), 4);  // the four releases of lost grants
+    EXPECT_EQ(number(s, series("holders")), 0);
+    EXPECT_EQ(number(s, series("waiters")), 0);
+    // Histogram buckets are cumulative and end at the count.
+    double previous = 0;
+    for (const auto* le :
+         {"0.001", "0.005", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "10.0", "60.0", "+Inf"}) {
+        const auto v =
+            number(s, series("acquire_wait_seconds_bucket", std::string("le=\"") + le + "\""));
+        EXPECT_GE(v, previous) << le;
+        previous = v;
+    }
+    EXPECT_TRUE(text.ends_with("# EOF\n"));
+}
+
+TEST(MetricsRedis, HoldersAndWaitersAreLive) {
+    dlock::metrics stats;
+    dlock::redis::client redis({.url = shared_redis().url(), .observer = stats.observer()});
+    const auto family = dlock::default_family(unique_name());
+    const auto name = unique_name("x");
+    const auto at = [&] { return *stats.snapshot().find(family); };
+    auto held = redis.acquire(name, {.lease = 10s});
+    EXPECT_EQ(at().holders, 1);
+    std::error_code ec;
+    std::jthread waiter([&] { auto l = redis.acquire(name, {.lease = 10s}, ec); });
+    ASSERT_TRUE(eventually([&] { return at().waiters == 1; }, 10s));
+    held.release();
+    waiter.join();
+    EXPECT_FALSE(ec);
+    const auto f = at();
+    EXPECT_EQ(f.waiters, 0);
+    EXPECT_EQ(f.holders, 0);
+    EXPECT_EQ(f.acquires_by(dlock::acquire_outcome::granted), 2u);
+    EXPECT_EQ(f.releases, 2u);
+}
+
+}  // namespace
