@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <new>
+#include <string>
 #include <utility>
 
 #include "core/status.hpp"
@@ -49,6 +50,10 @@ bool refuse_in_forked_child(const fork_witness& client, std::error_code& ec) noe
          "this client was created before a fork and belongs to the parent process; a child "
          "process must create its own client");
     return true;
+}
+
+void refuse_moved_from(const char* call, std::error_code& ec) noexcept {
+    fail(ec, errc::invalid_argument, std::string(call) + " on a moved-from client");
 }
 
 }  // namespace dlock::detail

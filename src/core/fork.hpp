@@ -38,4 +38,23 @@ private:
 /// sockets) and its threads do not exist here: a child must create its own client.
 bool refuse_in_forked_child(const fork_witness& client, std::error_code& ec) noexcept;
 
+/// Sets `ec` to errc::invalid_argument: `call` ("acquire", "inspect", ...) was made on a client
+/// that was moved from.
+void refuse_moved_from(const char* call, std::error_code& ec) noexcept;
+
+/// The one guard of a client's entry points: the engine of the client whose state is `impl`, or
+/// nullptr with `ec` set when the client was moved from (refuse_moved_from) or was created in
+/// the parent of this forked process (refuse_in_forked_child).
+template <class Impl>
+auto* usable_engine(const std::shared_ptr<Impl>& impl, const char* call,
+                    std::error_code& ec) noexcept {
+    using engine_ptr = decltype(impl->engine.get());
+    if (!impl) {
+        refuse_moved_from(call, ec);
+        return engine_ptr{};
+    }
+    if (refuse_in_forked_child(*impl->engine, ec)) return engine_ptr{};
+    return impl->engine.get();
+}
+
 }  // namespace dlock::detail

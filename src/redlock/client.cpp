@@ -74,21 +74,15 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
                             const lock_options& options,
                             std::chrono::steady_clock::time_point deadline,
                             std::error_code& ec) noexcept {
-    if (!impl_) {
-        fail(ec, errc::invalid_argument, "acquire on a moved-from client");
-        return {};
-    }
-    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
-    return impl_->engine->acquire_until(name, request, options, deadline, ec);
+    auto* engine = dlock::detail::usable_engine(impl_, "acquire", ec);
+    if (engine == nullptr) return {};
+    return engine->acquire_until(name, request, options, deadline, ec);
 }
 
 lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
-    if (!impl_) {
-        fail(ec, errc::invalid_argument, "inspect on a moved-from client");
-        return {};
-    }
-    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
-    return impl_->engine->inspect(name, ec);
+    auto* engine = dlock::detail::usable_engine(impl_, "inspect", ec);
+    if (engine == nullptr) return {};
+    return engine->inspect(name, ec);
 }
 
 std::size_t client::size() const noexcept { return impl_->engine->size(); }

@@ -28,28 +28,21 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
                             const lock_options& options,
                             std::chrono::steady_clock::time_point deadline,
                             std::error_code& ec) noexcept {
-    if (!impl_) {
-        fail(ec, errc::invalid_argument, "acquire on a moved-from client");
-        return {};
-    }
-    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
-    return impl_->engine->acquire_until(name, request, options, deadline, ec);
+    auto* engine = dlock::detail::usable_engine(impl_, "acquire", ec);
+    if (engine == nullptr) return {};
+    return engine->acquire_until(name, request, options, deadline, ec);
 }
 
 void client::set_permits(std::string_view name, std::uint32_t permits,
                          std::error_code& ec) noexcept {
-    if (!impl_) return fail(ec, errc::invalid_argument, "set_permits on a moved-from client");
-    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return;
-    impl_->engine->set_permits(name, permits, ec);
+    if (auto* engine = dlock::detail::usable_engine(impl_, "set_permits", ec))
+        engine->set_permits(name, permits, ec);
 }
 
 lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
-    if (!impl_) {
-        fail(ec, errc::invalid_argument, "inspect on a moved-from client");
-        return {};
-    }
-    if (dlock::detail::refuse_in_forked_child(*impl_->engine, ec)) return {};
-    return impl_->engine->inspect(name, ec);
+    auto* engine = dlock::detail::usable_engine(impl_, "inspect", ec);
+    if (engine == nullptr) return {};
+    return engine->inspect(name, ec);
 }
 
 const client_options& client::options() const noexcept { return impl_->engine->options(); }

@@ -13,6 +13,7 @@
 
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
+#include "moved_from.hpp"
 #include "test_env.hpp"
 
 namespace {
@@ -82,6 +83,15 @@ private:
     std::uint16_t port_ = 0;
     std::jthread thread_;
 };
+
+TEST(RedisErrors, AMovedFromClientRefusesEveryCall) {
+    dlock::redis::client a({.url = shared_redis().url()});
+    dlock::redis::client b(std::move(a));
+    dlock::test::expect_moved_from_refuses(
+        a, /*has_permits=*/true);  // NOLINT(bugprone-use-after-move)
+    dlock::test::expect_moved_from_error("command", [&] { a.command({"PING"}); });  // NOLINT
+    EXPECT_NO_THROW(b.acquire(unique_name("moved-to"), {.wait = 0ms}).release());
+}
 
 TEST(RedisErrors, EmptyAndOversizedNames) {
     dlock::redis::client redis({.url = shared_redis().url()});

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "redis_fleet.hpp"
+#include "moved_from.hpp"
 #include "test_env.hpp"
 
 namespace {
@@ -151,6 +152,14 @@ TEST(Redlock, FencingStaysMonotonicUnderRandomMinorityOutages) {
         grant.release();
         for (std::size_t k = 0; k < paused; ++k) fleet()[order[k]].resume();
     }
+}
+
+TEST(Redlock, AMovedFromClientRefusesEveryCall) {
+    auto a = make_redlock();
+    auto b = std::move(a);
+    dlock::test::expect_moved_from_refuses(
+        a, /*has_permits=*/false);  // NOLINT(bugprone-use-after-move)
+    EXPECT_NO_THROW(b.acquire(dlock::test::unique_name("moved-to"), {.wait = 0ms}).release());
 }
 
 TEST(Redlock, BadOptionsAreClearErrors) {

@@ -25,6 +25,7 @@
 
 #include "child_process.hpp"
 #include "core/lease_core.hpp"
+#include "moved_from.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
 
@@ -348,6 +349,14 @@ TEST(ZkLock, NamesAreOneEncodedComponent) {
     std::error_code ec;
     auto l = take(zk, "../../zookeeper", dlock::lock_kind::exclusive, 0ms, ec);
     EXPECT_FALSE(ec) << ec.message();
+}
+
+TEST(ZkLock, AMovedFromClientRefusesEveryCall) {
+    auto a = make_client();
+    auto b = std::move(a);
+    dlock::test::expect_moved_from_refuses(
+        a, /*has_permits=*/true);  // NOLINT(bugprone-use-after-move)
+    EXPECT_NO_THROW(b.acquire(dlock::test::unique_name("moved-to"), {.wait = 0ms}).release());
 }
 
 TEST(ZkLock, BadInput) {

@@ -254,11 +254,8 @@ protected:
                                      std::chrono::milliseconds lease = 30s) {
         dlock::lock_options o;
         o.lease = lease;
-        // append(), not "l" + to_string(): GCC 12 at -O3 reports a false -Wrestrict on the
-        // latter (a known libstdc++ false positive).
-        std::string name = "l";
-        name.append(std::to_string(++n_));
-        return std::make_shared<lease_core>(owner_, name, "tok", 1, o, t0, valid_until);
+        return std::make_shared<lease_core>(owner_, "l" + std::to_string(++n_), "tok", 1, o, t0,
+                                            valid_until);
     }
     std::shared_ptr<dlock_test::fake_owner> owner_ = std::make_shared<dlock_test::fake_owner>();
     int n_ = 0;
