@@ -307,20 +307,20 @@ void session::own(const std::string& path) {
 void session::wake_successor(const std::string& path) { send(node_request::wake, path); }
 
 void session::send(node_request kind, const std::string& path) {
-    auto op = std::make_unique<node_op>(node_op{this, static_cast<int>(kind), path});
+    // Registered before it goes out: the completion runs on the C client's thread and may run
+    // before zoo_a*() returns (a connection closed at once), and it must find the request to
+    // retry it. Found missing, a dropped wake-up was never resent and its waiter slept.
+    auto* const op = track(std::make_unique<node_op>(node_op{this, static_cast<int>(kind), path}));
     const int rc = with_handle([&](zhandle_t* zh) {
         if (kind == node_request::watch) {
             return zoo_awexists(zh, op->path.c_str(), &session::on_event, this,
-                                &session::on_watch_set, op.get());
+                                &session::on_watch_set, op);
         }
-        return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op.get());
+        return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op);
     });
-    if (rc == ZOK) {
-        dlock::detail::lock_guard lock(mutex_);
-        node_in_flight_.push_back(std::move(op));  // until its completion runs (or we go)
-    } else if (retriable(rc) || rc == ZINVALIDSTATE) {
-        resend(kind, path);
-    }
+    if (rc == ZOK) return;  // until its completion runs (or we go)
+    finish(op);             // not sent: no completion will run
+    if (retriable(rc) || rc == ZINVALIDSTATE) resend(kind, path);
 }
 
 void session::resend(node_request kind, std::string path) {
@@ -455,6 +455,16 @@ void session::requeue(cleanup_item item) {
     if (!dead_) cleanup_.push_back(std::move(item));
 }
 
+cleanup_op* session::track(std::unique_ptr<cleanup_op> op) {
+    dlock::detail::lock_guard lock(mutex_);
+    return in_flight_.emplace_back(std::move(op)).get();
+}
+
+node_op* session::track(std::unique_ptr<node_op> op) {
+    dlock::detail::lock_guard lock(mutex_);
+    return node_in_flight_.emplace_back(std::move(op)).get();
+}
+
 std::unique_ptr<cleanup_op> session::finish(cleanup_op* op) {
     dlock::detail::lock_guard lock(mutex_);
     const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
@@ -476,7 +486,8 @@ void session::run_cleanup() {
     }
     for (const auto& [kind, path] : requests) send(kind, path);
     for (auto& item : items) {
-        auto op = std::make_unique<cleanup_op>(cleanup_op{this, std::move(item)});
+        // Registered before it goes out, like send()'s requests.
+        auto* const op = track(std::make_unique<cleanup_op>(cleanup_op{this, std::move(item)}));
         int rc = ZOK;
         if (!op->item.path.empty()) {
             rc = with_handle([&](zhandle_t* zh) {
@@ -487,7 +498,7 @@ void session::run_cleanup() {
                         const auto done = op->owner->finish(op);
                         if (done && retriable(result)) done->owner->requeue(std::move(done->item));
                     },
-                    op.get());
+                    op);
             });
         } else {
             rc = with_handle([&](zhandle_t* zh) {
@@ -510,15 +521,12 @@ void session::run_cleanup() {
                         }
                         if (done->owner->wake_) done->owner->wake_();
                     },
-                    op.get());
+                    op);
             });
         }
-        if (rc == ZOK) {
-            dlock::detail::lock_guard lock(mutex_);
-            in_flight_.push_back(std::move(op));  // until its completion runs (or we go)
-        } else if (retriable(rc)) {
-            requeue(std::move(op->item));
-        }
+        if (rc == ZOK) continue;   // until its completion runs (or we go)
+        auto unsent = finish(op);  // no completion will run
+        if (unsent && retriable(rc)) requeue(std::move(unsent->item));
     }
 }
 

@@ -180,6 +180,10 @@ public:
     void run_cleanup();
 
 private:
+    /// Keep a request in in_flight_ / node_in_flight_ from before it is sent until its
+    /// completion (or an unsent request's sender) takes it back with finish(); returns it.
+    cleanup_op* track(std::unique_ptr<cleanup_op> op);
+    node_op* track(std::unique_ptr<node_op> op);
     /// A cleanup request's completion takes it back from in_flight_; nullptr if the session
     /// already let it go.
     std::unique_ptr<cleanup_op> finish(cleanup_op* op);
