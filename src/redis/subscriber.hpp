@@ -75,7 +75,7 @@ public:
         bool subscribed_throughout() const;
 
     private:
-        std::uint64_t generation_locked() const;
+        std::uint64_t generation_locked() const DLOCK_REQUIRES(owner_.mutex_);
 
         subscriber& owner_;
         std::string channel_;
