@@ -14,6 +14,7 @@
 #include <zookeeper/proto.h>
 
 #include <atomic>
+#include <latch>
 #include <functional>
 #include <cstdio>
 #include <fstream>
@@ -204,6 +205,36 @@ TEST(ZkLock, ReentrantLevelsShareOneNode) {
     EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
     l = take(other, name, dlock::lock_kind::reentrant, 0ms, ec);
     EXPECT_FALSE(ec);
+}
+
+TEST(ZkLock, ReentrantLevelsReleasedAtOnceAreBothClean) {
+    // Two levels of one node released by two threads at the same moment: one deletes the node,
+    // and the other must still see its own release as clean (it decided "a level stays" under
+    // the engine's lock), not as a loss of a node someone else deleted.
+    auto zk = make_client();
+    const auto name = dlock::test::unique_name("re2");
+    for (int round = 0; round < 20; ++round) {
+        std::error_code ec;
+        auto outer = take(zk, name, dlock::lock_kind::reentrant, 5s, ec);
+        ASSERT_FALSE(ec) << ec.message();
+        auto inner = take(zk, name, dlock::lock_kind::reentrant, 0ms, ec, &outer);
+        ASSERT_FALSE(ec) << ec.message();
+        std::latch go(2);
+        std::error_code outer_ec, inner_ec;
+        std::jthread a([&] {
+            go.arrive_and_wait();
+            outer.release(outer_ec);
+        });
+        std::jthread b([&] {
+            go.arrive_and_wait();
+            inner.release(inner_ec);
+        });
+        a.join();
+        b.join();
+        ASSERT_FALSE(outer_ec) << "round " << round << ": " << outer_ec.message();
+        ASSERT_FALSE(inner_ec) << "round " << round << ": " << inner_ec.message();
+        ASSERT_TRUE(shared_zk().children(zk.lock_path(name)).empty()) << "round " << round;
+    }
 }
 
 TEST(ZkLock, GrantsCarryTheirKind) {
