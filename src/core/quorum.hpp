@@ -123,7 +123,6 @@ release_verdict decide_release(const owner_tally& t) noexcept;
 /// (each the value stored there: SET if absent, then read): the one value stored on at least a
 /// majority of all servers, or none. Never overwritten, such a value stays the only possible
 /// verdict: two values cannot each hold a majority, and every later majority of answers meets it.
-std::optional<std::string> decide_record(std::span<const std::string> answers,
-                                         std::size_t servers);
+std::optional<std::string> decide_record(std::span<const std::string> answers, std::size_t servers);
 
 }  // namespace dlock::detail::quorum

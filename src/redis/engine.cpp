@@ -444,7 +444,7 @@ lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
 }
 
 std::string engine::record_once(std::string_view name, std::string_view value,
-                               std::error_code& ec) noexcept {
+                                std::error_code& ec) noexcept {
     ec.clear();
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
@@ -490,8 +490,8 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                 } else {
                     fail(b.ec, errc::unexpected_reply,
                          "redis " + server + ": " + record + " answered " +
-                             to_string(b.replies.front().type) + " \"" +
-                             b.replies.front().text + "\"");
+                             to_string(b.replies.front().type) + " \"" + b.replies.front().text +
+                             "\"");
                 }
                 b.error = dlock::detail::message_for(b.ec);
             }
@@ -505,8 +505,8 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                 continue;
             }
             if (!counts(i)) {
-                said += (said.empty() ? "" : "; ") + ("redis " + server + ": not counted (" +
-                                                      b.replies.front().text + ")");
+                said += (said.empty() ? "" : "; ") +
+                        ("redis " + server + ": not counted (" + b.replies.front().text + ")");
                 continue;
             }
             answers.push_back(b.replies.front().text);

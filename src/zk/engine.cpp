@@ -593,12 +593,10 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
     }
 }
 
-std::string engine::record_path(std::string_view name) const {
-    return lock_path(name) + "%record";
-}
+std::string engine::record_path(std::string_view name) const { return lock_path(name) + "%record"; }
 
 std::string engine::record_once(std::string_view name, std::string_view value,
-                               std::error_code& ec) noexcept {
+                                std::error_code& ec) noexcept {
     ec.clear();
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);

@@ -304,14 +304,14 @@ void memory_backend::set_permits(std::string_view name, std::uint32_t permits,
 }
 
 std::string memory_backend::record_once(std::string_view name, std::string_view value,
-                                       std::error_code& ec) noexcept {
+                                        std::error_code& ec) noexcept {
     ec.clear();
     detail::validate_lock_name(name, max_name_length, ec);
     if (ec) return {};
     if (value.empty() || value.size() > max_record_size) {
-        detail::fail(ec, errc::invalid_argument,
-                     "memory backend: record values are 1 to " + std::to_string(max_record_size) +
-                         " bytes");
+        detail::fail(
+            ec, errc::invalid_argument,
+            "memory backend: record values are 1 to " + std::to_string(max_record_size) + " bytes");
         return {};
     }
     std::lock_guard lock(state_->mutex);
