@@ -128,6 +128,9 @@ struct lock_info {
     std::string error{};
 };
 
+/// The longest value backend::record_once stores, in bytes.
+inline constexpr std::size_t max_record_size = 1024;
+
 class backend {
 public:
     virtual ~backend() = default;
@@ -167,9 +170,12 @@ public:
 
     /// Small settings every process must agree on (dlock::striped's stripe count): stores `value`
     /// under `name` if nothing is stored there yet, and returns what is stored (`value`, or what
-    /// an earlier call stored). Never expires; one round trip. Names live beside the lock names
-    /// (Redis: the key "<prefix>:{<name>}:record"). errc::unsupported when the backend has no such
-    /// store (the default; Redlock and ZooKeeper today).
+    /// an earlier call stored). Never expires; two first users racing with different values get
+    /// the same one back. `name` obeys the backend's lock-name rules (it lives beside the lock
+    /// names: Redis and Redlock the key "<prefix>:{<name>}:record", ZooKeeper the persistent node
+    /// "<base>/<encoded name>%record"); `value` is 1 to max_record_size bytes
+    /// (errc::invalid_argument). Redlock: the value a majority of all servers stores
+    /// (docs/redlock.md). errc::unsupported when the backend has no such store (the default).
     virtual std::string record_once(std::string_view name, std::string_view value,
                                     std::error_code& ec) noexcept;
 

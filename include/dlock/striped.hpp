@@ -18,7 +18,9 @@
 // Stripe count: the first use records N on the server under the name "<base>/#stripes"
 // (backend::record_once); a striped object opened over the same base with another N fails with
 // errc::invalid_argument naming both counts, instead of silently mapping keys to other stripes.
-// Backends without a record store (errc::unsupported: Redlock, ZooKeeper) are not checked.
+// Redis, Redlock (a majority of the servers) and ZooKeeper (a persistent node) record it; a
+// backend without a record store (errc::unsupported) is not checked. The record's name is the
+// longest name a striped object uses: the base may be at most the backend's name limit minus 9.
 //
 // Sharing: like the Lock type; get() may be called from any thread. The backend must outlive it.
 #pragma once

@@ -71,4 +71,14 @@ release_verdict decide_release(const owner_tally& t) noexcept {
     return release_verdict::failed;
 }
 
+std::optional<std::string> decide_record(std::span<const std::string> answers,
+                                         std::size_t servers) {
+    for (const auto& candidate : answers) {
+        std::size_t holding = 0;
+        for (const auto& a : answers) holding += a == candidate ? 1 : 0;
+        if (holding >= majority(servers)) return candidate;
+    }
+    return std::nullopt;
+}
+
 }  // namespace dlock::detail::quorum

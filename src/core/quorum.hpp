@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/renewal.hpp"
@@ -114,5 +116,13 @@ enum class release_verdict : std::uint8_t {
 /// the servers that still held our key could not have formed a quorum, so the grant had been
 /// lost, whatever one server deleted.
 release_verdict decide_release(const owner_tally& t) noexcept;
+
+// ---- record_once ---------------------------------------------------------------------------
+
+/// The value a record holds across `servers` servers, from the answers of those that answered
+/// (each the value stored there: SET if absent, then read): the one value stored on at least a
+/// majority of all servers, or none. Never overwritten, such a value stays the only possible
+/// verdict: two values cannot each hold a majority, and every later majority of answers meets it.
+std::optional<std::string> decide_record(std::span<const std::string> answers, std::size_t servers);
 
 }  // namespace dlock::detail::quorum

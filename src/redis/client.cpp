@@ -58,31 +58,9 @@ void client::set_permits(std::string_view name, std::uint32_t permits,
 
 std::string client::record_once(std::string_view name, std::string_view value,
                                 std::error_code& ec) noexcept {
-    ec.clear();
-    try {
-        if (!impl_ || name.empty() || value.empty()) {
-            fail(ec, errc::invalid_argument,
-                 "record_once: empty name or value, or a moved-from client");
-            return {};
-        }
-        // Read-or-set in one script: atomic, and works on every Redis with EVAL.
-        static constexpr const char* script =
-            "local v = redis.call('GET', KEYS[1]) if v then return v end "
-            "redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]";
-        const auto key = lock_key(name) + ":record";
-        const auto r = command({"EVAL", script, "1", key, std::string(value)}, ec);
-        if (ec) return {};
-        if (r.type != reply::kind::string) {
-            fail(ec, errc::unexpected_reply,
-                 "record_once(\"" + std::string(name) + "\"): " + key + " answered " +
-                     to_string(r.type) + " \"" + r.text + "\"");
-            return {};
-        }
-        return r.text;
-    } catch (...) {
-        fail(ec, std::make_error_code(std::errc::not_enough_memory), "record_once: out of memory");
-        return {};
-    }
+    auto* engine = dlock::detail::usable_engine(impl_, "record_once", ec);
+    if (engine == nullptr) return {};
+    return engine->record_once(name, value, ec);
 }
 
 reply client::command(const std::vector<std::string>& args) {

@@ -443,6 +443,97 @@ lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
     }
 }
 
+std::string engine::record_once(std::string_view name, std::string_view value,
+                                std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return {};
+        const auto quoted = "record_once(\"" + std::string(name) + "\")";
+        if (value.empty() || value.size() > max_record_size) {
+            fail(ec, errc::invalid_argument,
+                 quoted + ": the value must be 1 to " + std::to_string(max_record_size) +
+                     " bytes, got " + std::to_string(value.size()));
+            return {};
+        }
+        const auto* script = find_script("record_once");
+        if (!script) std::abort();  // the build embeds every src/redis/lua/*.lua
+        const auto record = key(name) + ":record";
+        const auto call = one_call({script, {record}, {std::string(value)}});
+        std::vector<pooled> conns;
+        std::vector<script_batch> batches;
+        conns.reserve(servers_.size());
+        batches.reserve(servers_.size());
+        for (auto& s : servers_) {
+            conns.emplace_back(*s);
+            batches.push_back({conns.back().get(), call, conns.back().get()->default_deadline()});
+        }
+        run_everywhere(batches);
+        if (identities_pending_) {
+            std::vector<connection*> answered(servers_.size(), nullptr);
+            for (std::size_t i = 0; i < batches.size(); ++i) {
+                if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
+            }
+            auto until = steady::now();
+            for (const auto* c : answered)
+                if (c) until = std::max(until, c->default_deadline());
+            check_identities(answered, until);
+        }
+        std::vector<std::string> answers;
+        std::string said;  // what each server answered, for the error message
+        for (std::size_t i = 0; i < batches.size(); ++i) {
+            auto& b = batches[i];
+            const auto server = b.conn->settings().endpoint.describe();
+            if (!b.ec && b.replies.front().type != reply::kind::string) {
+                if (b.replies.front().is_error()) {
+                    script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
+                } else {
+                    fail(b.ec, errc::unexpected_reply,
+                         "redis " + server + ": " + record + " answered " +
+                             to_string(b.replies.front().type) + " \"" + b.replies.front().text +
+                             "\"");
+                }
+                b.error = dlock::detail::message_for(b.ec);
+            }
+            if (b.ec) {
+                if (servers_.size() == 1) {
+                    fail(ec, b.ec, quoted + ": " + (b.error.empty() ? b.ec.message() : b.error));
+                    return {};
+                }
+                said += (said.empty() ? "" : "; ") +
+                        (b.error.empty() ? "redis " + server + ": " + b.ec.message() : b.error);
+                continue;
+            }
+            if (!counts(i)) {
+                said += (said.empty() ? "" : "; ") +
+                        ("redis " + server + ": not counted (" + b.replies.front().text + ")");
+                continue;
+            }
+            answers.push_back(b.replies.front().text);
+            said += (said.empty() ? "" : "; ") +
+                    ("redis " + server + ": \"" + b.replies.front().text + "\"");
+        }
+        if (servers_.size() == 1) return answers.front();
+        if (auto agreed = quorum::decide_record(answers, servers_.size())) return *agreed;
+        const auto of = " of " + std::to_string(servers_.size()) + " servers (" + said + ")";
+        if (answers.size() < quorum()) {
+            fail(ec, errc::quorum_unreachable,
+                 quoted + ": fewer than a quorum (" + std::to_string(quorum()) + ") answered" + of);
+        } else {
+            // Only first writers racing with different values split the servers like this; no
+            // value can win by itself any more (each is stored, never overwritten).
+            fail(ec, errc::invalid_argument,
+                 quoted + ": no value is stored on a quorum (" + std::to_string(quorum()) + ")" +
+                     of + ": first written concurrently with different values; delete " + record +
+                     " on every server, then use one value everywhere");
+        }
+        return {};
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+        return {};
+    }
+}
+
 std::chrono::milliseconds engine::node_timeout_for(std::chrono::milliseconds lease) const noexcept {
     if (config_.node_timeout) return *config_.node_timeout;
     return std::clamp(lease / 200, std::chrono::milliseconds(5), std::chrono::milliseconds(50));

@@ -71,6 +71,12 @@ public:
     /// backend::inspect: runs src/redis/lua/inspect.lua on every server at once; several servers
     /// give the quorum view (dlock::detail::merge_views).
     lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
+    /// backend::record_once: src/redis/lua/record_once.lua (SET if absent, then GET, in one
+    /// script) on every server at once under "<key>:record". Several servers: the value stored on
+    /// a majority (quorum::decide_record); none is errc::quorum_unreachable naming what each
+    /// server answered.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept;
 
     std::string key(std::string_view name) const {
         return config_.key_prefix + ":{" + std::string(name) + "}";

@@ -45,6 +45,13 @@ lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
     return engine->inspect(name, ec);
 }
 
+std::string client::record_once(std::string_view name, std::string_view value,
+                                std::error_code& ec) noexcept {
+    auto* engine = dlock::detail::usable_engine(impl_, "record_once", ec);
+    if (engine == nullptr) return {};
+    return engine->record_once(name, value, ec);
+}
+
 const client_options& client::options() const noexcept { return impl_->engine->options(); }
 
 std::string client::lock_path(std::string_view name) const {

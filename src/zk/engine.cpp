@@ -593,6 +593,65 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
     }
 }
 
+std::string engine::record_path(std::string_view name) const { return lock_path(name) + "%record"; }
+
+std::string engine::record_once(std::string_view name, std::string_view value,
+                                std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return {};
+        const auto quoted = "record_once(\"" + std::string(name) + "\")";
+        if (value.empty() || value.size() > max_record_size) {
+            fail(ec, errc::invalid_argument,
+                 quoted + ": the value must be 1 to " + std::to_string(max_record_size) +
+                     " bytes, got " + std::to_string(value.size()));
+            return {};
+        }
+        auto s = session_for(ec);
+        if (!s) return {};
+        const auto path = record_path(name);
+        int rc = ZOK;
+        // Three rounds at most: the base may be missing (created, then retried), and an operator
+        // may delete the node between our create and our read.
+        for (int round = 0; round < 3; ++round) {
+            rc = s->with_handle([&](zhandle_t* zh) {
+                return zoo_create(zh, path.c_str(), value.data(), static_cast<int>(value.size()),
+                                  acl(), 0, nullptr, 0);
+            });
+            if (rc == ZOK) return std::string(value);
+            if (rc == ZNONODE) {
+                rc = ensure_path(*s, endpoint_.base.empty() ? std::string("/") : endpoint_.base, 0);
+                if (rc != ZOK && !endpoint_.base.empty()) break;
+                continue;
+            }
+            if (rc != ZNODEEXISTS) break;
+            std::string data(max_record_size + 1, '\0');
+            int size = static_cast<int>(data.size());
+            Stat stat{};
+            rc = s->with_handle([&](zhandle_t* zh) {
+                return zoo_get(zh, path.c_str(), 0, data.data(), &size, &stat);
+            });
+            if (rc == ZNONODE) continue;
+            if (rc != ZOK) break;
+            if (size <= 0 || static_cast<std::size_t>(size) > max_record_size) {
+                fail(ec, errc::unexpected_reply,
+                     quoted + ": " + path + " holds " + std::to_string(std::max(size, 0)) +
+                         " bytes, not a record of 1 to " + std::to_string(max_record_size));
+                return {};
+            }
+            data.resize(static_cast<std::size_t>(size));
+            return data;
+        }
+        fail(ec, rc == ZOK ? errc::unexpected_reply : code_for(rc),
+             quoted + ": " + path + ": " + zk_text(rc));
+        return {};
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+        return {};
+    }
+}
+
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     std::shared_ptr<held_node> node;

@@ -46,6 +46,15 @@ public:
     /// the holders' czxid (src/zk/inspect.cpp). Writes nothing.
     lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
 
+    /// backend::record_once: a persistent node beside the lock nodes (record_path) created with
+    /// the value as its data, or, when it exists, its data. ZooKeeper's create is atomic, so
+    /// of two first users one creates and the other reads what it stored.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept;
+    /// "<base>/<encoded name>%record": encode_name never writes '%' before anything but two hex
+    /// digits, so no lock node has this name.
+    std::string record_path(std::string_view name) const;
+
     void release(lease_core& lease, std::error_code& ec) noexcept override;
     void report_error(std::error_code ec, std::string_view what) noexcept override;
     void notify(const lock_event& event) noexcept override;

@@ -33,13 +33,17 @@
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
+#if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
+#endif
 
 #include "memory_backend.hpp"
 #include "redis_fleet.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
+#endif
 
 namespace dlock::test::conformance {
 
@@ -126,6 +130,7 @@ struct redlock {
     static std::size_t leftovers(backend&, const std::string&) { return 0; }
 };
 
+#if DLOCK_HAS_ZOOKEEPER
 struct zookeeper {
     static constexpr const char* label = "zookeeper";
     static constexpr bool lock_kinds_share_a_queue = true;
@@ -148,6 +153,7 @@ struct zookeeper {
     }
     static std::size_t leftovers(backend& b, const std::string& name) { return queued(b, name); }
 };
+#endif  // DLOCK_HAS_ZOOKEEPER
 
 /// The traits of the binary's backend, at run time.
 class service_traits {

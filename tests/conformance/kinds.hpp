@@ -12,6 +12,9 @@
 //   adapters(b, name)   the std adapters the type supports, exercised (GTEST_SKIP if none)
 //   bad_input(b, name)  the type's own argument checks
 //
+// Kinds over several locks may add `queue_name(name)` (the lock whose queue the FIFO and leftover
+// checks look at) and `name_suffix` (how many bytes longer the longest name they derive is).
+//
 // To register a kind: add a struct here, add it to `all_kinds` below and to the child-role
 // dispatch (for_kind), and its column in CONTRIBUTING.md.
 #pragma once
@@ -358,6 +361,153 @@ struct multi_kind {
     }
 };
 
+// ---- dlock::striped<Lock> over each Lockable kind ----
+//
+// An owner is a striped<Lock> of `striped_count` stripes over base `name`, locking the stripe of
+// one fixed key through get(key): the suite checks the stripe behaves as the plain Lock does.
+// Each owner object has its own striped object, so every owner also checks the recorded stripe
+// count. Extra members: `is_striped` (marks the kind), queue_name(name) (the stripe the owners use,
+// where the queue and leftover checks look), name_suffix (the longest name a striped object
+// derives from its base: the count record "<base>/#stripes").
+
+namespace detail {
+
+inline constexpr std::size_t striped_count = 8;
+inline constexpr const char* striped_key = "item";
+
+template <class Lock>
+class striped_owner final : public owner {
+public:
+    striped_owner(backend& b, const std::string& name, lock_options options)
+        : s_(b, name, striped_count, std::move(options)) {}
+    void lock() override { lock_ref().lock(); }
+    bool try_lock_for(std::chrono::milliseconds timeout) override {
+        return lock_ref().try_lock_for(timeout);
+    }
+    void unlock() override { lock_ref().unlock(); }
+    std::vector<std::uint64_t> tokens() const override { return {lock_ref().fencing_token()}; }
+    std::stop_token lost_token() const override { return lock_ref().lost_token(); }
+    lock_state state() const override { return lock_ref().state(); }
+
+private:
+    // get() checks the stripe count on first use (and may throw); the owner's observers are
+    // const, the striped object's lookup is not.
+    Lock& lock_ref() const { return s_.get(striped_key); }
+    mutable striped<Lock> s_;
+};
+
+/// Three keys: a and b in different stripes, c in a's stripe.
+struct striped_keys {
+    std::string a = "k0", b, c;
+    explicit striped_keys(std::size_t stripes) {
+        const auto of = [&](const std::string& k) { return fnv1a_64(k) % stripes; };
+        for (int i = 1; b.empty() || c.empty(); ++i) {
+            const auto k = "k" + std::to_string(i);
+            if (b.empty() && of(k) != of(a)) b = k;
+            if (c.empty() && of(k) == of(a)) c = k;
+        }
+    }
+};
+
+}  // namespace detail
+
+template <class Lock, class Plain>
+struct striped_base {
+    static constexpr bool is_striped = true;
+    static inline const std::vector<lock_kind> kinds = Plain::kinds;
+    static constexpr char main_tag = Plain::main_tag, conflict_tag = Plain::conflict_tag;
+    static constexpr bool fifo = Plain::fifo;
+    static constexpr std::size_t name_suffix = 9;  // "/#stripes"
+    static std::unique_ptr<owner> make(backend& b, const std::string& name, lock_options o, char,
+                                       std::uint32_t) {
+        return std::make_unique<detail::striped_owner<Lock>>(b, name, std::move(o));
+    }
+    static std::string queue_name(const std::string& name) {
+        return name + "/#" + std::to_string(fnv1a_64(detail::striped_key) % detail::striped_count);
+    }
+    /// The stripes through the std adapters and lock_all: a key's stripe excludes every key of
+    /// that stripe and no other; lock_all holds each distinct stripe once, all or nothing.
+    static void adapters(backend& b, const std::string& name) {
+        const detail::striped_keys k(detail::striped_count);
+        striped<Lock> s(b, name, detail::striped_count);
+        striped<Lock> other(b, name, detail::striped_count);
+        {
+            std::unique_lock l(s.get(k.a));
+            EXPECT_TRUE(l.owns_lock());
+            EXPECT_FALSE(other.get(k.c).try_lock()) << "a key of the same stripe got in";
+            std::unique_lock free(other.get(k.b), std::try_to_lock);
+            EXPECT_TRUE(free.owns_lock()) << "another stripe was blocked";
+        }
+        {
+            std::scoped_lock both(s.get(k.a), s.get(k.b));
+            EXPECT_FALSE(other.get(k.a).try_lock());
+            EXPECT_FALSE(other.get(k.b).try_lock());
+        }
+        {
+            auto all = s.lock_all({k.a, k.b, k.c});
+            EXPECT_EQ(all->parts().size(), 2u) << "each distinct stripe once";
+            EXPECT_FALSE(other.get(k.c).try_lock());
+            EXPECT_FALSE(other.get(k.b).try_lock());
+            EXPECT_EQ(other.try_lock_all_for({k.b}, 0ms), nullptr);
+        }
+        // All or nothing: with b's stripe held elsewhere, lock_all gives up and keeps a's free.
+        std::unique_lock hold_b(other.get(k.b));
+        EXPECT_EQ(s.try_lock_all_for({k.a, k.b}, 50ms), nullptr);
+        striped<Lock> third(b, name, detail::striped_count);
+        EXPECT_TRUE(third.get(k.a).try_lock()) << "a failed lock_all left a stripe held";
+        third.get(k.a).unlock();
+        hold_b.unlock();
+        auto all = s.lock_all({k.a, k.b});
+        EXPECT_FALSE(third.get(k.b).try_lock()) << "lock_all did not get the released stripe";
+    }
+    /// The striped object's own checks, the Lock's, and the stripe count recorded at first use.
+    static void bad_input(backend& b, const std::string& name) {
+        using S = striped<Lock>;
+        detail::expect_invalid([&] { S s(b, name, 0); }, "zero stripes");
+        detail::expect_invalid([&] { S s(b, name, max_stripes + 1); }, "too many stripes");
+        detail::expect_invalid([&] { S s(b, "", 4); }, "empty base");
+        detail::expect_invalid([&] { S s(b, name + "{x}", 4); }, "a brace in the base");
+        detail::expect_invalid([&] { S s(b, name, 4, {.lease = 0ms}); }, "zero lease");
+        const auto counted = name + "/count";
+        S four(b, counted, 4);
+        std::error_code ec;
+        (void)b.record_once(counted + "/#probe", "1", ec);
+        if (ec == errc::unsupported) {
+            EXPECT_NO_THROW(four.verify()) << "no record store: nothing to check against";
+            GTEST_SKIP() << "this backend has no record store (errc::unsupported): the stripe "
+                            "count is not checked";
+        }
+        ASSERT_FALSE(ec) << ec.message();
+        four.verify();
+        S five(b, counted, 5);
+        try {
+            (void)five.get("key");
+            ADD_FAILURE() << "another stripe count was accepted";
+        } catch (const dlock::error& e) {
+            EXPECT_EQ(e.code(), make_error_code(errc::invalid_argument)) << e.what();
+            const std::string what = e.what();
+            EXPECT_NE(what.find("opened with 5 stripes"), std::string::npos) << what;
+            EXPECT_NE(what.find("records 4"), std::string::npos) << what;
+        }
+        detail::expect_invalid([&] { (void)five.lock_all({"a", "b"}); }, "lock_all, 5 stripes");
+        S again(b, counted, 4);
+        EXPECT_NO_THROW((void)again.get("key")) << "the recorded count";
+    }
+};
+
+struct striped_mutex_kind : striped_base<mutex, mutex_kind> {
+    static constexpr const char* label = "striped_mutex";
+};
+struct striped_fair_kind : striped_base<fair_mutex, fair_kind> {
+    static constexpr const char* label = "striped_fair_mutex";
+};
+struct striped_recursive_kind : striped_base<recursive_mutex, recursive_kind> {
+    static constexpr const char* label = "striped_recursive_mutex";
+};
+struct striped_write_kind : striped_base<shared_mutex, write_kind> {
+    static constexpr const char* label = "striped_shared_mutex";
+};
+
 /// Calls f(K{}) for the kind whose label is `label`; false if none.
 template <class F>
 bool for_kind(const std::string& label, F&& f) {
@@ -375,6 +525,10 @@ bool for_kind(const std::string& label, F&& f) {
     one(read_kind{});
     one(semaphore_kind{});
     one(multi_kind{});
+    one(striped_mutex_kind{});
+    one(striped_fair_kind{});
+    one(striped_recursive_kind{});
+    one(striped_write_kind{});
     return found;
 }
 

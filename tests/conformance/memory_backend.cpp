@@ -64,6 +64,7 @@ struct memory_backend::state final : detail::lease_owner {
     std::mutex mutex;
     std::condition_variable_any changed;  // any grant, release, expiry or set_permits
     std::map<std::string, name_state, std::less<>> names;
+    std::map<std::string, std::string, std::less<>> records;  // record_once
     std::uint64_t next_ticket = 0;
     std::uint64_t next_owner = 0;
     bool stopping = false;
@@ -300,6 +301,21 @@ void memory_backend::set_permits(std::string_view name, std::uint32_t permits,
         n.permits = permits;
         state_->changed_locked();
     }
+}
+
+std::string memory_backend::record_once(std::string_view name, std::string_view value,
+                                        std::error_code& ec) noexcept {
+    ec.clear();
+    detail::validate_lock_name(name, max_name_length, ec);
+    if (ec) return {};
+    if (value.empty() || value.size() > max_record_size) {
+        detail::fail(
+            ec, errc::invalid_argument,
+            "memory backend: record values are 1 to " + std::to_string(max_record_size) + " bytes");
+        return {};
+    }
+    std::lock_guard lock(state_->mutex);
+    return state_->records.try_emplace(std::string(name), value).first->second;
 }
 
 std::size_t memory_backend::queued(std::string_view name) const {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -43,6 +44,10 @@ public:
                                              std::error_code& ec) noexcept override;
     void set_permits(std::string_view name, std::uint32_t permits,
                      std::error_code& ec) noexcept override;
+
+    /// See dlock::backend::record_once: kept for the backend's lifetime.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept override;
 
     /// Waiters queued on `name` (fair and write kinds), and grants held on it.
     std::size_t queued(std::string_view name) const;

@@ -1,10 +1,13 @@
 // backend::inspect against real servers: every lock kind's state on Redis (one read-only script),
 // the quorum view on Redlock, and the children of the lock node on ZooKeeper. Each test takes
 // grants with the public API and checks what inspect() reports, then that it reports them gone.
+#include <dlock/config.hpp>
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
+#if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
+#endif
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,7 +19,9 @@
 #include "redis_fleet.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
+#endif
 
 namespace {
 
@@ -26,7 +31,9 @@ using dlock::lock_type;
 using dlock::test::eventually;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
+#if DLOCK_HAS_ZOOKEEPER
 using dlock::test::shared_zk;
+#endif
 using dlock::test::unique_name;
 
 dlock::lease take(dlock::backend& b, const std::string& name, lock_kind kind,
@@ -206,6 +213,7 @@ TEST(RedlockInspect, QuorumViewAndPerServerViews) {
     EXPECT_EQ(ec, dlock::errc::quorum_unreachable) << "one server cannot say it is free";
 }
 
+#if DLOCK_HAS_ZOOKEEPER
 dlock::zk::client zk_client() {
     return dlock::zk::client({.url = shared_zk().url("/dlock-inspect"),
                               .session_timeout = 4s,
@@ -261,5 +269,7 @@ TEST(ZkInspect, ReadersAndSemaphore) {
     EXPECT_FALSE(info.held);
     EXPECT_EQ(info.permit_limit, 3u);
 }
+
+#endif  // DLOCK_HAS_ZOOKEEPER
 
 }  // namespace

@@ -3,9 +3,12 @@
 // dlock::last_error_message() behind the noexcept twins (docs/lock-family.md, "Why a grant
 // ended"). ZooKeeper's session_expired needs the server to expire a session the client still
 // trusts, which its own bound prevents (the lease is lost as expired first): not provoked here.
+#include <dlock/config.hpp>
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
+#if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
+#endif
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +23,9 @@
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
+#endif
 
 namespace dlock {
 // gtest prints the reason's name, not its byte.
@@ -34,7 +39,9 @@ using dlock::lost_reason;
 using dlock::test::eventually;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
+#if DLOCK_HAS_ZOOKEEPER
 using dlock::test::shared_zk;
+#endif
 using dlock::test::unique_name;
 using steady = std::chrono::steady_clock;
 
@@ -218,6 +225,7 @@ TEST(LastErrorMessage, NoexceptTwinsKeepTheDetailPerThread) {
     EXPECT_NE(dlock::last_error_message(ec).find(name), std::string::npos);
 }
 
+#if DLOCK_HAS_ZOOKEEPER
 dlock::zk::client zk_client(dlock::observer observer = {}) {
     return dlock::zk::client({.url = shared_zk().url("/dlock-lost"),
                               .session_timeout = 4s,
@@ -267,5 +275,7 @@ TEST(LostReasonZk, ReleasedAndClientClosed) {
     std::lock_guard lock(log.mutex);
     EXPECT_EQ(log.released, std::vector<lost_reason>{lost_reason::released});
 }
+
+#endif  // DLOCK_HAS_ZOOKEEPER
 
 }  // namespace

@@ -1,7 +1,10 @@
 // dlock::metrics against a real redis-server: a known sequence of grants, contention (timeout,
 // attempts exhausted, cancel), a bad argument, a fair hand-off and four forced losses (key deleted,
 // key taken over, renewals off, max_hold), then the rendered OpenMetrics text is scraped and
-// every number of the family checked (docs/metrics.md).
+// every number of the family checked (docs/metrics.md): each counter, each bucket of both
+// histograms (against the waits and holds the events themselves carried), their sums, and the
+// holders and waiters gauges while held and waiting. A second sequence pauses a server of its own
+// to provoke a failed-renewal episode.
 #include <dlock/dlock.hpp>
 #include <dlock/metrics.hpp>
 #include <dlock/redis/client.hpp>
@@ -9,11 +12,14 @@
 
 #include <atomic>
 #include <map>
+#include <mutex>
+#include <vector>
 #include <sstream>
 #include <stop_token>
 #include <string>
 #include <thread>
 
+#include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 
@@ -51,13 +57,55 @@ bool key_gone(dlock::redis::client& redis, const std::string& name) {
     return redis.command({"EXISTS", redis.lock_key(name)}).integer == 0;
 }
 
+/// The waits (acquired: at - since) and holds (released, lost: at - since) the events carried, in
+/// seconds: what the histograms must have counted.
+struct durations {
+    std::mutex m;
+    std::vector<double> waits, holds;
+    void record(const dlock::lock_event& e) {
+        const auto seconds = std::chrono::duration<double>(e.at - e.since).count();
+        std::lock_guard lock(m);
+        if (e.kind == dlock::event_kind::acquired) waits.push_back(seconds);
+        if (e.kind == dlock::event_kind::released || e.kind == dlock::event_kind::lost)
+            holds.push_back(seconds);
+    }
+};
+
+/// Checks every bucket, the count and the sum of histogram `metric` against `values` (bucket
+/// "le" is cumulative: values <= bound).
+void expect_histogram(const std::map<std::string, std::string>& s, const std::string& metric,
+                      const std::string& family, const std::vector<const char*>& bounds,
+                      const std::vector<double>& values) {
+    const auto series = [&](const std::string& suffix, const std::string& le = {}) {
+        return "dlock_" + metric + suffix + "{family=\"" + family + "\"" +
+               (le.empty() ? "" : ",le=\"" + le + "\"") + "}";
+    };
+    for (const auto* le : bounds) {
+        const double bound = std::string(le) == "+Inf" ? 1e300 : std::stod(le);
+        double expected = 0;
+        for (const auto v : values) expected += v <= bound ? 1 : 0;
+        EXPECT_EQ(number(s, series("_bucket", le)), expected) << metric << " le=" << le;
+    }
+    EXPECT_EQ(number(s, series("_count")), static_cast<double>(values.size())) << metric;
+    double sum = 0;
+    for (const auto v : values) sum += v;
+    EXPECT_NEAR(number(s, series("_sum")), sum, 1e-3 + sum * 1e-6) << metric;
+}
+
+const std::vector<const char*> wait_bounds{"0.001", "0.005", "0.01", "0.05", "0.1", "0.5",
+                                           "1.0",   "5.0",   "10.0", "60.0", "+Inf"};
+const std::vector<const char*> hold_bounds{"0.01", "0.1",   "1.0",    "10.0",
+                                           "60.0", "600.0", "3600.0", "+Inf"};
+
 TEST(MetricsRedis, KnownSequenceScrapesToExactNumbers) {
     dlock::metrics stats;
     std::atomic<int> renewed{0}, handed_off{0};
+    durations carried;
     dlock::redis::client redis({.url = shared_redis().url(), .observer = [&](const auto& e) {
                                     if (e.kind == dlock::event_kind::renewed) ++renewed;
                                     if (e.kind == dlock::event_kind::acquired && e.handed_off)
                                         ++handed_off;
+                                    carried.record(e);
                                     stats.record(e);
                                 }});
     const auto family = dlock::default_family(unique_name());
@@ -71,6 +119,11 @@ TEST(MetricsRedis, KnownSequenceScrapesToExactNumbers) {
     // 1. A grant at once.
     const auto a_name = unique_name("a");
     auto a = redis.acquire(a_name, {.lease = 10s});
+    const auto gauge = [&](const std::string& metric) {
+        return number(samples(stats.render()), "dlock_" + metric + "{family=\"" + family + "\"}");
+    };
+    EXPECT_EQ(gauge("holders"), 1) << "the rendered gauge while a is held";
+    EXPECT_EQ(gauge("waiters"), 0);
     // 2. Contention: a timeout after waiting, attempts exhausted without waiting.
     auto no = redis.acquire(a_name, {.lease = 10s, .wait = scaled(200ms)}, ec);
     EXPECT_EQ(ec, dlock::errc::timeout);
@@ -84,6 +137,7 @@ TEST(MetricsRedis, KnownSequenceScrapesToExactNumbers) {
             auto l = redis.acquire(a_name, {.lease = 10s, .cancel = stop.get_token()}, canceled);
         });
         ASSERT_TRUE(eventually([&] { return waiters() == 1; }, 10s));
+        EXPECT_EQ(gauge("waiters"), 1) << "the rendered gauge while one call waits";
         stop.request_stop();
         waiter.join();
         EXPECT_EQ(canceled, dlock::errc::canceled);
@@ -175,16 +229,73 @@ TEST(MetricsRedis, KnownSequenceScrapesToExactNumbers) {
     EXPECT_EQ(number(s, series("errors_total")), 4);  // the four releases of lost grants
     EXPECT_EQ(number(s, series("holders")), 0);
     EXPECT_EQ(number(s, series("waiters")), 0);
-    // Histogram buckets are cumulative and end at the count.
-    double previous = 0;
-    for (const auto* le :
-         {"0.001", "0.005", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "10.0", "60.0", "+Inf"}) {
-        const auto v =
-            number(s, series("acquire_wait_seconds_bucket", std::string("le=\"") + le + "\""));
-        EXPECT_GE(v, previous) << le;
-        previous = v;
-    }
+    // Every bucket of both histograms, against the waits and holds the events carried; those
+    // are themselves bounded by what this test did: the expired and max_hold grants were held
+    // at least their 300 ms, `a` through everything (at least the 200 ms timeout).
+    std::lock_guard lock(carried.m);
+    ASSERT_EQ(carried.waits.size(), 7u);
+    ASSERT_EQ(carried.holds.size(), 7u);
+    std::size_t long_holds = 0;
+    for (const auto h : carried.holds) long_holds += h >= 0.29 ? 1 : 0;
+    EXPECT_GE(long_holds, 3u) << "a, the expired and the max_hold grant";
+    expect_histogram(s, "acquire_wait_seconds", family, wait_bounds, carried.waits);
+    expect_histogram(s, "hold_seconds", family, hold_bounds, carried.holds);
+    // Nothing else in the family: each series checked above is all there is.
+    std::size_t in_family = 0;
+    for (const auto& [k, v] : s) in_family += k.find("family=\"" + family + "\"") != k.npos;
+    EXPECT_EQ(in_family, 5u + 11 + 2 + 8 + 2 + 1 + 2 + 6 + 1 + 1 + 2) << text;
     EXPECT_TRUE(text.ends_with("# EOF\n"));
+}
+
+// A failed-renewal episode: the server pauses while a grant is held, the watchdog cannot
+// confirm the lease (one renewal_failed), the server resumes and the next renewal succeeds.
+TEST(MetricsRedis, FailedRenewalEpisodeScrapesToExactNumbers) {
+    dlock::test::redis_server server;
+    dlock::metrics stats;
+    std::atomic<int> renewed{0}, failed{0}, errors{0};
+    durations carried;
+    dlock::redis::client redis(
+        {.url = server.url(), .command_timeout = scaled(300ms), .observer = [&](const auto& e) {
+             if (e.kind == dlock::event_kind::renewed) ++renewed;
+             if (e.kind == dlock::event_kind::renewal_failed) ++failed;
+             if (e.kind == dlock::event_kind::error) ++errors;
+             carried.record(e);
+             stats.record(e);
+         }});
+    const auto family = dlock::default_family(unique_name());
+    auto held = redis.acquire(unique_name("r"), {.lease = scaled(8s), .renew_every = 200ms});
+    ASSERT_TRUE(eventually([&] { return renewed.load() >= 1; }, 10s));
+    server.pause();
+    ASSERT_TRUE(eventually([&] { return failed.load() == 1; }, 10s)) << "no renewal_failed";
+    server.resume();
+    const int before = renewed.load();
+    ASSERT_TRUE(eventually([&] { return renewed.load() > before; }, 10s)) << "no renewal after";
+    held.release();
+    EXPECT_EQ(failed.load(), 1) << "one episode";
+
+    const auto text = stats.render();
+    const auto s = samples(text);
+    const auto series = [&](const std::string& metric, const std::string& extra = {}) {
+        return "dlock_" + metric + "{family=\"" + family + "\"" + (extra.empty() ? "" : ",") +
+               extra + "}";
+    };
+    EXPECT_EQ(number(s, series("acquires_total", "outcome=\"granted\"")), 1) << text;
+    for (const auto* o : {"timeout", "attempts_exhausted", "canceled", "error"})
+        EXPECT_EQ(number(s, series("acquires_total", std::string("outcome=\"") + o + "\"")), 0);
+    EXPECT_EQ(number(s, series("renewals_total", "result=\"ok\"")), renewed.load());
+    EXPECT_EQ(number(s, series("renewals_total", "result=\"failed\"")), 1);
+    EXPECT_EQ(number(s, series("releases_total")), 1);
+    for (const auto r : dlock::loss_reasons)
+        EXPECT_EQ(number(s, series("losses_total", std::string("reason=\"") + to_string(r) + "\"")),
+                  0);
+    EXPECT_EQ(number(s, series("handoffs_total")), 0);
+    EXPECT_EQ(number(s, series("holders")), 0);
+    EXPECT_EQ(number(s, series("waiters")), 0);
+    std::lock_guard lock(carried.m);
+    expect_histogram(s, "acquire_wait_seconds", family, wait_bounds, carried.waits);
+    expect_histogram(s, "hold_seconds", family, hold_bounds, carried.holds);
+    // The failed renewals' timeouts are error events: the scrape counts each one reported.
+    EXPECT_EQ(number(s, series("errors_total")), errors.load());
 }
 
 TEST(MetricsRedis, HoldersAndWaitersAreLive) {

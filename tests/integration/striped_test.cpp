@@ -1,28 +1,40 @@
-// dlock::striped<Lock> on a real redis-server (and ZooKeeper): the fixed key -> stripe hash, stripe
-// names and their Redis Cluster slots, exclusion per stripe, lock_all's all-or-nothing with one
-// deadline, and the stripe count recorded at first use (docs/granularity.md).
+// dlock::striped<Lock> on a real redis-server, Redlock's three and ZooKeeper: the fixed key ->
+// stripe hash, stripe names and their Redis Cluster slots, exclusion per stripe, lock_all's
+// all-or-nothing with one deadline, and the stripe count recorded at first use on every backend
+// (backend::record_once; Redlock's majority rule) (docs/granularity.md).
+#include <dlock/config.hpp>
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
+#include <dlock/redlock/client.hpp>
 #include <dlock/striped.hpp>
+#if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
+#endif
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "redis_fleet.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
+#endif
 
 namespace {
 
 using namespace std::chrono_literals;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
+#if DLOCK_HAS_ZOOKEEPER
 using dlock::test::shared_zk;
+#endif
 using dlock::test::unique_name;
 using steady = std::chrono::steady_clock;
 
@@ -164,15 +176,17 @@ TEST(Striped, EightThreadsTransfersConserveTheTotal) {
     EXPECT_EQ(total, 100LL * items);
 }
 
-TEST(Striped, StripeCountIsRecordedAtFirstUse) {
-    dlock::redis::client redis({.url = shared_redis().url()});
+/// The stripe count's contract on one backend: the first use records it; another count fails
+/// with both counts named, before anything is locked, through get() and lock_all(); the same
+/// count keeps working; record_once answers the recorded value.
+void expect_count_recorded(dlock::backend& b) {
     const auto base = unique_name("stock");
-    dlock::striped<dlock::mutex> eight(redis, base, 8);
+    dlock::striped<dlock::mutex> eight(b, base, 8, {.lease = 10s});
     std::lock_guard held(eight.get("sku-1"));  // first use: records 8
-    dlock::striped<dlock::mutex> sixteen(redis, base, 16);
+    dlock::striped<dlock::mutex> sixteen(b, base, 16, {.lease = 10s});
     try {
         (void)sixteen.get("sku-1");
-        FAIL() << "another stripe count was accepted";
+        ADD_FAILURE() << "another stripe count was accepted";
     } catch (const dlock::error& e) {
         EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
         const std::string what = e.what();
@@ -180,11 +194,116 @@ TEST(Striped, StripeCountIsRecordedAtFirstUse) {
         EXPECT_NE(what.find("records 8"), std::string::npos) << what;
     }
     EXPECT_THROW((void)sixteen.lock_all({"a", "b"}), dlock::error);
-    dlock::striped<dlock::mutex> again(redis, base, 8);
+    dlock::striped<dlock::mutex> again(b, base, 8, {.lease = 10s});
+    EXPECT_FALSE(again.get("sku-1").try_lock()) << "the same count maps sku-1 to its stripe";
     EXPECT_NO_THROW((void)again.get("sku-2"));
     std::error_code ec;
-    EXPECT_EQ(redis.record_once(base + "/#stripes", "99", ec), "8");
-    EXPECT_FALSE(ec);
+    EXPECT_EQ(b.record_once(base + "/#stripes", "99", ec), "8");
+    EXPECT_FALSE(ec) << ec.message();
+    // Bad input: clear errors.
+    (void)b.record_once(base + "/r", "", ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << "an empty value";
+    (void)b.record_once(base + "/r", std::string(dlock::max_record_size + 1, 'v'), ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << "a value above max_record_size";
+    (void)b.record_once("", "1", ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << "an empty name";
+    const auto longest = std::string(dlock::max_record_size, 'v');
+    EXPECT_EQ(b.record_once(base + "/long", longest, ec), longest);
+    EXPECT_FALSE(ec) << ec.message();
+}
+
+/// Two first users racing with different counts: both see one recorded value.
+void expect_race_agrees(const std::function<std::unique_ptr<dlock::backend>()>& make) {
+    for (int round = 0; round < 5; ++round) {
+        const auto name = unique_name("race") + "/#stripes";
+        auto b1 = make();
+        auto b2 = make();
+        std::string got1, got2;
+        std::error_code ec1, ec2;
+        {
+            std::jthread t1([&] { got1 = b1->record_once(name, "4", ec1); });
+            std::jthread t2([&] { got2 = b2->record_once(name, "5", ec2); });
+        }
+        ASSERT_FALSE(ec1) << ec1.message();
+        ASSERT_FALSE(ec2) << ec2.message();
+        EXPECT_EQ(got1, got2) << "round " << round;
+        EXPECT_TRUE(got1 == "4" || got1 == "5") << got1;
+    }
+}
+
+TEST(StripedCount, RecordedOnRedis) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    expect_count_recorded(redis);
+    expect_race_agrees([] {
+        return std::make_unique<dlock::redis::client>(
+            dlock::redis::client_options{.url = shared_redis().url()});
+    });
+}
+
+dlock::test::redis_fleet& fleet() {
+    static dlock::test::redis_fleet three(3);
+    return three;
+}
+
+/// A paused server costs a call its command_timeout: short, so the majority test stays quick.
+std::unique_ptr<dlock::redlock::client> redlock_client() {
+    return std::make_unique<dlock::redlock::client>(dlock::redlock::client_options{
+        .urls = fleet().urls(), .command_timeout = scaled(300ms), .node_timeout = scaled(250ms)});
+}
+
+TEST(StripedCount, RecordedOnRedlock) {
+    auto redlock = redlock_client();
+    expect_count_recorded(*redlock);
+    expect_race_agrees([] { return redlock_client(); });
+}
+
+// Redlock's rule: the recorded value is the one a majority of all servers stores. A minority
+// down still records and reads; a minority holding another value is outvoted; servers split
+// with no majority, or fewer than a quorum answering, are clear errors, never a guess.
+TEST(StripedCount, RedlockMajorityRules) {
+    auto redlock = redlock_client();
+    const auto key_of = [&](const std::string& name) {
+        return dlock::redis::client({.url = fleet()[0].url()}).lock_key(name) + ":record";
+    };
+    std::error_code ec;
+
+    // A minority holding another value (written there by hand, as a raced first writer would).
+    const auto outvoted = unique_name("outvoted");
+    fleet()[2].command({"SET", key_of(outvoted), "5"});
+    EXPECT_EQ(redlock->record_once(outvoted, "4", ec), "4");
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(redlock->record_once(outvoted, "5", ec), "4") << "the majority's value stays";
+
+    // Split three ways: no value on a majority, and no call can make one.
+    const auto split = unique_name("split");
+    fleet()[0].command({"SET", key_of(split), "4"});
+    fleet()[1].command({"SET", key_of(split), "5"});
+    fleet()[2].command({"SET", key_of(split), "6"});
+    (void)redlock->record_once(split, "4", ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    const auto why = dlock::last_error_message(ec);
+    for (const auto* v : {"\"4\"", "\"5\"", "\"6\""})
+        EXPECT_NE(why.find(v), std::string::npos) << why << " should name " << v;
+    dlock::striped<dlock::mutex> s(*redlock, "split-" + split, 4);
+    EXPECT_NO_THROW(s.verify()) << "another base name is unaffected";
+
+    // One server down: two of three still record and read.
+    const auto minority = unique_name("minority");
+    fleet()[2].pause();
+    EXPECT_EQ(redlock->record_once(minority, "8", ec), "8");
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(redlock->record_once(minority, "9", ec), "8");
+    // Two down: fewer than a quorum answer.
+    fleet()[1].pause();
+    (void)redlock->record_once(minority, "8", ec);
+    EXPECT_EQ(ec, dlock::errc::quorum_unreachable) << ec.message();
+    fleet()[1].resume();
+    fleet()[2].resume();
+    // The server that missed the first write got it now from nobody; the majority still rules,
+    // and a new client with another count is refused.
+    auto other = redlock_client();
+    EXPECT_EQ(other->record_once(minority, "9", ec), "8");
+    EXPECT_FALSE(ec) << ec.message();
 }
 
 TEST(Striped, FairAndSharedStripes) {
@@ -195,10 +314,27 @@ TEST(Striped, FairAndSharedStripes) {
     for (const auto& p : all->parts()) EXPECT_EQ(p.request.kind, dlock::lock_kind::fair);
 }
 
-TEST(StripedZk, StripesExcludeWithoutACountRecord) {
-    dlock::zk::client zk({.url = shared_zk().url("/dlock-striped"),
-                          .session_timeout = 4s,
-                          .connect_timeout = scaled(5s)});
+#if DLOCK_HAS_ZOOKEEPER
+dlock::zk::client zk_client() {
+    return dlock::zk::client({.url = shared_zk().url("/dlock-striped"),
+                              .session_timeout = 4s,
+                              .connect_timeout = scaled(5s)});
+}
+
+TEST(StripedCount, RecordedOnZooKeeper) {
+    auto zk = zk_client();
+    expect_count_recorded(zk);
+    expect_race_agrees([] { return std::make_unique<dlock::zk::client>(zk_client()); });
+    // The record is a persistent node beside the lock nodes, outliving the session.
+    const auto base = unique_name("persist");
+    { dlock::striped<dlock::mutex>(zk, base, 3).verify(); }
+    auto later = zk_client();
+    dlock::striped<dlock::mutex> four(later, base, 4);
+    EXPECT_THROW(four.verify(), dlock::error) << "the count outlived the first session";
+}
+
+TEST(StripedZk, StripesExclude) {
+    auto zk = zk_client();
     const auto base = unique_name("stock");
     dlock::striped<dlock::mutex> a(zk, base, 4, {.lease = 10s});
     dlock::striped<dlock::mutex> b(zk, base, 4, {.lease = 10s});
@@ -207,5 +343,6 @@ TEST(StripedZk, StripesExcludeWithoutACountRecord) {
     auto all = b.try_lock_all_for({"sku-1", "sku-2"}, 100ms);
     EXPECT_FALSE(all);
 }
+#endif  // DLOCK_HAS_ZOOKEEPER
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <system_error>
 
 namespace dlock::test {
 
@@ -24,10 +25,15 @@ inline void expect_moved_from_error(const std::string& what, const std::function
     }
 }
 
-/// acquire, inspect and (where the backend has semaphores) set_permits on `moved`.
+/// acquire, inspect, record_once and (where the backend has semaphores) set_permits on `moved`.
 inline void expect_moved_from_refuses(dlock::backend& moved, bool has_permits) {
     expect_moved_from_error("acquire", [&] { auto l = moved.acquire("moved-from"); });
     expect_moved_from_error("inspect", [&] { auto info = moved.inspect("moved-from"); });
+    expect_moved_from_error("record_once", [&] {
+        std::error_code ec;
+        (void)moved.record_once("moved-from", "1", ec);
+        if (ec) throw dlock::error(ec, dlock::last_error_message(ec));
+    });
     if (has_permits)
         expect_moved_from_error("set_permits", [&] { moved.set_permits("moved-from", 2); });
 }

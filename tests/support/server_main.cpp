@@ -27,8 +27,12 @@
 #include <string_view>
 #include <vector>
 
+#include <dlock/config.hpp>
+
 #include "redis_server.hpp"
+#if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
+#endif
 
 namespace {
 
@@ -79,7 +83,8 @@ void wait_for_stop(const sigset_t& stop_signals) {
     }
 }
 
-std::optional<unsigned> parse_ms(std::string_view s) {
+// Used by the zk server only: unused in a build without ZooKeeper.
+[[maybe_unused]] std::optional<unsigned> parse_ms(std::string_view s) {
     unsigned v = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || end != s.data() + s.size() || v == 0) return std::nullopt;
@@ -107,6 +112,9 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (args[0] == "zk") {
+#if !DLOCK_HAS_ZOOKEEPER
+            return usage("this build has no ZooKeeper (DLOCK_WITH_ZOOKEEPER=OFF)");
+#else
             dlock::test::zk_ensemble_options options{.tick = std::chrono::milliseconds(2000),
                                                      .addresses = {},
                                                      .wrappers = {},
@@ -131,6 +139,7 @@ int main(int argc, char** argv) {
             wait_for_stop(stop_signals);
             server.stop(0);
             return 0;
+#endif
         }
         return usage("unknown server " + args[0]);
     } catch (const std::exception& e) {

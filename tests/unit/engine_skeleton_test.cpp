@@ -624,4 +624,20 @@ TEST(CompositeGrant, RemoveTakesOnePartOutWithItsRelay) {
     EXPECT_EQ(g.lost_source(), fresh);
 }
 
+// record_once's verdict: a value counts only when a majority of ALL servers stores it.
+TEST(QuorumRecord, MajorityOfAllServersDecides) {
+    namespace quorum = dlock::detail::quorum;
+    using v = std::vector<std::string>;
+    EXPECT_EQ(quorum::decide_record(v{"8"}, 1), "8");
+    EXPECT_EQ(quorum::decide_record(v{"8", "8", "8"}, 3), "8");
+    EXPECT_EQ(quorum::decide_record(v{"8", "5", "8"}, 3), "8") << "an outvoted minority";
+    EXPECT_EQ(quorum::decide_record(v{"8", "8"}, 3), "8") << "one server did not answer";
+    EXPECT_EQ(quorum::decide_record(v{"8", "5", "6"}, 3), std::nullopt) << "split three ways";
+    EXPECT_EQ(quorum::decide_record(v{"8"}, 3), std::nullopt) << "fewer than a quorum answered";
+    // Five servers: two of three answers agreeing is not a majority of five.
+    EXPECT_EQ(quorum::decide_record(v{"5", "5", "8"}, 5), std::nullopt);
+    EXPECT_EQ(quorum::decide_record(v{"5", "8", "5", "5"}, 5), "5");
+    EXPECT_EQ(quorum::decide_record(v{}, 3), std::nullopt);
+}
+
 }  // namespace

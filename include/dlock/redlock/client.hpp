@@ -78,6 +78,15 @@ public:
     [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
     using dlock::backend::inspect;
 
+    /// See dlock::backend::record_once: the Redis client's script (SET if absent, then read) on
+    /// every server at once. The recorded value is the one a majority of all servers stores, and
+    /// once stored on a majority it is the only one any later call can return. errc::
+    /// quorum_unreachable when fewer than a quorum answer; errc::invalid_argument when enough
+    /// answer but no value is on a majority (first writers raced with different values), naming
+    /// what each server stores.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept override;
+
     /// Number of servers and the quorum (N/2+1).
     std::size_t size() const noexcept;
     std::size_t quorum() const noexcept;

@@ -90,6 +90,12 @@ public:
     [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
     using dlock::backend::inspect;
 
+    /// See dlock::backend::record_once: a persistent node "<lock_path(name)>%record" whose data is
+    /// the value; ZooKeeper's create is atomic, so one first user creates it and every other
+    /// reads it.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept override;
+
     /// The options this client was made with.
     const client_options& options() const noexcept;
 
