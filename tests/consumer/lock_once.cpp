@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <utility>
 
 int main(int argc, char** argv) {
     if (argc != 2) {
@@ -17,8 +18,10 @@ int main(int argc, char** argv) {
     }
     try {
         using namespace std::chrono_literals;
-        dlock::redis::client redis({.url = argv[1]});
-        dlock::mutex m(redis, "consumer/lock-once", {.lease = 10s});
+        dlock::redis::client_options options;
+        options.url = argv[1];
+        dlock::redis::client redis(std::move(options));
+        dlock::mutex m(redis, "consumer/lock-once");
         if (!m.try_lock_for(10s)) {
             std::fprintf(stderr, "lock_once: the lock was not granted within 10 s\n");
             return 1;

@@ -163,13 +163,15 @@ run_consumer() {
 
 # links_dlock_from PROGRAM DIR: PROGRAM loads libdlock_redis from DIR ("" = not at all).
 links_dlock_from() {
-  local line
-  line=$(ldd "$1" | grep 'libdlock_redis' || true)
+  local line path
+  line=$(ldd "$1" | grep 'libdlock' || true)
   if [[ -z $2 ]]; then
     [[ -z $line ]] || fail "$1 loads a shared dlock library although linked statically: $line"
-  else
-    [[ $line == *"=> $2/libdlock_redis.so"* ]] || fail "$1 does not load libdlock_redis from $2: ${line:-(not linked)}"
+    return
   fi
+  path=$(ldd "$1" | sed -n 's/^[[:space:]]*libdlock_redis\.so[^ ]* => \([^ ]*\) .*/\1/p')
+  [[ -n $path && $(dirname "$(readlink -f "$path")") -ef $2 ]] ||
+    fail "$1 does not load libdlock_redis from $2: ${line:-(no libdlock)}"
 }
 
 # check_layout PREFIX LIBDIR SHARED(1|0): the files an installation must have (LIBDIR relative
@@ -197,7 +199,7 @@ check_layout() {
   fi
   extra=$(find "$prefix/bin" -mindepth 1 ! -name dlock)
   [[ -z $extra ]] || fail "installed besides bin/dlock: $extra"
-  extra=$(find "$prefix" -path '*test*' -o -path '*bench*' -o -path '*example*')
+  extra=$(cd "$prefix" && find . \( -path '*test*' -o -path '*bench*' -o -path '*example*' \) -print)
   [[ -z $extra ]] || fail "tests, benchmarks or examples installed: $extra"
   bash -n "$prefix/share/bash-completion/completions/dlock" || fail "the bash completion does not parse"
 }
