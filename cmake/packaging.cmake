@@ -12,7 +12,8 @@ set(CPACK_PACKAGE_NAME dlock)
 set(CPACK_PACKAGE_VENDOR dlock)
 set(CPACK_PACKAGE_CONTACT "dlock maintainers <dlock@localhost>")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "distributed locks for C++20 (Redis, Redlock, ZooKeeper)")
+# No CPACK_PACKAGE_DESCRIPTION_SUMMARY: each package's description below starts with its own
+# synopsis line.
 set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
