@@ -143,7 +143,7 @@ stage_release() {
 
 # dlock installed like a library (tests/consumer/run.sh, docs/install.md): the Release tree
 # installed to a prefix and, as root, packaged with cpack -G DEB and installed with apt-get (then
-# removed); out-of-tree programs built with find_package(dlock) and with pkg-config lock against a
+# purged); out-of-tree programs built with find_package(dlock) and with pkg-config lock against a
 # private redis-server. The plain tree (static libraries) is installed and used the same way.
 # Reuses both trees (run after stage_plain and stage_release); builds nothing of dlock.
 stage_install() {

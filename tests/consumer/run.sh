@@ -14,8 +14,8 @@
 #   3. with STATIC_TREE (a fully built tree with BUILD_SHARED_LIBS=OFF): the same for its static
 #      libraries;
 #   4. as root: builds the .debs with `cpack -G DEB` in BUILD_TREE, installs them with apt-get,
-#      runs `dlock --version` and both programs against the system installation, and removes the
-#      packages again (apt-get remove), leaving the machine as it was. Not root: this part is
+#      runs `dlock --version` and both programs against the system installation, and purges the
+#      packages again (apt-get purge), leaving the machine as it was. Not root: this part is
 #      skipped with a message (exit status 0 if everything else passed).
 # Its files go to BUILD_TREE/consumer-test/ (emptied first). Exit status: 0 passed (or skipped as
 # said), 1 a check failed, 2 bad arguments.
@@ -90,8 +90,8 @@ cleanup() {
     wait "$redis_pid" 2>/dev/null || true
   fi
   if ((installed_debs)); then
-    say "removing the packages after a failure"
-    DEBIAN_FRONTEND=noninteractive "${apt[@]}" remove "${packages[@]}" >/dev/null || true
+    say "purging the packages after a failure"
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" purge "${packages[@]}" >/dev/null || true
   fi
   exit "$rc"
 }
@@ -263,7 +263,7 @@ if [[ $(id -u) != 0 ]]; then
 fi
 for p in "${packages[@]}"; do
   if dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^.i'; then
-    fail "$p is installed on this machine already; not replacing it (apt-get remove ${packages[*]})"
+    fail "$p is installed on this machine already; not replacing it (apt-get purge ${packages[*]})"
   fi
 done
 debs=$work/debs
@@ -293,14 +293,15 @@ build_pc_consumer pc-system
 links_dlock_from "$work/pc-system/lock_once" "$sys_libdir"
 run_consumer pc-system "$work/pc-system/lock_once"
 
-DEBIAN_FRONTEND=noninteractive "${apt[@]}" remove "${packages[@]}" >"$work/apt-remove.log" 2>&1 ||
-  { cat "$work/apt-remove.log" >&2; fail "apt-get remove ${packages[*]}"; }
+DEBIAN_FRONTEND=noninteractive "${apt[@]}" purge "${packages[@]}" >"$work/apt-purge.log" 2>&1 ||
+  { cat "$work/apt-purge.log" >&2; fail "apt-get purge ${packages[*]}"; }
 installed_debs=0
+# Purged, not just removed: libdlock0's ldconfig postrm would leave it in state "rc".
 for p in "${packages[@]}"; do
-  if dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^.i'; then
-    fail "$p is still installed after apt-get remove"
-  fi
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  [[ -z $status || $status == u* || $status == p* ]] ||
+    fail "$p is still known to dpkg after apt-get purge: $status"
 done
-[[ ! -e /usr/bin/dlock && ! -e $sys_libdir/cmake/dlock ]] || fail "files left after apt-get remove"
-say "deb: removed ${packages[*]} again"
+[[ ! -e /usr/bin/dlock && ! -e $sys_libdir/cmake/dlock ]] || fail "files left after apt-get purge"
+say "deb: purged ${packages[*]} again"
 say "PASS in $((SECONDS - t_start)) s"
