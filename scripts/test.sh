@@ -3,9 +3,10 @@
 #
 #   scripts/test.sh           plain build (all labels), the bounded torture run (plain build),
 #                             ASan+UBSan build (all labels), TSan build (labels unit and integration),
-#                             Release build (library + unit tests), ZooKeeper-less build (library,
-#                             unit tests, connect and CLI tests), clang -Wthread-safety build of the
-#                             library, clang-tidy over src/
+#                             Release build (shared libraries; library + unit tests), install and
+#                             packages (tests/consumer/run.sh on the Release and plain trees),
+#                             ZooKeeper-less build (library, unit tests, connect and CLI tests),
+#                             clang -Wthread-safety build of the library, clang-tidy over src/
 #   scripts/test.sh --quick   plain build only
 #
 # Every stage runs even if an earlier one failed; the exit status is non-zero if any failed.
@@ -132,11 +133,21 @@ configure_tree() {
   cmake -S . -B "$dir" "${args[@]}" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; return 1; }
 }
 
-# Release (-O3, NDEBUG: other inlining, other warnings): everything builds; the unit tests run.
+# Release (-O3, NDEBUG: other inlining, other warnings), shared libraries (as packaged):
+# everything builds; the unit tests run.
 stage_release() {
-  configure_tree build-release -DCMAKE_BUILD_TYPE=Release || return
+  configure_tree build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON || return
   ninja -C build-release || return
   ctest --test-dir build-release --output-on-failure -j "$ctest_jobs" -L unit
+}
+
+# dlock installed like a library (tests/consumer/run.sh, docs/install.md): the Release tree
+# installed to a prefix and, as root, packaged with cpack -G DEB and installed with apt-get (then
+# purged); out-of-tree programs built with find_package(dlock) and with pkg-config lock against a
+# private redis-server. The plain tree (static libraries) is installed and used the same way.
+# Reuses both trees (run after stage_plain and stage_release); builds nothing of dlock.
+stage_install() {
+  bash tests/consumer/run.sh build-release build
 }
 
 # Without the ZooKeeper component: configures without libzookeeper-mt, links nothing of it, and
@@ -189,6 +200,7 @@ if ((!quick)); then
   run_stage "ASan+UBSan build: all tests" stage_asan
   run_stage "TSan build: unit + integration tests" stage_tsan
   run_stage "Release build: everything, unit tests" stage_release
+  run_stage "install: CMake package, pkg-config, .debs (Release + plain trees)" stage_install
   run_stage "ZooKeeper-less build: library, unit, connect and CLI tests" stage_nozk
   run_stage "clang -Wthread-safety build: library" stage_clang
   run_stage "clang-tidy: src/" stage_tidy

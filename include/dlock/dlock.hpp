@@ -5,7 +5,8 @@
 //   - include a backend's client header and construct its client: <dlock/redis/client.hpp>
 //     (Redis), <dlock/redlock/client.hpp> (Redlock; both target dlock::redis) or
 //     <dlock/zk/client.hpp> (ZooKeeper, target dlock::zk).
-// <dlock/config.hpp> says which backends this build has (DLOCK_HAS_REDIS, DLOCK_HAS_ZOOKEEPER).
+// <dlock/config.hpp> says which backends this build has (DLOCK_HAS_REDIS, DLOCK_HAS_ZOOKEEPER);
+// <dlock/version.hpp> asks the library a program runs with (dlock::version()).
 #pragma once
 
 #include <dlock/backend.hpp>
@@ -21,3 +22,4 @@
 #include <dlock/semaphore.hpp>
 #include <dlock/shared_mutex.hpp>
 #include <dlock/striped.hpp>
+#include <dlock/version.hpp>

@@ -872,4 +872,22 @@ TEST(CliHelp, EveryCommandHasHelpWithExamples) {
     EXPECT_TRUE(r.out.starts_with("dlock ")) << r.out;
 }
 
+// `dlock --version` names the CLI's version, the library's (of the shared library it runs with)
+// and the backends compiled in, so a bug report says what was running.
+TEST(CliHelp, VersionNamesTheLibraryAndItsBackends) {
+    std::string backends;
+#if DLOCK_HAS_REDIS
+    backends += "redis, redlock";
+#endif
+#if DLOCK_HAS_ZOOKEEPER
+    backends += backends.empty() ? "zookeeper" : ", zookeeper";
+#endif
+    const std::string version = DLOCK_TEST_PROJECT_VERSION;  // project(dlock VERSION ...)
+    const auto r = run_cli({"--version"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.out,
+              "dlock " + version + " (library " + version + "; backends: " + backends + ")\n");
+    EXPECT_EQ(r.err, "");
+}
+
 }  // namespace

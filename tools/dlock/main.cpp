@@ -4,6 +4,7 @@
 // demo.cpp.
 #include <dlock/dlock.hpp>
 #include <dlock/options.hpp>
+#include <dlock/version.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -29,7 +30,20 @@ namespace {
 
 using namespace dlock::cli;
 
-constexpr std::string_view version = "0.1.0";
+/// The CLI's version: that of the library headers it was built with.
+constexpr std::string_view version = DLOCK_VERSION_STRING;
+
+/// `dlock --version`: the CLI's version, and the version and backends of the library it runs
+/// with (a shared libdlock can be newer than the CLI).
+std::string version_line() {
+    std::string backends;
+    for (const std::string_view backend : dlock::compiled_backends()) {
+        if (!backends.empty()) backends += ", ";
+        backends += backend;
+    }
+    return fmt::format("dlock {} (library {}; backends: {})", version, dlock::version(),
+                       backends.empty() ? "none" : backends);
+}
 
 const char* const main_footer = R"(Examples:
   dlock demo                               see what a lock prevents (on its own redis-server)
@@ -602,7 +616,7 @@ int dispatch(int argc, char** argv) {
     } catch (const CLI::CallForAllHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForVersion&) {
-        std::printf("dlock %s\n", std::string(version).c_str());
+        std::printf("%s\n", version_line().c_str());
         return exit_status::ok;
     } catch (const CLI::ParseError& e) {
         const auto selected = app.get_subcommands();
