@@ -71,6 +71,8 @@ public:
     /// backend::inspect: runs src/redis/lua/inspect.lua on every server at once; several servers
     /// give the quorum view (dlock::detail::merge_views).
     lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
+    /// backend::watch: src/redis/watch.hpp, on every server.
+    std::unique_ptr<lock_watch> watch(std::string_view name, std::error_code& ec) noexcept;
 
     std::string key(std::string_view name) const {
         return config_.key_prefix + ":{" + std::string(name) + "}";

@@ -45,6 +45,12 @@ lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
     return engine->inspect(name, ec);
 }
 
+std::unique_ptr<lock_watch> client::watch(std::string_view name, std::error_code& ec) noexcept {
+    auto* engine = dlock::detail::usable_engine(impl_, "watch", ec);
+    if (engine == nullptr) return nullptr;
+    return engine->watch(name, ec);
+}
+
 const client_options& client::options() const noexcept { return impl_->engine->options(); }
 
 std::string client::lock_path(std::string_view name) const {

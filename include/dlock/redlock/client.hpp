@@ -78,6 +78,11 @@ public:
     [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
     using dlock::backend::inspect;
 
+    /// See dlock::backend::watch: a connection per server with CLIENT TRACKING BCAST on the
+    /// name's keys (Redis 6+); the release channel on a server that refuses it.
+    [[nodiscard]] std::unique_ptr<lock_watch> watch(std::string_view name,
+                                                    std::error_code& ec) noexcept override;
+
     /// Number of servers and the quorum (N/2+1).
     std::size_t size() const noexcept;
     std::size_t quorum() const noexcept;
