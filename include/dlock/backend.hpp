@@ -130,7 +130,7 @@ struct lock_info {
 };
 
 /// Change notifications for one lock name, made by backend::watch(). Used by one thread at a
-/// time; destroying it unsubscribes.
+/// time; destroying it unsubscribes. Must not outlive the backend that made it.
 class lock_watch {
 public:
     virtual ~lock_watch() = default;
