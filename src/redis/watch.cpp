@@ -81,8 +81,16 @@ private:
             const auto self = std::to_string(id.integer);
             auto r = s.conn->execute(
                 {"CLIENT", "TRACKING", "ON", "REDIRECT", self, "BCAST", "PREFIX", lock_key_}, ec);
-            if (ec) return false;
-            s.tracking = !r.is_error();
+            if (ec == make_error_code(errc::auth_failed)) {
+                // NOPERM: an ACL without client|tracking. The connection was closed with the
+                // refusal; the fallback opens it again.
+                ec.clear();
+                s.conn->close();
+            } else if (ec) {
+                return false;
+            } else {
+                s.tracking = !r.is_error();
+            }
         }
         const auto deadline = s.conn->default_deadline();
         if (s.tracking) {

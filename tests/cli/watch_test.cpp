@@ -223,6 +223,25 @@ TEST(StatusWatch, WithoutATerminalPrintsOneLinePerChange) {
     EXPECT_NE(lines[4].find("job: free; fencing counter 1;"), std::string::npos) << lines[4];
 }
 
+TEST(StatusWatch, WithoutClientTrackingFallsBackToTheReleaseChannelAndSeesAcquires) {
+    dlock::test::redis_server server;
+    // An ACL that allows everything but CLIENT TRACKING.
+    server.command(
+        {"ACL", "SETUSER", "default", "on", "nopass", "~*", "&*", "+@all", "-client|tracking"});
+    cli_process watch({"status", "--watch", "fb", "--url", server.url()});
+    ASSERT_TRUE(has_lines(watch, 1)) << watch.out() << watch.err();
+    dlock::redis::client client({.url = server.url()});
+    {
+        auto held = client.acquire("fb");
+        EXPECT_TRUE(last_line_has(watch, "fb: held, lease ")) << watch.out() << watch.err();
+    }
+    EXPECT_TRUE(last_line_has(watch, "fb: free; fencing counter 1;")) << watch.out();
+    watch.send(SIGINT);
+    const auto r = watch.wait(10s);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(lines_of(r.out).size(), 3u) << r.out;
+}
+
 TEST(StatusWatch, JsonWithoutATerminalIsOneObjectPerLine) {
     dlock::test::redis_server server;
     cli_process watch({"status", "--watch", "--json", "j", "--url", server.url()});
