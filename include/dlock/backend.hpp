@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,6 +132,22 @@ struct lock_info {
 /// The longest value backend::record_once stores, in bytes.
 inline constexpr std::size_t max_record_size = 1024;
 
+/// Change notifications for one lock name, made by backend::watch(). Used by one thread at a
+/// time; destroying it unsubscribes. Must not outlive the backend that made it.
+class lock_watch {
+public:
+    virtual ~lock_watch() = default;
+
+    /// Sleeps until the server reported that the lock's state may have changed since the watch
+    /// was made or since the last call that returned true, or until `deadline`. True: changed
+    /// (possibly spuriously: a write that left the state as it was, or a reconnect after which
+    /// changes may have been missed); false: `deadline` passed and nothing was reported. When
+    /// the server cannot be reached it returns true with `ec` set; the next call reconnects.
+    /// Callers re-read the state with backend::inspect() after each true.
+    virtual bool wait_until(std::chrono::steady_clock::time_point deadline,
+                            std::error_code& ec) noexcept = 0;
+};
+
 class backend {
 public:
     virtual ~backend() = default;
@@ -167,6 +184,18 @@ public:
     /// answered). The twin sets `ec` and returns an empty lock_info.
     [[nodiscard]] lock_info inspect(std::string_view name);
     [[nodiscard]] virtual lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
+
+    /// Subscribes to changes of lock `name` (for live views such as `dlock status --watch`):
+    /// once watch() returns, each change of the name's server-side state (acquire, release,
+    /// hand-off, a waiter queuing or leaving, a renewal, a lease expiring on the server) makes
+    /// lock_watch::wait_until() return true; no state is polled. Redis and Redlock: server-
+    /// assisted invalidation (CLIENT TRACKING BCAST on the name's keys, Redis 6 or later, no
+    /// server configuration needed); a server that refuses it is watched on the release channel
+    /// only, and wait_until() then also returns true once a second. ZooKeeper: a child watch on
+    /// the lock node. docs/cli.md (dlock status --watch) lists what each backend sees. Returns
+    /// null and sets `ec` on failure; errc::unsupported by default.
+    [[nodiscard]] virtual std::unique_ptr<lock_watch> watch(std::string_view name,
+                                                            std::error_code& ec) noexcept;
 
     /// Small settings every process must agree on (dlock::striped's stripe count): stores `value`
     /// under `name` if nothing is stored there yet, and returns what is stored (`value`, or what

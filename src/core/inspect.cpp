@@ -37,6 +37,12 @@ lock_info backend::inspect(std::string_view name, std::error_code& ec) noexcept 
     return {};
 }
 
+std::unique_ptr<lock_watch> backend::watch(std::string_view name, std::error_code& ec) noexcept {
+    detail::fail(ec, errc::unsupported,
+                 "lock \"" + std::string(name) + "\": this backend cannot watch locks");
+    return nullptr;
+}
+
 namespace detail {
 namespace {
 

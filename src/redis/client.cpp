@@ -50,6 +50,12 @@ lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
     return engine->inspect(name, ec);
 }
 
+std::unique_ptr<lock_watch> client::watch(std::string_view name, std::error_code& ec) noexcept {
+    auto* engine = dlock::detail::usable_engine(impl_, "watch", ec);
+    if (engine == nullptr) return nullptr;
+    return engine->watch(name, ec);
+}
+
 void client::set_permits(std::string_view name, std::uint32_t permits,
                          std::error_code& ec) noexcept {
     if (auto* engine = dlock::detail::usable_engine(impl_, "set_permits", ec))

@@ -20,6 +20,7 @@
 #include "core/token.hpp"
 #include "core/validate.hpp"
 #include "redis/inspect.hpp"
+#include "redis/watch.hpp"
 
 namespace dlock::redis::detail {
 
@@ -397,6 +398,21 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
         if (!ec && r.type != reply::kind::integer) script_error(call, r, *conn.get(), ec);
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+    }
+}
+
+std::unique_ptr<lock_watch> engine::watch(std::string_view name, std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return nullptr;
+        std::vector<connection_settings> settings;
+        settings.reserve(servers_.size());
+        for (const auto& s : servers_) settings.push_back(s->commands);
+        return make_watch(settings, key(name), channel(name), ec);
+    } catch (const std::exception& e) {
+        fail(ec, errc::connection_failed, std::string("watch: ") + e.what());
+        return nullptr;
     }
 }
 

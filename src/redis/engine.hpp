@@ -78,6 +78,9 @@ public:
     std::string record_once(std::string_view name, std::string_view value,
                             std::error_code& ec) noexcept;
 
+    /// backend::watch: src/redis/watch.hpp, on every server.
+    std::unique_ptr<lock_watch> watch(std::string_view name, std::error_code& ec) noexcept;
+
     std::string key(std::string_view name) const {
         return config_.key_prefix + ":{" + std::string(name) + "}";
     }

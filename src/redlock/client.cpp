@@ -92,6 +92,12 @@ std::string client::record_once(std::string_view name, std::string_view value,
     return engine->record_once(name, value, ec);
 }
 
+std::unique_ptr<lock_watch> client::watch(std::string_view name, std::error_code& ec) noexcept {
+    auto* engine = dlock::detail::usable_engine(impl_, "watch", ec);
+    if (engine == nullptr) return nullptr;
+    return engine->watch(name, ec);
+}
+
 std::size_t client::size() const noexcept { return impl_->engine->size(); }
 std::size_t client::quorum() const noexcept { return impl_->engine->quorum(); }
 

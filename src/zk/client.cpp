@@ -52,6 +52,12 @@ std::string client::record_once(std::string_view name, std::string_view value,
     return engine->record_once(name, value, ec);
 }
 
+std::unique_ptr<lock_watch> client::watch(std::string_view name, std::error_code& ec) noexcept {
+    auto* engine = dlock::detail::usable_engine(impl_, "watch", ec);
+    if (engine == nullptr) return nullptr;
+    return engine->watch(name, ec);
+}
+
 const client_options& client::options() const noexcept { return impl_->engine->options(); }
 
 std::string client::lock_path(std::string_view name) const {

@@ -45,6 +45,8 @@ public:
     /// backend::inspect: reads the lock node's data (a semaphore's permits) and children, and
     /// the holders' czxid (src/zk/inspect.cpp). Writes nothing.
     lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
+    /// backend::watch: an exists and a child watch on the lock node (src/zk/inspect.cpp).
+    std::unique_ptr<lock_watch> watch(std::string_view name, std::error_code& ec) noexcept;
 
     /// backend::record_once: a persistent node beside the lock nodes (record_path) created with
     /// the value as its data, or, when it exists, its data. ZooKeeper's create is atomic, so
@@ -61,6 +63,8 @@ public:
 
     const client_options& options() const noexcept { return options_; }
     std::string lock_path(std::string_view name) const;
+    /// The current session, opened (or replaced) first if needed.
+    std::shared_ptr<session> session_for(std::error_code& ec);
 
 private:
     /// One node we hold; shared by every re-entry level's lease.
@@ -97,7 +101,6 @@ private:
         bool dead = false;  // its leases were lost for it already
     };
 
-    std::shared_ptr<session> session_for(std::error_code& ec);
     int ensure_path(session& s, const std::string& path, int mode);
     /// One acquire call's state between the steps of its acquire_policy.
     struct attempt_state {

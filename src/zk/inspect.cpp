@@ -121,4 +121,121 @@ lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
     }
 }
 
+namespace {
+
+/// The lock node's exists + child watch. ZooKeeper watches are one-shot and see only changes
+/// after they are set, so each wait sets both again and first compares the node's stat with the
+/// one the previous wait (or watch()) saw: a change in between is reported at once.
+class zk_watch final : public dlock::lock_watch {
+public:
+    zk_watch(engine& e, std::string name, std::string path)
+        : engine_(e), name_(std::move(name)), path_(std::move(path)) {}
+
+    /// Reads the node's current stat (no watch): the baseline later waits compare with.
+    bool start(std::error_code& ec) {
+        auto s = engine_.session_for(ec);
+        if (!s) return false;
+        session_ = s;
+        const int rc = read(*s, false, seen_);
+        if (rc != ZOK) return failed(rc, ec);
+        return true;
+    }
+
+    bool wait_until(steady::time_point deadline, std::error_code& ec) noexcept override {
+        ec.clear();
+        try {
+            auto s = engine_.session_for(ec);
+            if (!s) return true;
+            const bool new_session = s != session_.lock();
+            session_ = s;
+            const auto seen = s->watch_begin(path_);
+            struct end_watch {
+                session& s;
+                const std::string& path;
+                ~end_watch() { s.watch_end(path); }
+            } end{*s, path_};
+            node_state now;
+            const int rc = read(*s, true, now);
+            if (rc != ZOK) {
+                failed(rc, ec);
+                return true;
+            }
+            if (new_session || now != seen_) {
+                seen_ = now;
+                return true;
+            }
+            s->watch_wait(path_, seen, deadline, {});
+            return steady::now() < deadline;
+        } catch (const std::exception& e) {
+            fail(ec, errc::connection_failed, std::string("watch: ") + e.what());
+            return true;
+        }
+    }
+
+private:
+    struct node_state {
+        bool exists = false;
+        std::int32_t version = 0;   // data (a semaphore's permits)
+        std::int32_t cversion = 0;  // children created or deleted
+        std::int64_t czxid = 0;     // the node itself was made again
+        bool operator==(const node_state&) const = default;
+    };
+
+    /// The node's stat, with watches set when `watch`: an exists watch (creation, deletion,
+    /// data) and, if it exists, a child watch.
+    int read(session& s, bool watch, node_state& out) {
+        return s.with_handle([&](zhandle_t* zh) -> int {
+            Stat stat{};
+            int rc = watch ? zoo_wexists(zh, path_.c_str(), &session::on_event, &s, &stat)
+                           : zoo_exists(zh, path_.c_str(), 0, &stat);
+            if (rc == ZNONODE) {
+                out = {};
+                return ZOK;
+            }
+            if (rc != ZOK) return rc;
+            if (watch) {
+                String_vector kids{0, nullptr};
+                rc = zoo_wget_children2(zh, path_.c_str(), &session::on_event, &s, &kids, &stat);
+                if (rc == ZOK) deallocate_String_vector(&kids);
+                if (rc == ZNONODE) {
+                    out = {};
+                    return ZOK;
+                }
+                if (rc != ZOK) return rc;
+            }
+            out = {true, stat.version, stat.cversion, stat.czxid};
+            return ZOK;
+        });
+    }
+
+    bool failed(int rc, std::error_code& ec) const {
+        fail(ec, code_of(rc),
+             "watch \"" + name_ + "\": ZooKeeper " + path_ + ": " + zerror(rc) + " (" +
+                 std::to_string(rc) + ")");
+        return false;
+    }
+
+    engine& engine_;
+    std::string name_;
+    std::string path_;
+    std::weak_ptr<session> session_;
+    node_state seen_{};
+};
+
+}  // namespace
+
+std::unique_ptr<lock_watch> engine::watch(std::string_view name, std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return nullptr;
+        auto w = std::make_unique<zk_watch>(*this, std::string(name), lock_path(name));
+        if (!w->start(ec)) return nullptr;
+        return w;
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+        return nullptr;
+    }
+}
+
 }  // namespace dlock::zk::detail

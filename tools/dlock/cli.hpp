@@ -67,6 +67,7 @@ struct status_options {
     server_options server{};
     std::string name{};
     bool json = false;
+    bool watch = false;  ///< stay and show each change until Ctrl-C
 };
 
 struct demo_options {

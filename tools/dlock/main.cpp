@@ -93,6 +93,7 @@ Exit status: the command's; 75 if the lock was not had in time; others: dlock --
 const char* const status_footer = R"(Examples:
   dlock status nightly-report
   dlock status nightly-report --json | jq .lease_remaining_ms
+  dlock status --watch nightly-report      a live view, redrawn on each change (Ctrl-C ends)
 
 Every lock kind (mutex, fair, shared, semaphore, recursive) and every backend. "waiters" counts
 waiters queued on the server (fair and write locks on Redis, every waiter on ZooKeeper);
@@ -445,6 +446,9 @@ public:
         cmd_->add_option("NAME", name_, "The lock's name")->type_name("");
         server_.add_to(cmd_);
         cmd_->add_flag("--json", json_, "Print JSON");
+        cmd_->add_flag("--watch", watch_,
+                       "Stay and show each change as the server reports it (a live view on a\n"
+                       "terminal, else one line per change); Ctrl-C ends it");
     }
 
     bool parsed() const { return cmd_->parsed(); }
@@ -452,7 +456,8 @@ public:
     int execute() {
         reject_extras(cmd_);
         require_name(cmd_, name_);
-        return status_command({.server = server_.resolve(cmd_), .name = name_, .json = json_});
+        return status_command(
+            {.server = server_.resolve(cmd_), .name = name_, .json = json_, .watch = watch_});
     }
 
 private:
@@ -460,6 +465,7 @@ private:
     server_args server_;
     std::string name_;
     bool json_ = false;
+    bool watch_ = false;
 };
 
 /// `dlock demo`.

@@ -81,6 +81,11 @@ public:
     [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
     using dlock::backend::inspect;
 
+    /// See dlock::backend::watch: a connection per server with CLIENT TRACKING BCAST on the
+    /// name's keys (Redis 6+); the release channel on a server that refuses it.
+    [[nodiscard]] std::unique_ptr<lock_watch> watch(std::string_view name,
+                                                    std::error_code& ec) noexcept override;
+
     /// See dlock::backend::set_permits: one script SETs the semaphore's number of permits and
     /// wakes its waiters, so they re-check at once when permits were added.
     void set_permits(std::string_view name, std::uint32_t permits,

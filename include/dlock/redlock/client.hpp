@@ -87,6 +87,11 @@ public:
     std::string record_once(std::string_view name, std::string_view value,
                             std::error_code& ec) noexcept override;
 
+    /// See dlock::backend::watch: a connection per server with CLIENT TRACKING BCAST on the
+    /// name's keys (Redis 6+); the release channel on a server that refuses it.
+    [[nodiscard]] std::unique_ptr<lock_watch> watch(std::string_view name,
+                                                    std::error_code& ec) noexcept override;
+
     /// Number of servers and the quorum (N/2+1).
     std::size_t size() const noexcept;
     std::size_t quorum() const noexcept;

@@ -96,6 +96,11 @@ public:
     std::string record_once(std::string_view name, std::string_view value,
                             std::error_code& ec) noexcept override;
 
+    /// See dlock::backend::watch: an exists and a child watch on the lock node, set again on
+    /// each wait; the node's version and child version tell a change made between two waits.
+    [[nodiscard]] std::unique_ptr<lock_watch> watch(std::string_view name,
+                                                    std::error_code& ec) noexcept override;
+
     /// The options this client was made with.
     const client_options& options() const noexcept;
 
