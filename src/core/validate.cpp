@@ -1,5 +1,7 @@
 #include "core/validate.hpp"
 
+#include <dlock/backend.hpp>
+
 #include <string>
 
 #include "core/renewal.hpp"
@@ -18,6 +20,19 @@ void validate_lock_name(std::string_view name, std::size_t max_length,
         return fail(ec, errc::invalid_argument,
                     "lock name is " + std::to_string(name.size()) + " bytes; the limit is " +
                         std::to_string(max_length));
+    }
+}
+
+void validate_record(std::string_view name, std::string_view value, std::size_t max_name_length,
+                     const std::string& quoted, std::error_code& ec) noexcept {
+    validate_lock_name(name, max_name_length, ec);
+    if (ec || (!value.empty() && value.size() <= max_record_size)) return;
+    try {
+        fail(ec, errc::invalid_argument,
+             quoted + ": the value must be 1 to " + std::to_string(max_record_size) +
+                 " bytes, got " + std::to_string(value.size()));
+    } catch (const std::bad_alloc&) {
+        ec = std::make_error_code(std::errc::not_enough_memory);
     }
 }
 

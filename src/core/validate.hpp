@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <system_error>
 
@@ -12,5 +13,9 @@ namespace dlock::detail {
 void validate_lock_name(std::string_view name, std::size_t max_length,
                         std::error_code& ec) noexcept;
 void validate_lock_options(const lock_options& options, std::error_code& ec) noexcept;
+/// backend::record_once's arguments: a valid lock name and a value of 1 to max_record_size
+/// bytes. The message names `quoted` (the call, as the error should show it).
+void validate_record(std::string_view name, std::string_view value, std::size_t max_name_length,
+                     const std::string& quoted, std::error_code& ec) noexcept;
 
 }  // namespace dlock::detail

@@ -416,21 +416,28 @@ std::unique_ptr<lock_watch> engine::watch(std::string_view name, std::error_code
     }
 }
 
+engine::fan_out engine::run_on_every_server(
+    const std::shared_ptr<const std::vector<script_call>>& call) {
+    fan_out run;
+    run.conns.reserve(servers_.size());
+    run.batches.reserve(servers_.size());
+    for (auto& s : servers_) {
+        run.conns.emplace_back(*s);
+        auto* conn = run.conns.back().get();
+        run.batches.push_back({conn, call, conn->default_deadline()});
+    }
+    run_everywhere(run.batches);
+    return run;
+}
+
 lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
     ec.clear();
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (ec) return {};
         const auto call = one_call(inspect_call(key(name), channel(name)));
-        std::vector<pooled> conns;
-        std::vector<script_batch> batches;
-        conns.reserve(servers_.size());
-        batches.reserve(servers_.size());
-        for (auto& s : servers_) {
-            conns.emplace_back(*s);
-            batches.push_back({conns.back().get(), call, conns.back().get()->default_deadline()});
-        }
-        run_everywhere(batches);
+        auto run = run_on_every_server(call);
+        auto& batches = run.batches;
         std::vector<lock_info> views(batches.size());
         for (std::size_t i = 0; i < batches.size(); ++i) {
             auto& b = batches[i];
@@ -463,28 +470,15 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                                 std::error_code& ec) noexcept {
     ec.clear();
     try {
-        dlock::detail::validate_lock_name(name, max_name_length, ec);
-        if (ec) return {};
         const auto quoted = "record_once(\"" + std::string(name) + "\")";
-        if (value.empty() || value.size() > max_record_size) {
-            fail(ec, errc::invalid_argument,
-                 quoted + ": the value must be 1 to " + std::to_string(max_record_size) +
-                     " bytes, got " + std::to_string(value.size()));
-            return {};
-        }
+        dlock::detail::validate_record(name, value, max_name_length, quoted, ec);
+        if (ec) return {};
         const auto* script = find_script("record_once");
         if (!script) std::abort();  // the build embeds every src/redis/lua/*.lua
         const auto record = key(name) + ":record";
         const auto call = one_call({script, {record}, {std::string(value)}});
-        std::vector<pooled> conns;
-        std::vector<script_batch> batches;
-        conns.reserve(servers_.size());
-        batches.reserve(servers_.size());
-        for (auto& s : servers_) {
-            conns.emplace_back(*s);
-            batches.push_back({conns.back().get(), call, conns.back().get()->default_deadline()});
-        }
-        run_everywhere(batches);
+        auto run = run_on_every_server(call);
+        auto& batches = run.batches;
         if (identities_pending_) {
             std::vector<connection*> answered(servers_.size(), nullptr);
             for (std::size_t i = 0; i < batches.size(); ++i) {

@@ -113,6 +113,14 @@ private:
         std::unique_ptr<connection> conn_;
     };
 
+    /// `call` run on every server at once, each over a pooled connection with its default
+    /// deadline: the batches as run_everywhere left them, and the connections they refer to.
+    struct fan_out {
+        std::vector<pooled> conns;
+        std::vector<script_batch> batches;
+    };
+    fan_out run_on_every_server(const std::shared_ptr<const std::vector<script_call>>& call);
+
     struct attempt_outcome;
     /// One acquire script run on every server. `ticket_floor` (queued kinds): the highest queue
     /// ticket this waiter was told so far; a new queue entry gets a higher one.

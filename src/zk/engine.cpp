@@ -599,15 +599,9 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                                 std::error_code& ec) noexcept {
     ec.clear();
     try {
-        dlock::detail::validate_lock_name(name, max_name_length, ec);
-        if (ec) return {};
         const auto quoted = "record_once(\"" + std::string(name) + "\")";
-        if (value.empty() || value.size() > max_record_size) {
-            fail(ec, errc::invalid_argument,
-                 quoted + ": the value must be 1 to " + std::to_string(max_record_size) +
-                     " bytes, got " + std::to_string(value.size()));
-            return {};
-        }
+        dlock::detail::validate_record(name, value, max_name_length, quoted, ec);
+        if (ec) return {};
         auto s = session_for(ec);
         if (!s) return {};
         const auto path = record_path(name);
