@@ -562,7 +562,8 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
                                         const std::string& token, std::chrono::milliseconds lease,
                                         const lock_request& request,
                                         std::chrono::milliseconds node_timeout,
-                                        std::uint64_t ticket_floor, steady::time_point deadline) {
+                                        std::uint64_t ticket_floor, steady::time_point deadline,
+                                        const std::string& waiter) {
     // Before any wait for a connection: the caller's validity counts from its own earlier send
     // time, so this check is never more generous than the grant.
     const auto sent = steady::now();
@@ -576,7 +577,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
                   keys(protocol, name),
                   {token, ms_text(lease), std::to_string(request.count),
                    std::to_string(request.limit), ms_text(waiter_liveness), channel(name),
-                   request.reenter ? "1" : "0", std::to_string(ticket_floor)}});
+                   request.reenter ? "1" : "0", std::to_string(ticket_floor), waiter}});
     for (auto& s : servers_) {
         conns.emplace_back(*s, deadline);
         if (!conns.back()) {
@@ -826,8 +827,17 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         std::uint64_t highest_ticket = 0;  // sent with each refresh: a new entry gets a higher one
         auto refreshed_at = steady::time_point::min();           // that refresh's send time
         auto refresh_lease = std::chrono::milliseconds::zero();  // the lease it asked for
-        // Queued kinds: once a request may have reached the server, every exit but a grant runs
-        // leave, which also releases (with hand-off) a grant whose reply we never saw.
+        // The exclusive kind on one server: from its second attempt on (it will wait) a waiter
+        // registers among the mutex waiters under an id of its own, and a release wakes only
+        // the live head of those, on this client's hand-off channel for `name`
+        // (docs/redis-lock.md, "Waking one waiter"). Several waiters here on one name each have
+        // their own id, so each is woken by name and none is stranded. Redlock keeps the
+        // broadcast: per-server heads could differ, and no server's queue decides.
+        const bool registers = request.kind == lock_kind::exclusive && servers_.size() == 1;
+        std::string waiter;  // the registered id, once it waits
+        // Queued kinds (and registered mutex waiters): once a request may have reached the
+        // server, every exit but a grant runs leave, which also releases (with hand-off) a grant
+        // whose reply we never saw.
         struct leave_guard {
             engine* self = nullptr;
             const lock_protocol* protocol = nullptr;
@@ -838,6 +848,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 if (armed) self->leave_queue(*protocol, name, *token);
             }
         } leave{this, protocol, name, &token};
+        if (registers) leave.token = &waiter;  // declared before `leave`: outlives it
         // The loop's skeleton (give-up order, events) is core/acquire_policy.hpp; here is its I/O.
         using action = dlock::detail::acquire_step::action;
         using dlock::detail::attempt_report;
@@ -859,7 +870,11 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 // that attempt. Not needed when the channel was subscribed without a break since
                 // before the first attempt (registered above): then wait right away.
                 bool caught_up = false;
-                if (!waiting) {
+                if (!waiting && registers) {
+                    waiter = "mutex:" + client_tag_ + "." + dlock::detail::random_token();
+                    waiting.emplace(*subscriber_, channel(name) + ":mutex:" + client_tag_,
+                                    subscriber::wake_mode::all, waiter);
+                } else if (!waiting) {
                     // A release lets one exclusive waiter in: it wakes one of ours, not all.
                     const bool one_gets_in =
                         !protocol->queued && (request.kind == lock_kind::exclusive ||
@@ -917,9 +932,9 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 token = new_token(request.kind, client_tag_);
             const auto sent = steady::now();
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
-            if (protocol->queued) leave.armed = true;
+            if (protocol->queued || !waiter.empty()) leave.armed = true;
             const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout,
-                                        highest_ticket, deadline);
+                                        highest_ticket, deadline, waiter);
             if (result.granted) {
                 if (waiting) waiting->granted();
                 auto lease =
@@ -956,7 +971,10 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             // re-check for a missed hand-off).
             auto fallback =
                 result.holder_ms >= 0 ? std::chrono::milliseconds(result.holder_ms) : lease_ms;
-            if (protocol->queued) fallback = std::min(fallback, waiter_liveness / 3);
+            // So does a registered mutex waiter: its entry's liveness, and the bound on how long
+            // a woken head that never takes the lock (paused, dead) delays the others.
+            if (protocol->queued || !waiter.empty())
+                fallback = std::min(fallback, waiter_liveness / 3);
             auto retry_at = deadline_after(now, fallback) +
                             std::chrono::nanoseconds(dlock::detail::random_jitter_ns(2'000'000));
             if (result.granting > 0) {

@@ -123,15 +123,19 @@ private:
 
     struct attempt_outcome;
     /// One acquire script run on every server. `ticket_floor` (queued kinds): the highest queue
-    /// ticket this waiter was told so far; a new queue entry gets a higher one.
+    /// ticket this waiter was told so far; a new queue entry gets a higher one. `waiter`
+    /// (exclusive kind, one server): the id this waiter registers with among the mutex waiters
+    /// while the lock is held (docs/redis-lock.md, "Waking one waiter"); empty: none.
     attempt_outcome attempt(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds lease,
                             const lock_request& request, std::chrono::milliseconds node_timeout,
                             std::uint64_t ticket_floor = 0,
-                            steady::time_point deadline = steady::time_point::max());
+                            steady::time_point deadline = steady::time_point::max(),
+                            const std::string& waiter = {});
     void release_everywhere(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds node_timeout);
-    /// A queued waiter gives up, or its wait failed after a request may have reached the server:
+    /// A queued waiter (or a registered mutex waiter, `token` its waiter id) gives up, or its
+    /// wait failed after a request may have reached the server:
     /// leaves the queue, releasing with hand-off if the server made it the owner meanwhile (also
     /// by an acquire whose reply was lost). Best effort: after a failure the queue entry goes
     /// with its liveness deadline and a grant with its lease.

@@ -13,10 +13,12 @@ script_call inspect_call(const std::string& lock_key, const std::string& channel
     const auto* script = find_script("inspect");
     if (!script) std::abort();  // the build embeds every src/redis/lua/*.lua
     // The suffixes of protocol.cpp's rows: fence (every kind), queue / alive (fair_mutex and
-    // shared_mutex writers), readers (shared_mutex), counts / limit (counting_semaphore).
+    // shared_mutex writers), readers (shared_mutex), counts / limit (counting_semaphore),
+    // mutex_alive (dlock::mutex's registered waiters).
     return {script,
             {lock_key, lock_key + ":fence", lock_key + ":queue", lock_key + ":alive",
-             lock_key + ":readers", lock_key + ":counts", lock_key + ":limit"},
+             lock_key + ":readers", lock_key + ":counts", lock_key + ":limit",
+             lock_key + ":mutex_alive"},
             {channel}};
 }
 

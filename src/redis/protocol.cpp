@@ -17,7 +17,13 @@ struct protocol_row {
 // and docs/lock-family.md (the others) describe each protocol.
 const std::array<protocol_row, 6>& rows() {
     static const std::array<protocol_row, 6> table{{
-        {lock_kind::exclusive, "acquire", "release", "renew", "", {":fence"}, false},
+        {lock_kind::exclusive,
+         "acquire",
+         "release",
+         "renew",
+         "mutex_leave",
+         {":fence", ":mutex_waiters", ":mutex_alive", ":mutex_arrivals"},
+         false},
         {lock_kind::reentrant,
          "reentrant_acquire",
          "reentrant_release",

@@ -20,7 +20,12 @@
 //            client's hand-off channel for the name; other releases PUBLISH on release_channel.
 //            A waiter accepts a grant only for the ticket of its latest "not yet" reply, with
 //            validity from that refresh's send time (docs/lock-family.md).
+//            The exclusive kind's release also tells the live head of its registered waiters
+//            "wake <waiter id>" on that waiter's hand-off channel (docs/redis-lock.md).
 //   renew    ARGV token, lease_ms -> 1 extended, 0 not ours.
+//   acquire of the exclusive kind takes ARGV[9] too: a waiter id that joins (or refreshes) its
+//            place among the mutex waiters when the lock is held ('' : none), taken off by a grant.
+//   leave    (exclusive kind) ARGV waiter id, release_channel: the registered waiter gives up.
 //   leave    (queued kinds) ARGV as release: the waiter gives up, or its wait failed after a
 //            request may have reached the server; removes it from the queue and, if it was
 //            granted meanwhile, releases with hand-off. Returns 1 when it was granted.
@@ -51,7 +56,7 @@ struct lock_protocol {
     const script* acquire;
     const script* release;
     const script* renew;
-    const script* leave;  ///< queued kinds only
+    const script* leave;  ///< queued kinds, and the exclusive kind's registered waiters
     /// Suffixes appended to <prefix>:{name} after the first key (which has none).
     std::vector<std::string_view> key_suffixes;
     /// Queued: a waiter keeps one token for the whole wait (its place in the queue), refreshes

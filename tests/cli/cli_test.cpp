@@ -238,11 +238,11 @@ TEST(CliRun, WaitsForTheHolderAndThenRuns) {
     const auto name = dlock::test::unique_name("waits");
     holder held(name);
     cli_process waiter({"run", "--url", url(), name, "--", "echo", "ran"});
-    // It waits on the release channel: `dlock status` counts it as a subscribed client.
+    // It waits registered among the mutex waiters: `dlock status` counts it as a waiter.
     EXPECT_TRUE(eventually(
         [&] {
             const auto r = run_cli({"status", "--json", "--url", url(), name});
-            return r.status == 0 && nlohmann::json::parse(r.out)["subscribed_clients"] == 1;
+            return r.status == 0 && nlohmann::json::parse(r.out)["waiters"] == 1;
         },
         10s));
     EXPECT_TRUE(waiter.running());
@@ -259,7 +259,7 @@ TEST(CliRun, SignalWhileWaitingGivesUp) {
     EXPECT_TRUE(eventually(
         [&] {
             const auto r = run_cli({"status", "--json", "--url", url(), name});
-            return nlohmann::json::parse(r.out)["subscribed_clients"] == 1;
+            return nlohmann::json::parse(r.out)["waiters"] == 1;
         },
         10s));
     waiter.send(SIGINT);

@@ -1,5 +1,6 @@
 // Waiting without polling: waiters sleep on the client's one subscriber connection and are woken
-// by the release's PUBLISH; a crashed holder (no message) costs at most its remaining lease.
+// by the release's PUBLISH (a wake-up on their hand-off channel); a crashed holder (no message)
+// costs at most its remaining lease.
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <gtest/gtest.h>
@@ -32,6 +33,18 @@ int connections_named(const std::string& name) {
     return count;
 }
 
+/// Client connections subscribed to wake-ups of dlock::mutex `name`: a waiting client listens on
+/// its own hand-off channel for the name, <release channel>:mutex:<client> (docs/redis-lock.md,
+/// "Waking one waiter"), subscribed once however many of its threads wait.
+long long wake_subscribers(dlock::redis::client& redis, const std::string& name) {
+    const auto channels =
+        redis.command({"PUBSUB", "CHANNELS", redis.release_channel(name) + ":mutex:*"});
+    long long n = 0;
+    for (const auto& c : channels.elements)
+        n += redis.command({"PUBSUB", "NUMSUB", c.text}).elements.at(1).integer;
+    return n;
+}
+
 TEST(RedisWaiting, UnlockWakesWaiterLongBeforeTheLeaseRunsOut) {
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
@@ -44,14 +57,8 @@ TEST(RedisWaiting, UnlockWakesWaiterLongBeforeTheLeaseRunsOut) {
         acquired = true;
         m.unlock();
     });
-    EXPECT_TRUE(eventually(
-        [&] {
-            return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)})
-                       .elements.at(1)
-                       .integer == 1;
-        },
-        5s))
-        << "the waiter subscribes to the release channel";
+    EXPECT_TRUE(eventually([&] { return wake_subscribers(redis, name) == 1; }, 5s))
+        << "the waiter subscribes to its hand-off channel";
     EXPECT_FALSE(acquired.load());
     holder.unlock();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s))
@@ -68,13 +75,7 @@ TEST(RedisWaiting, WaiterInAnotherClientIsWokenToo) {
         auto mine = waiter_client.acquire(name, {.lease = 60s});
         acquired = true;
     });
-    ASSERT_TRUE(eventually(
-        [&] {
-            return waiter_client.command({"PUBSUB", "NUMSUB", waiter_client.release_channel(name)})
-                       .elements.at(1)
-                       .integer == 1;
-        },
-        5s));
+    ASSERT_TRUE(eventually([&] { return wake_subscribers(waiter_client, name) == 1; }, 5s));
     grant.release();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s));
 }
@@ -117,15 +118,12 @@ TEST(RedisWaiting, ManyWaitersShareOneSubscriberConnection) {
     ASSERT_TRUE(eventually(
         [&] {
             for (const auto& n : names) {
-                if (redis.command({"PUBSUB", "NUMSUB", redis.release_channel(n)})
-                        .elements.at(1)
-                        .integer != 1)
-                    return false;
+                if (wake_subscribers(redis, n) != 1) return false;
             }
             return true;
         },
         10s))
-        << "each lock's channel has exactly one subscriber: this client's shared connection";
+        << "each lock's wake-ups have exactly one subscriber: this client's shared connection";
     EXPECT_EQ(connections_named("dlock:sub"), 1)
         << "one subscriber connection for all " << locks * waiters_per_lock << " waiters";
     held.clear();  // release all: the waiters take turns
@@ -149,13 +147,7 @@ TEST(RedisWaiting, BlockedWaiterGetsLockAfterHolderCrash) {
         acquired = true;
         m.unlock();
     });
-    ASSERT_TRUE(eventually(
-        [&] {
-            return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)})
-                       .elements.at(1)
-                       .integer == 1;
-        },
-        5s));
+    ASSERT_TRUE(eventually([&] { return wake_subscribers(redis, name) == 1; }, 5s));
     holder.kill9();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, lease + scaled(2s)));
 }
@@ -189,13 +181,7 @@ TEST(RedisWaiting, CancelEndsAWaitAndLeavesNothingHeld) {
         auto grant = redis.acquire(name, {.lease = 60s, .cancel = stop.get_token()}, seen);
         done = true;
     });
-    ASSERT_TRUE(eventually(
-        [&] {
-            return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)})
-                       .elements.at(1)
-                       .integer == 1;
-        },
-        5s))
+    ASSERT_TRUE(eventually([&] { return wake_subscribers(redis, name) == 1; }, 5s))
         << "the waiter is asleep on the release channel";
     EXPECT_FALSE(done.load());
     stop.request_stop();

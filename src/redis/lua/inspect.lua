@@ -3,7 +3,8 @@
 -- lib/kind_guard.lua) and writes nothing: expired shares, grants and dead waiters are skipped,
 -- not purged.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] waiter queue, KEYS[4] waiter liveness,
--- KEYS[5] readers, KEYS[6] semaphore counts, KEYS[7] semaphore limit; ARGV[1] release channel.
+-- KEYS[5] readers, KEYS[6] semaphore counts, KEYS[7] semaphore limit, KEYS[8] the liveness of
+-- dlock::mutex's registered waiters (absent: not read); ARGV[1] release channel.
 -- Returns {type, held, holders, readers, writer, depth, permits in use, limit (-1: none set),
 -- live waiters, subscribers, fence counter ('': none), lease left ms (-1: not held, -2: held
 -- without expiry), detail}. type is mutex, recursive_mutex, fair_mutex, shared_mutex,
@@ -116,6 +117,13 @@ if t == 'none' then
   end
 end
 if kind == 'fair_mutex' or kind == 'shared_mutex' then waiters = live_waiters() end
+
+-- dlock::mutex waiters registered for a wake-up (docs/redis-lock.md, "Waking one waiter"); a free
+-- name with live ones is a mutex's (its head was woken and has not taken it yet).
+if KEYS[8] and (kind == 'mutex' or kind == 'none') and redis.call('TYPE', KEYS[8]).ok == 'zset' then
+  waiters = redis.call('ZCOUNT', KEYS[8], now, '+inf')
+  if kind == 'none' and waiters > 0 then kind = 'mutex' end
+end
 
 -- A semaphore's number of permits outlives its grants.
 local limit_type = redis.call('TYPE', KEYS[7]).ok

@@ -1,11 +1,17 @@
--- Compare-and-delete, then wake the waiters (docs/redis-lock.md).
--- KEYS[1] lock key; ARGV[1] owner token, ARGV[2] release channel.
+-- Compare-and-delete, then wake (docs/redis-lock.md, "Waking one waiter").
+-- KEYS as acquire.lua (KEYS[3..5] may be absent: nobody registers); ARGV[1] owner token, ARGV[2]
+-- release channel.
+-- 'released' goes to the release channel (watchers, Redlock and recursive waiters listen there),
+-- and the live head of the mutex waiters is told "wake <its id>" on its client's hand-off channel:
+-- one registered waiter wakes, not every waiting process.
 -- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
 -- token (nothing is touched then).
+--@include lib/queue.lua
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
+  if KEYS[4] then dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2]) end
   return 1
 end
 if holder then

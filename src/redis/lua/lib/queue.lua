@@ -1,6 +1,6 @@
 -- The waiter queue of the queued lock kinds (fair_mutex, the write side of shared_mutex;
--- docs/lock-family.md): composed into their scripts at build time (cmake/embed_lua.cmake), so the
--- rules live here only. The keys come as parameters: their KEYS indices differ between the kinds.
+-- docs/lock-family.md) and of dlock::mutex's wake-one registration (docs/redis-lock.md):
+-- composed into their scripts at build time (cmake/embed_lua.cmake), so the rules live here only. The keys come as parameters: their KEYS indices differ between the kinds.
 -- `queue` is the ZSET waiter token -> ticket (its arrival number), `alive` the ZSET waiter token ->
 -- liveness deadline (server ms), `arrivals` the arrival counter.
 
@@ -62,6 +62,13 @@ local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms)
   return fence
 end
 
+-- The hand-off channel of waiter `token` (<kind>:<client>.<random>): <channel>:<the token up to
+-- its last '.'>, one per client and lock name; a token without '.' has a channel of its own.
+local function dlock_waiter_channel(channel, token)
+  local client = string.match(token, '^(.*)%.') or token
+  return channel .. ':' .. client
+end
+
 -- Tells waiter `token` that it was granted the lock with fencing token `fence` for its queue
 -- entry `ticket`: "granted <fence> <ticket> <token>" on its client's hand-off channel
 -- <channel>:<the token up to its last '.'> (a queued waiter's token is <kind>:<client>.<random>,
@@ -69,8 +76,29 @@ end
 -- channel of its own). The token in the message says whose grant it is: one notification, one
 -- winner.
 local function dlock_publish_grant(channel, token, fence, ticket)
-  local client = string.match(token, '^(.*)%.') or token
-  redis.call('PUBLISH', channel .. ':' .. client, 'granted ' .. fence .. ' ' .. ticket .. ' ' .. token)
+  redis.call('PUBLISH', dlock_waiter_channel(channel, token),
+             'granted ' .. fence .. ' ' .. ticket .. ' ' .. token)
+end
+
+-- dlock::mutex waiters (docs/redis-lock.md, "Waking one waiter"): they join their own queue with
+-- dlock_join_queue (keys <lock key>:mutex_waiters, :mutex_alive, :mutex_arrivals) and are never
+-- granted the lock by a release: the live head is only told "wake <its id>" on its client's
+-- hand-off channel, stays queued, and takes the lock with its own acquire (a barger may beat it;
+-- it keeps its place then). Dead waiters are purged first, so the one woken is live.
+local function dlock_wake_mutex_head(queue, alive, channel)
+  if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
+    return
+  end
+  dlock_purge_dead(queue, alive, dlock_now_ms())
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then return end
+    if redis.call('ZSCORE', alive, head) then
+      redis.call('PUBLISH', dlock_waiter_channel(channel, head), 'wake ' .. head)
+      return
+    end
+    redis.call('ZREM', queue, head)  -- no liveness deadline: not a live waiter
+  end
 end
 
 -- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
