@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <string>
 #include <thread>
@@ -117,6 +118,9 @@ TEST(RedisFault, PausedWokenHeadDoesNotBlockTheOtherWaitersPastTheLiveness) {
         << "the other waiter is stuck behind the paused head";
     const auto waited = steady::time_point(steady::duration(granted_at.load())) - released_at;
     EXPECT_LE(waited, 2s + scaled(1s)) << "more than the liveness bound";
+    std::cout << "[ paused   ] the other waiter got the lock "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+              << " ms after the release\n";
     other.join();
     head.kill9();
     head.wait(scaled(10s));

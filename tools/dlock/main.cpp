@@ -96,7 +96,8 @@ const char* const status_footer = R"(Examples:
   dlock status --watch nightly-report      a live view, redrawn on each change (Ctrl-C ends)
 
 Every lock kind (mutex, fair, shared, semaphore, recursive) and every backend. "waiters" counts
-waiters queued on the server (fair and write locks on Redis, every waiter on ZooKeeper);
+waiters queued on the server (fair and write locks, and mutex waiters on one Redis server, every
+waiter on ZooKeeper);
 "subscribed clients" counts client connections subscribed to the lock's release channel: each
 waiting process counts once, however many of its threads wait.)";
 
