@@ -177,6 +177,11 @@ def analyse_side(run_dir, side):
                                                 / window_cycles) if window_cycles else None,
                     "floor_idle": median([meta.get("floor_before_p50"), meta.get("floor_after_p50")]),
                     "floor_load": floor_p50(os.path.join(wdir, "floor_load.jsonl")),
+                    "client_cpu_per_grant_us": r.get("worker_cpu_us_per_cycle"),
+                    "ctx_per_grant": r.get("ctx_switches_per_cycle"),
+                    "scripts_per_grant": r.get("scripts_per_cycle"),
+                    "commands_per_grant": (sum(c.get("calls", 0) for c in (r.get("server_commands") or {}).values())
+                                           / r["cycles_total"]) if r.get("cycles_total") else None,
                 })
                 raw_other.extend(r["_raw"]["handoff_other"])
                 raw_acq.extend(r["_raw"]["acquire"])
@@ -310,6 +315,28 @@ def section(run_dir, run, plots_dir):
             L.append(f"| {lab} | " + " | ".join(cells) + " |")
         L.append("")
 
+    # Where the time and CPU go, per grant: the profile the bounds below are read from.
+    prof = [("W3-redis", "W3 Redis"), ("W4-redis", "W4 Redis"), ("W3-redlock3", "W3 Redlock 3"),
+            ("W3-zk", "W3 ZooKeeper")] + [(f"S{n}-redis", f"scale {n}") for n in scale]
+    if any(res.get(g) for g, _ in prof):
+        L.append("### Profile per grant (same runs)")
+        L.append("")
+        L.append("Whole worker processes (start-up included, so interpreted peers carry their interpreter's "
+                 "start): CPU and context switches (voluntary + involuntary, `getrusage` of each worker) "
+                 "divided by the grants they made; server side from `INFO commandstats` (commands a script "
+                 "runs are counted too) and the server process's CPU time.")
+        L.append("")
+        L.append("| workload | variant | client CPU | context switches | server commands (scripts) | server CPU |")
+        L.append("|---|---|---|---|---|---|")
+        num = lambda x, f="{:.1f}": "—" if x is None else f.format(x)  # noqa: E731
+        for gid, title in prof:
+            for lab, f in (res.get(gid) or {}).items():
+                L.append(f"| {title} | {lab} | {us(f['client_cpu_per_grant_us'] * 1000 if f.get('client_cpu_per_grant_us') else None)} | "
+                         f"{num(f.get('ctx_per_grant'))} | {num(f.get('commands_per_grant'))} "
+                         f"({num(f.get('scripts_per_grant'))}) | "
+                         f"{us(f['server_cpu_per_grant_us'] * 1000 if f.get('server_cpu_per_grant_us') else None)} |")
+        L.append("")
+
     def target(desc, v, limit, verdict_ok, shown):
         rows.append((desc, shown, limit, "met" if verdict_ok else "**missed**"))
 
@@ -369,14 +396,27 @@ def section(run_dir, run, plots_dir):
                     rows.append((f"scale: {lab} hand-off p50, {n} vs {scale[0]} workers",
                                  f"{us(v)} vs {us(base)}: {v / base:.2f}×", f"<= {lim:g}×",
                                  "met" if v / base <= lim else "**missed**"))
+            cbase = get(res.get(f"S{scale[0]}-redis"), lab, "server_cpu_per_grant_us")
+            for n in scale[1:]:
+                c = get(res.get(f"S{n}-redis"), lab, "server_cpu_per_grant_us")
+                if cbase and c:
+                    rows.append((f"scale: {lab} Redis CPU per grant, {n} vs {scale[0]} workers",
+                                 f"{us(c * 1000)} vs {us(cbase * 1000)}: {c / cbase:.2f}×", "flat (<= 1.5×)",
+                                 "met" if c / cbase <= 1.5 else "**missed**"))
     L.append("### Targets (each against the best peer measured in this run)")
+    bounds = bound_notes(res, run, scale)
     L.append("")
     L.append("| target | measured | limit | |")
     L.append("|---|---|---|---|")
     for t in rows:
         L.append("| " + " | ".join(t) + " |")
     L.append("")
-    pngs, pprob = plots(run_dir, res, plots_dir)
+    if bounds:
+        L.append("### What bounds the figures (from this run's own measurements)")
+        L.append("")
+        L.extend(f"- {b}" for b in bounds)
+        L.append("")
+    pngs, pprob = plots(run_dir, res, plots_dir, scale)
     problems.extend(pprob)
     for p in pngs:
         L.append(f"![{p}]({p})")
@@ -384,7 +424,60 @@ def section(run_dir, run, plots_dir):
     return L, rows, pngs, problems
 
 
-def plots(run_dir, res, plots_dir):
+def bound_notes(res, run, scale):
+    """Sentences stating what bounds each figure, computed from this run's measurements only."""
+    out = []
+    g = lambda gid, lab, key: get(res.get(gid), lab, key)  # noqa: E731
+    fair_w3 = res.get("W3-redis", {}).get("dlock fair_mutex")
+    if fair_w3 and fair_w3.get("floor_load"):
+        out.append(f"Redis hand-off (W3): a grant needs the releaser's script on the server, the `PUBLISH` reaching "
+                   f"the waiter's process and that process's waiting thread running: at least one round trip plus "
+                   f"two scheduler wake-ups. The PING from a separate process while this workload ran took "
+                   f"{us(fair_w3['floor_load'])} (p50), the fair_mutex hand-off {us(fair_w3['handoff_other_p50'])} "
+                   f"with {fair_w3.get('ctx_per_grant') or 0:.1f} context switches and "
+                   f"{us((fair_w3.get('client_cpu_per_grant_us') or 0) * 1000)} of client CPU per grant (profile "
+                   f"above); on 2 cores shared by 8 workers and the server every wake-up waits in the run queue.")
+    for gid, lab in (("W4-redis", "dlock fair_mutex"), ("W4-redis", "dlock mutex")):
+        f = res.get(gid, {}).get(lab)
+        if f and f.get("held") is not None and f.get("mean_cycle"):
+            gap_for_90 = 1000.0 * (1 / 0.9 - 1)  # µs of gap per 1 ms critical section for 90 % held
+            out.append(f"W4 {lab}: {100 * f['held']:.1f} % held; 90 % with a 1 ms critical section needs a gap of at "
+                       f"most {gap_for_90:.0f} µs between holders, while the PING under this load was "
+                       f"{us(f.get('floor_load'))} and the hand-off p50 {us(f.get('handoff_other_p50'))}.")
+    single = g("W1-redis", "dlock mutex", "acquire_p50")
+    w0 = (run.get("floor") or {})
+    for nodes in (3, 5):
+        v = g(f"W1-redlock{nodes}", "dlock mutex over Redlock", "acquire_p50")
+        fan = w0.get(f"fanout{nodes}_ratio")
+        if v and single:
+            out.append(f"Redlock, {nodes} masters: acquire p50 {us(v)} = {v / single:.2f}× the single-node acquire; "
+                       + (f"a PING written to all {nodes} servers before reading any reply took {fan:.2f}× a single "
+                          f"PING (W0 of this run): " if fan else "")
+                       + f"the {nodes} servers and the client share 2 cores, so the servers cannot answer in "
+                       "parallel and the fan-out costs several single-node round trips.")
+    z = res.get("W3-zk", {})
+    if z:
+        zf = z.get("dlock mutex over ZooKeeper")
+        kz = z.get("kazoo default")
+        if zf and kz:
+            out.append(f"ZooKeeper hand-off: dlock {us(zf['handoff_other_p50'])}, kazoo {us(kz['handoff_other_p50'])}. "
+                       "Both watch the node ahead; a hand-off is the holder's `delete` (a write the leader "
+                       "logs with fsync before answering) and the watch event, so both are bound by the server's "
+                       "write latency (W0 `zk_create` in this run's floor table), not by the client.")
+    if scale and len(scale) > 1:
+        for lab in ("dlock mutex", "dlock fair_mutex"):
+            pts = [(n, get(res.get(f"S{n}-redis"), lab, "handoff_other_p50"),
+                    get(res.get(f"S{n}-redis"), lab, "server_cpu_per_grant_us"),
+                    get(res.get(f"S{n}-redis"), lab, "scripts_per_grant")) for n in scale]
+            pts = [p for p in pts if p[1]]
+            if len(pts) > 1:
+                out.append(f"Scale, {lab}: " + "; ".join(
+                    f"{n} workers {us(h)} hand-off, {us((c or 0) * 1000)} Redis CPU and "
+                    f"{(sc or 0):.1f} scripts per grant" for n, h, c, sc in pts) + ".")
+    return out
+
+
+def plots(run_dir, res, plots_dir, scale=()):
     data_dir = os.path.join(run_dir, "plot-data")
     os.makedirs(data_dir, exist_ok=True)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
@@ -427,6 +520,50 @@ def plots(run_dir, res, plots_dir):
             problems.append(f"{name}: {err}")
         else:
             made.append(name)
+    # The scale curves: hand-off p50 and Redis CPU per grant against the number of waiting workers.
+    if scale and len(scale) > 1:
+        labels = []
+        for n in scale:
+            for lab in res.get(f"S{n}-redis", {}):
+                if lab not in labels:
+                    labels.append(lab)
+        dat_lines = {}
+        for lab in labels:
+            rows = []
+            for n in scale:
+                f = res.get(f"S{n}-redis", {}).get(lab)
+                if f and f.get("handoff_other_p50"):
+                    rows.append(f"{n} {f['handoff_other_p50'] / 1000:.3f} "
+                                f"{(f.get('server_cpu_per_grant_us') or float('nan')):.3f}")
+            if rows:
+                dat = f"side-scale-{slug(lab)}.dat"
+                with open(os.path.join(data_dir, dat), "w", encoding="utf-8") as fh:
+                    fh.write("\n".join(rows) + "\n")
+                dat_lines[lab] = dat
+        if dat_lines:
+            name = "side_scale.png"
+            script = ("set terminal pngcairo noenhanced size 1300,560 font 'DejaVu Sans,11'\n"
+                      f"set output '{os.path.abspath(os.path.join(plots_dir, name))}'\n"
+                      "set logscale xy\nset xlabel 'workers waiting on one name (log scale)'\n"
+                      "set grid xtics ytics mxtics mytics\nset key left top box opaque font ',9' samplen 2\n"
+                      f"set xtics ({', '.join(str(n) for n in scale)})\nset format y '%g'\nset tmargin 4\n"
+                      "set multiplot layout 1,2 title 'Scale: one name, N waiting workers, same run' font ',13'\n")
+            for col, title, ylab in ((2, "hand-off to another worker p50", "microseconds (log scale)"),
+                                     (3, "Redis CPU per grant", "microseconds of server CPU (log scale)")):
+                lines = []
+                for i, (lab, dat) in enumerate(dat_lines.items()):
+                    lw = 3 if lab.startswith("dlock") else 1.5
+                    lines.append(f"'{dat}' using 1:{col} with linespoints lw {lw} pt 7 "
+                                 f"lc rgb '{colors[i % len(colors)]}' title '{lab}'")
+                script += f"set title \"{title}\"\nset ylabel '{ylab}'\nplot " + ", \\\n     ".join(lines) + "\n"
+            script += "unset multiplot\n"
+            with open(os.path.join(data_dir, "side_scale.gp"), "w", encoding="utf-8") as f:
+                f.write(script)
+            err = analyse.gnuplot(script, data_dir)
+            if err:
+                problems.append(f"{name}: {err}")
+            else:
+                made.append(name)
     return made, problems
 
 

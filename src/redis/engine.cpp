@@ -95,6 +95,14 @@ std::optional<handoff_message> parse_handoff(std::string_view m) {
 /// lock, a client opens at most this many, plus its renewal and subscriber connections.
 constexpr std::size_t max_pooled = 16;
 
+/// The background thread of an active client (see wake_by) sleeps at most active_tick at a time,
+/// for active_window after the last lock activity; then only until its next due work. The tick
+/// must stay well below the earliest work it lets go without a wake-up: a hand-off grant's
+/// extension (handoff_lease / 4) and a channel's linger (2 s); shorter due times still wake.
+constexpr std::chrono::milliseconds active_tick{200};
+constexpr std::chrono::seconds active_window{5};
+static_assert(active_tick < handoff_lease / 4);
+
 struct engine::server {
     connection_settings commands;
     connection_settings renewals;
@@ -248,7 +256,8 @@ engine::engine(engine_config config)
     }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-    subscriber_ = std::make_unique<subscriber>(std::move(subscriber_settings), [this] { wake(); });
+    subscriber_ = std::make_unique<subscriber>(std::move(subscriber_settings),
+                                               [this](steady::time_point by) { wake_by(by); });
 }
 
 engine::~engine() { stop(); }
@@ -339,6 +348,11 @@ void engine::stop() noexcept {
         ::close(wake_fd_);
         wake_fd_ = -1;
     }
+}
+
+void engine::wake_by(steady::time_point by) noexcept {
+    last_active_.store(steady::now().time_since_epoch().count());
+    if (by.time_since_epoch().count() < worker_wakes_at_.load()) wake();
 }
 
 void engine::wake() noexcept {
@@ -1095,8 +1109,7 @@ void engine::track(const std::shared_ptr<lease_core>& lease, bool handed_off) {
         dlock::detail::lock_guard lock(registry_mutex_);
         registry_.track(lease, next, handed_off);
     }
-    // Only wake the background thread if it would otherwise sleep past this lease's first due time.
-    if (next.time_since_epoch().count() < worker_wakes_at_.load()) wake();
+    wake_by(next);
 }
 
 steady::time_point engine::renew_due(steady::time_point now) {
@@ -1219,8 +1232,12 @@ steady::time_point engine::renew_due(steady::time_point now) {
         for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
     }
     dlock::detail::lock_guard lock(registry_mutex_);
-    const auto next = registry_.next_due();
+    auto next = registry_.next_due();
+    const auto now_after = steady::now();
+    if (now_after - steady::time_point(steady::duration(last_active_.load())) < active_window)
+        next = std::min(next, now_after + active_tick);
     // Published under registry_mutex_: a lease tracked after this sees it and wakes us if sooner.
+    // An upper bound of the actual sleep (run() may cut it shorter), so wake_by() never misses.
     worker_wakes_at_.store(next.time_since_epoch().count());
     return next;
 }

@@ -163,6 +163,12 @@ private:
     /// lease, once).
     void track(const std::shared_ptr<dlock::detail::lease_core>& lease, bool handed_off = false);
     void wake() noexcept;
+    /// The background thread must run no later than `by` (a renewal, a subscription change):
+    /// wakes it only if it would otherwise sleep past `by`. Marks the client active: for
+    /// active_window after the last such call the thread sleeps at most active_tick at a time,
+    /// so work due later than that (a grant's first renewal, a channel's linger) costs no
+    /// wake-up of its own on a busy lock's critical path.
+    void wake_by(steady::time_point by) noexcept;
     void run(std::stop_token stop);
     steady::time_point renew_due(steady::time_point now);
 
@@ -172,6 +178,7 @@ private:
     dlock::detail::mutex registry_mutex_;
     dlock::detail::lease_registry registry_ DLOCK_GUARDED_BY(registry_mutex_);
     std::atomic<steady::rep> worker_wakes_at_{steady::time_point::max().time_since_epoch().count()};
+    std::atomic<steady::rep> last_active_{0};  // steady time of the last wake_by(); 0: none
 
     /// Owners of the reentrant kind with re-entries, by owner token: how many levels beyond the
     /// first are live, and whether a re-entry's outcome is unknown (its request may reach the

@@ -23,7 +23,8 @@ void wait_until(std::condition_variable& cv, dlock::detail::unique_lock& lock,
 
 }  // namespace
 
-subscriber::subscriber(std::vector<connection_settings> servers, std::function<void()> wake)
+subscriber::subscriber(std::vector<connection_settings> servers,
+                       std::function<void(steady::time_point)> wake)
     : servers_(std::move(servers)),
       wake_(std::move(wake)),
       conn_(std::make_unique<connection>(servers_.at(0))) {}
@@ -42,11 +43,12 @@ subscriber::registration::registration(subscriber& owner, std::string channel, w
         first = ++ch.waiters == 1 && !ch.subscribed;
         if (first) owner_.dirty_ = true;
     }
-    if (first) owner_.wake_();
+    if (first) owner_.wake_(steady::time_point::min());
 }
 
 subscriber::registration::~registration() {
     bool last = false;
+    auto service_by = steady::time_point::min();
     {
         dlock::detail::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
@@ -65,8 +67,10 @@ subscriber::registration::~registration() {
         // Stay subscribed for a while: a hot lock's next waiter then skips SUBSCRIBE's round trip.
         if (last) ch.idle_since = steady::now();
         if (last && !ch.subscribed) owner_.dirty_ = true;
+        // The UNSUBSCRIBE is due after the linger; an unconfirmed SUBSCRIBE is dealt with now.
+        if (last) service_by = ch.subscribed ? ch.idle_since + linger : steady::time_point::min();
     }
-    if (last) owner_.wake_();
+    if (last) owner_.wake_(service_by);
 }
 
 std::uint64_t subscriber::registration::generation_locked() const {

@@ -38,8 +38,11 @@ namespace dlock::redis::detail {
 
 class subscriber {
 public:
-    /// `wake` is called (with no lock held) when the background thread must act on new requests.
-    subscriber(std::vector<connection_settings> servers, std::function<void()> wake);
+    /// `wake(by)` is called (with no lock held) when the background thread must call service()
+    /// no later than `by`: time_point::min() for a SUBSCRIBE that a waiter waits for, a later
+    /// time for a lingering channel to drop (nobody waits for that; it may come late).
+    subscriber(std::vector<connection_settings> servers,
+               std::function<void(steady::time_point by)> wake);
 
     enum class wake_mode {
         all,  ///< a message wakes every waiter of the channel
@@ -136,7 +139,7 @@ private:
     void back_off_locked() DLOCK_REQUIRES(mutex_);
 
     const std::vector<connection_settings> servers_;
-    std::function<void()> wake_;
+    std::function<void(steady::time_point)> wake_;
     std::size_t server_ = 0;            // background thread only
     std::unique_ptr<connection> conn_;  // background thread only
 

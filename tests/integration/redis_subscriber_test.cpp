@@ -39,7 +39,7 @@ connection_settings settings_for(const dlock::test::redis_server& server) {
 class driver {
 public:
     explicit driver(const dlock::test::redis_server& server)
-        : sub_({settings_for(server)}, [] {}) {}
+        : sub_({settings_for(server)}, [](steady::time_point) {}) {}
     ~driver() { stop(); }
 
     subscriber& sub() { return sub_; }
