@@ -482,6 +482,17 @@ def plots(run_dir, res, plots_dir, scale=()):
     os.makedirs(data_dir, exist_ok=True)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
     made, problems = [], []
+
+    def render(name, script):
+        """Keeps the gnuplot script beside its data and draws plots_dir/name."""
+        with open(os.path.join(data_dir, name.replace(".png", ".gp")), "w", encoding="utf-8") as f:
+            f.write(script)
+        err = analyse.gnuplot(script, data_dir)
+        if err:
+            problems.append(f"{name}: {err}")
+        else:
+            made.append(name)
+
     common = ("set terminal pngcairo noenhanced size 1300,560 font 'DejaVu Sans,11'\n"
               "set logscale x\nset xlabel 'microseconds (log scale)'\nset ylabel 'fraction of samples <= x'\n"
               "set yrange [0:1]\nset grid xtics ytics mxtics\nset key right bottom box opaque font ',9' samplen 2\n"
@@ -513,13 +524,7 @@ def plots(run_dir, res, plots_dir, scale=()):
         script += "unset multiplot\n"
         if not any_panel:
             continue
-        with open(os.path.join(data_dir, name.replace(".png", ".gp")), "w", encoding="utf-8") as f:
-            f.write(script)
-        err = analyse.gnuplot(script, data_dir)
-        if err:
-            problems.append(f"{name}: {err}")
-        else:
-            made.append(name)
+        render(name, script)
     # The scale curves: hand-off p50 and Redis CPU per grant against the number of waiting workers.
     if scale and len(scale) > 1:
         labels = []
@@ -557,13 +562,7 @@ def plots(run_dir, res, plots_dir, scale=()):
                                  f"lc rgb '{colors[i % len(colors)]}' title '{lab}'")
                 script += f"set title \"{title}\"\nset ylabel '{ylab}'\nplot " + ", \\\n     ".join(lines) + "\n"
             script += "unset multiplot\n"
-            with open(os.path.join(data_dir, "side_scale.gp"), "w", encoding="utf-8") as f:
-                f.write(script)
-            err = analyse.gnuplot(script, data_dir)
-            if err:
-                problems.append(f"{name}: {err}")
-            else:
-                made.append(name)
+            render(name, script)
     return made, problems
 
 
