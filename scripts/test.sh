@@ -61,8 +61,36 @@ stage_plain() {
   ctest --test-dir build --output-on-failure -j "$ctest_jobs"
 }
 
+# build_tested DIR CTEST_ARGS...: builds (in a configured tree) only what the tests ctest selects
+# with CTEST_ARGS run: each test's target (dlock_add_test: target name == test name) and every
+# file of the tree a test's command names (a script test's program). Benchmarks, examples and
+# tools no selected test runs are not built.
+build_tested() {
+  local dir=$1; shift
+  local targets
+  targets=$(ctest --test-dir "$dir" --show-only=json-v1 "$@" |
+    /usr/bin/python3 -c '
+import json, subprocess, sys
+d = sys.argv[1]
+phony = {l.split(":")[0] for l in subprocess.run(["ninja", "-C", d, "-t", "targets", "all"],
+         capture_output=True, text=True, check=True).stdout.splitlines()}
+out = set()
+for t in json.load(sys.stdin)["tests"]:
+    if t["name"] in phony:
+        out.add(t["name"])
+    for a in t.get("command") or []:
+        if a.startswith(d + "/"):
+            out.add(a[len(d) + 1:])
+print("\n".join(sorted(out)))' "$PWD/$dir") || return
+  [[ -n $targets ]] || { echo "build_tested: no tests selected in $dir" >&2; return 1; }
+  echo "build $dir/: $(wc -l <<<"$targets") test targets"
+  # shellcheck disable=SC2086  # one target per word
+  ninja -C "$dir" -j "$(nproc)" --quiet $targets
+}
+
 stage_asan() {
-  bash scripts/setup.sh --sanitize address || return
+  bash scripts/setup.sh --sanitize address --configure-only || return
+  build_tested build-asan || return
   local scale=${DLOCK_TEST_TIME_SCALE:-2}
   echo "DLOCK_TEST_TIME_SCALE=$scale"
   # tests/lsan.supp: allocations Debian's libzookeeper_mt itself does not free (see the file).
@@ -99,7 +127,8 @@ find_tsan_prefix() {
 }
 
 stage_tsan() {
-  bash scripts/setup.sh --sanitize thread || return
+  bash scripts/setup.sh --sanitize thread --configure-only || return
+  build_tested build-tsan -L 'unit|integration' || return
   find_tsan_prefix || return
   local scale=${DLOCK_TEST_TIME_SCALE:-3}
   echo "DLOCK_TEST_TIME_SCALE=$scale"
