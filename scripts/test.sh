@@ -182,7 +182,10 @@ stage_install() {
 # Without the ZooKeeper component: configures without libzookeeper-mt, links nothing of it, and
 # the unit, connect() and CLI tests pass (ZooKeeper tests are compiled out).
 stage_nozk() {
-  configure_tree build-nozk -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WITH_ZOOKEEPER=OFF || return
+  # -O2 like the plain tree (the same optimizer warnings), without debug information (nobody
+  # debugs in this tree; about 20% less compile time).
+  configure_tree build-nozk -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" \
+    -DDLOCK_WITH_ZOOKEEPER=OFF || return
   if grep -q zookeeper_mt build-nozk/build.ninja; then
     echo "build-nozk links libzookeeper_mt although DLOCK_WITH_ZOOKEEPER=OFF" >&2
     return 1
@@ -196,7 +199,7 @@ stage_nozk() {
 # (include/dlock/detail/thread_safety.hpp) is never touched without it.
 stage_clang() {
   CC=clang CXX=clang++ configure_tree build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS=-Wthread-safety" || return
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS=-Wthread-safety" || return
   ninja -C build-clang dlock
 }
 
