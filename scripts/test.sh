@@ -80,9 +80,11 @@ phony = {l.split(":")[0] for l in subprocess.run(["ninja", "-C", d, "-t", "targe
          capture_output=True, text=True, check=True).stdout.splitlines()}
 out = set()
 for t in json.load(sys.stdin)["tests"]:
+    command = t.get("command") or []
     if t["name"] in phony:
         out.add(t["name"])
-    for a in t.get("command") or []:
+        command = command[1:]  # the binary of that target, once built
+    for a in command:
         if a.startswith(d + "/"):
             out.add(a[len(d) + 1:])
 print("\n".join(sorted(out)))' "$PWD/$dir") || return
