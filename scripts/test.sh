@@ -17,7 +17,7 @@
 # trees build only what they check, without debug information; under a sanitizer the striped
 # conformance kinds run only on memory and Redis (tests/conformance/CMakeLists.txt).
 # Environment: DLOCK_TEST_TIME_SCALE scales test durations (default 1; the sanitizer stages
-# default to 2 (ASan) and 3 (TSan) when it is unset); DLOCK_CTEST_JOBS (default 2);
+# default to 2 when it is unset); DLOCK_CTEST_JOBS (default 2);
 # DLOCK_TORTURE_SEED (default: the time, printed) and DLOCK_TORTURE_MINUTES (default 2.5) for
 # the torture run (docs/torture.md).
 # shellcheck disable=SC2317  # the stage functions are called through run_stage
@@ -136,7 +136,7 @@ stage_tsan() {
   bash scripts/setup.sh --sanitize thread --configure-only || return
   build_tested build-tsan -L 'unit|integration' || return
   find_tsan_prefix || return
-  local scale=${DLOCK_TEST_TIME_SCALE:-3}
+  local scale=${DLOCK_TEST_TIME_SCALE:-2}
   echo "DLOCK_TEST_TIME_SCALE=$scale"
   # tests/tsan.supp: one race inside Debian's uninstrumented libzookeeper_mt (see the file).
   DLOCK_TEST_TIME_SCALE=$scale \
