@@ -5,6 +5,12 @@
 #   scripts/setup.sh --sanitize address   packages + ASan/UBSan build in build-asan/
 #   scripts/setup.sh --sanitize thread    packages + TSan build in build-tsan/
 #   scripts/setup.sh --deps-only          packages only
+#   --configure-only (with or without --sanitize): packages + configure, no build (scripts/test.sh
+#   then builds only the targets a stage runs)
+#
+# The sanitizer trees compile with -O1 -g1 (line tables: reports still name file:line) instead of
+# RelWithDebInfo's -O2 -g: about 40% less compile time, and -O1 is what the sanitizers' authors
+# recommend.
 #
 # Idempotent: apt runs only when a package is missing (then `apt-get update` once), and build
 # trees are reused (incremental). Needs root or sudo only when something must be installed.
@@ -18,12 +24,13 @@ PACKAGES=(build-essential cmake ninja-build pkg-config redis-server redis-tools 
 
 sanitize=""
 build=1
-usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --sanitize) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; sanitize=$2; shift 2 ;;
     --sanitize=*) sanitize=${1#--sanitize=}; shift ;;
     --deps-only) build=0; shift ;;
+    --configure-only) build=configure; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -55,7 +62,7 @@ else
     install --no-install-recommends "${missing[@]}" >/dev/null
   say "packages: done"
 fi
-((build)) || exit 0
+if [[ $build == 0 ]]; then exit 0; fi
 
 # --- configure + build ------------------------------------------------------------------------
 jobs=$(nproc)
@@ -64,12 +71,17 @@ log="$ROOT/$dir/setup-configure.log"
 generator=()
 [[ -f "$ROOT/$dir/CMakeCache.txt" ]] || generator=(-G Ninja)   # keep an existing tree's generator
 say "configure $dir/ (RelWithDebInfo${sanitize:+, DLOCK_SANITIZE=$sanitize})"
+flags=()
+if [[ -n $sanitize ]]; then
+  flags=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+fi
 if ! cmake -S "$ROOT" -B "$ROOT/$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-       "-DDLOCK_SANITIZE=$sanitize" -DDLOCK_WERROR=ON >"$log" 2>&1; then
+       "-DDLOCK_SANITIZE=$sanitize" -DDLOCK_WERROR=ON "${flags[@]}" >"$log" 2>&1; then
   cat "$log" >&2
   say "configure $dir/ FAILED" >&2
   exit 1
 fi
+if [[ $build == configure ]]; then exit 0; fi
 start=$SECONDS
 say "build $dir/ with $jobs jobs"
 if [[ -f "$ROOT/$dir/build.ninja" ]]; then
