@@ -13,7 +13,17 @@ node_dir=$(dirname "$modules")
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo=sudo
-$sudo apt-get install -y python3-redis python3-kazoo python3-etcd3 nodejs npm
+# Only what is missing: a node that ships its own npm (e.g. a nodejs build that bundles it)
+# conflicts with Debian's npm package, so npm is asked for only when no npm command exists.
+pkgs=()
+for p in python3-redis python3-kazoo python3-etcd3; do
+  dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || pkgs+=("$p")
+done
+command -v node >/dev/null || pkgs+=(nodejs)
+command -v npm >/dev/null || pkgs+=(npm)
+if ((${#pkgs[@]})); then
+  $sudo apt-get install -y "${pkgs[@]}"
+fi
 
 if [ -f "$peers/node/package-lock.json" ]; then
   mkdir -p "$node_dir"
