@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks the hand-off model (models/handoff.pml, docs/handoff-model.md) with spin:
+# Checks the protocol models with spin (docs/handoff-model.md). First the hand-off model
+# (models/handoff.pml):
 #   1. the protocol as built (tickets; the queue keys, the arrival counter among them, expire 2 x
 #      liveness after the last refresh; a new entry's ticket lies above the waiter's ticket floor,
 #      ARGV[8]): an exhaustive search must find no error;
@@ -8,18 +9,29 @@
 #   3. two negative controls that must each FAIL, so the checker is shown able to fail:
 #      STALE_GRANT_BUG (a waiter trusting any "granted" message, the protocol before tickets) and
 #      ARRIVALS_EXPIRE (the expiring counter without the floor, so a ticket can come back).
-# Exit status 0 only if all four come out as expected and the search of 1 was complete.
+# Then the wake-one model of dlock::mutex (models/wake.pml), with the re-check timer off:
+#   4. as built, and as built with crashing waiters (CRASH): exhaustive, no error, complete;
+#   5. WITNESS must fail (a woken head finds a barger's lock and keeps its place: not vacuous);
+#   6. negative controls LEAVE_NO_WAKE, REGISTER_BEFORE_SUBSCRIBE and NO_PURGE (with CRASH) must
+#      each fail;
+#   7. RECONNECT (as built, the subscriber connection drops once) must fail: a stranding only the
+#      re-check timer ends (docs/handoff-model.md, "What spin found"); with the proposed
+#      CONFIRM_WAKES it and REGISTER_BEFORE_SUBSCRIBE must pass.
+# Exit status 0 only if all of these come out as expected and every search that must pass was
+# complete.
 # Environment: SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
-# "-DLIVE=2 -DLEASE=3" with SPIN_MAXT=4 for the longer durations), SPIN_MEMLIM (MB, default 3000).
+# "-DLIVE=2 -DLEASE=3" with SPIN_MAXT=4 for the longer durations), SPIN_MEMLIM (MB, default 3000)
+# for handoff.pml; WAKE_FLAGS (more spin -D options for wake.pml, e.g. "-DSESSIONS=3").
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 maxt=${SPIN_MAXT:-3}
 memlim=${SPIN_MEMLIM:-3000}
 read -r -a flags <<<"${SPIN_FLAGS:-}"
+read -r -a wflags <<<"${WAKE_FLAGS:-}"
 work=$(mktemp -d /tmp/dlock-spin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cp "$here/handoff.pml" "$work/"
+cp "$here/handoff.pml" "$here/wake.pml" "$work/"
 cd "$work"
 
 for tool in spin gcc; do
@@ -82,4 +94,72 @@ for bug in STALE_GRANT_BUG ARRIVALS_EXPIRE; do
     rc=1
   fi
 done
+# The wake-one model. wrun NAME DEFINES...: as run, for wake.pml; wsummary NAME DEFINES...: the
+# trail of NAME's error as the model's event lines (those printed with "@").
+wrun() {
+  local name=$1
+  shift
+  spin "$@" ${wflags[@]+"${wflags[@]}"} -a wake.pml >"$name.spin" 2>&1 ||
+    { cat "$name.spin"; return 2; }
+  gcc -w -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o "pan_$name" pan.c
+  local start=$SECONDS
+  "./pan_$name" -m1000000 >"$name.out" 2>&1 || true
+  echo "[$name] $(grep -E 'errors:' "$name.out" | sed 's/^ *//'); $(grep -E 'states, stored' "$name.out" | sed 's/^ *//'); $((SECONDS - start)) s"
+}
+
+wsummary() {
+  local name=$1
+  shift
+  spin "$@" ${wflags[@]+"${wflags[@]}"} -t wake.pml 2>&1 |
+    grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | head -40
+}
+
+# wpass NAME WHAT DEFINES...: an exhaustive search that must find no error and be complete.
+wpass() {
+  local name=$1 what=$2
+  shift 2
+  wrun "$name" "$@"
+  if ! grep -q 'errors: 0' "$name.out"; then
+    echo "FAIL: $what has an error:"
+    grep -E 'violated|invalid end' "$name.out" || true
+    wsummary "$name" "$@"
+    rc=1
+  elif grep -qE 'max search depth too small|reached -DMEMLIM|Search not completed|out of memory' \
+    "$name.out"; then
+    echo "FAIL: the search of $what was not complete:"
+    grep -E 'too small|MEMLIM|not completed|memory' "$name.out"
+    rc=1
+  else
+    echo "ok: no error in $what (exhaustive${wflags[*]+, ${wflags[*]}})"
+    grep -E 'State-vector|depth reached|states, stored|transitions|elapsed' "$name.out" |
+      sed 's/^/    /'
+  fi
+}
+
+# wfail NAME WHY DEFINES...: a search that must find an error; its trail is printed.
+wfail() {
+  local name=$1 why=$2
+  shift 2
+  wrun "$name" "$@"
+  if grep -qE 'errors: [1-9]' "$name.out"; then
+    echo "ok: $name fails as it must:"
+    grep -E 'violated' "$name.out" | head -1 | cut -c1-120 | sed 's/^/    /'
+    wsummary "$name" "$@"
+  else
+    echo "FAIL: $name found no error: $why"
+    rc=1
+  fi
+}
+
+wpass wake "the wake-one protocol as built (no re-check timer)"
+wpass wake_CRASH "the wake-one protocol as built with crashing waiters" -DCRASH
+wfail WITNESS "no woken head meets a barger's lock: the model is too small" -DWITNESS
+wfail LEAVE_NO_WAKE "the model cannot see a wake-up lost with a leaving waiter" -DLEAVE_NO_WAKE
+wfail REGISTER_BEFORE_SUBSCRIBE "the model cannot see a wake-up published into the void" \
+  -DREGISTER_BEFORE_SUBSCRIBE
+wfail NO_PURGE "the model cannot see a dead head woken" -DCRASH -DNO_PURGE
+wfail RECONNECT "a reconnect no longer strands a waiter without the re-check timer: update the \
+docs" -DRECONNECT
+wpass CONFIRM_WAKES "the proposal CONFIRM_WAKES (late SUBSCRIBE and reconnect, one session)" \
+  -DCONFIRM_WAKES -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1
 exit $rc
