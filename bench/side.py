@@ -437,6 +437,29 @@ def bound_notes(res, run, scale):
                    f"with {fair_w3.get('ctx_per_grant') or 0:.1f} context switches and "
                    f"{us((fair_w3.get('client_cpu_per_grant_us') or 0) * 1000)} of client CPU per grant (profile "
                    f"above); on 2 cores shared by 8 workers and the server every wake-up waits in the run queue.")
+    # The hand-off targets against the round trip measured under the same load: a hand-off between
+    # processes needs at least one (the release reaching the server, the grant reaching the waiter).
+    w3 = res.get("W3-redis", {})
+    for lab, lim in (("dlock fair_mutex", 0.5), ("dlock mutex", 0.7)):
+        f = w3.get(lab)
+        blab, bv = best_peer(w3, "handoff_other_p50")
+        if f and bv and f.get("floor_load") and f.get("handoff_other_p50"):
+            goal = lim * bv
+            out.append(f"W3 {lab} target: {lim:g}× {blab}'s {us(bv)} = {us(goal)}, "
+                       + ("below" if goal < f["floor_load"] else "above")
+                       + f" the PING p50 measured from a separate process under the same load ({us(f['floor_load'])}); "
+                       f"measured {us(f['handoff_other_p50'])} = {f['handoff_other_p50'] / f['floor_load']:.2f}× that PING.")
+    # W3 keeps the lock busy all the time, so grants follow each other as fast as the two cores can
+    # do the work of one grant: the CPU per grant (client processes + server) bounds the interval.
+    for lab in ("dlock fair_mutex", "dlock mutex", "redis-py sleep1ms"):
+        f = w3.get(lab)
+        if f and f.get("client_cpu_per_grant_us") and f.get("server_cpu_per_grant_us"):
+            tot = f["client_cpu_per_grant_us"] + f["server_cpu_per_grant_us"]
+            out.append(f"W3 CPU per grant, {lab}: {f['client_cpu_per_grant_us']:.1f} µs in the workers + "
+                       f"{f['server_cpu_per_grant_us']:.1f} µs in redis-server ({f.get('commands_per_grant') or 0:.1f} "
+                       f"commands, {f.get('scripts_per_grant') or 0:.1f} scripts) = {tot:.1f} µs; with 2 cores the "
+                       f"grants of an always-contended key can follow each other no faster than every {tot / 2:.1f} µs "
+                       f"on average (hand-off p50 measured: {us(f.get('handoff_other_p50'))}).")
     for gid, lab in (("W4-redis", "dlock fair_mutex"), ("W4-redis", "dlock mutex")):
         f = res.get(gid, {}).get(lab)
         if f and f.get("held") is not None and f.get("mean_cycle"):
