@@ -215,8 +215,8 @@ TEST(RedisWakeOne, AWaiterThatGivesUpLeavesTheRegistry) {
 // gap from the latest registered attempt before the release to the one that takes the lock is at
 // least 666 ms whenever only the timer brings it, on any machine (server times, so a clock slewed
 // by NTP could shave a fraction of a millisecond: hence the bound of 3/4 of it, 499 ms). Woken by
-// the confirmation, it takes the test's unlock, the confirmation and one script: a few ms; the
-// 499 ms are the tolerance for a loaded machine.
+// the confirmation, it takes only the test's unlock, the confirmation and one script; the 499 ms
+// are the tolerance for a loaded machine.
 TEST(RedisWakeOne, ASubscribeConfirmedAfterTheReleaseWakesTheWaiterItMissed) {
     redis_server server;
     dlock::redis::client control({.url = server.url()});
