@@ -11,12 +11,15 @@
 #      ARRIVALS_EXPIRE (the expiring counter without the floor, so a ticket can come back).
 # Then the wake-one model of dlock::mutex (models/wake.pml), with the re-check timer off:
 #   4. as built, and as built with crashing waiters (CRASH): exhaustive, no error, complete;
-#   5. WITNESS must fail (a woken head finds a barger's lock and keeps its place: not vacuous);
-#   6. negative controls LEAVE_NO_WAKE, REGISTER_BEFORE_SUBSCRIBE and NO_PURGE (with CRASH) must
-#      each fail;
-#   7. RECONNECT (as built, the subscriber connection drops once) must fail: a stranding only the
-#      re-check timer ends (docs/handoff-model.md, "What spin found"); with the proposed
-#      CONFIRM_WAKES it and REGISTER_BEFORE_SUBSCRIBE must pass.
+#   5. as built with late SUBSCRIBEs (REGISTER_BEFORE_SUBSCRIBE: wait_subscribed gave up at
+#      command_timeout) and a reconnect (RECONNECT), where a SUBSCRIBE's confirmation wakes the
+#      waiters: one session per waiter, also with CRASH, and two sessions of two waiters; each
+#      exhaustive, no error, complete;
+#   6. WITNESS must fail (a woken head finds a barger's lock and keeps its place: not vacuous);
+#   7. negative controls LEAVE_NO_WAKE and NO_PURGE (with CRASH) must each fail, and so must
+#      OLD_NO_CONFIRM_WAKE (the code before the confirmation woke anyone) with late SUBSCRIBEs and
+#      with a reconnect, at the bounds of 5: the strandings spin found (docs/handoff-model.md,
+#      "What spin found"), which only the re-check timer ended.
 # Exit status 0 only if all of these come out as expected and every search that must pass was
 # complete.
 # Environment: SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
@@ -153,13 +156,17 @@ wfail() {
 
 wpass wake "the wake-one protocol as built (no re-check timer)"
 wpass wake_CRASH "the wake-one protocol as built with crashing waiters" -DCRASH
+wpass LATE_RECONNECT "the protocol as built with late SUBSCRIBEs and a reconnect (one session)" \
+  -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1
+wpass LATE_RECONNECT_CRASH "the same with crashing waiters" \
+  -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1 -DCRASH
+wpass LATE_RECONNECT_NW2 "the same without crashes, two waiters of two sessions each" \
+  -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DNW=2
 wfail WITNESS "no woken head meets a barger's lock: the model is too small" -DWITNESS
 wfail LEAVE_NO_WAKE "the model cannot see a wake-up lost with a leaving waiter" -DLEAVE_NO_WAKE
-wfail REGISTER_BEFORE_SUBSCRIBE "the model cannot see a wake-up published into the void" \
-  -DREGISTER_BEFORE_SUBSCRIBE
 wfail NO_PURGE "the model cannot see a dead head woken" -DCRASH -DNO_PURGE
-wfail RECONNECT "a reconnect no longer strands a waiter without the re-check timer: update the \
-docs" -DRECONNECT
-wpass CONFIRM_WAKES "the proposal CONFIRM_WAKES (late SUBSCRIBE and reconnect, one session)" \
-  -DCONFIRM_WAKES -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1
+wfail OLD_NO_CONFIRM_WAKE_LATE "the model cannot see a wake-up published into the void" \
+  -DOLD_NO_CONFIRM_WAKE -DREGISTER_BEFORE_SUBSCRIBE -DSESSIONS=1
+wfail OLD_NO_CONFIRM_WAKE_RECONNECT "the model cannot see a wake-up lost to a re-SUBSCRIBE" \
+  -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSIONS=1
 exit $rc

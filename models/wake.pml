@@ -23,12 +23,13 @@
  *                              after its leave) at any point of its wait: its entry stays until
  *                              its liveness runs out
  *   RECONNECT                  the subscriber connection drops once and reconnects (as built)
- *   CONFIRM_WAKES              a proposed change, not the code: a SUBSCRIBE confirmation wakes
- *                              the channel's waiters (see docs, "What spin found")
- *   negative controls, each must fail:
- *   LEAVE_NO_WAKE              mutex_leave.lua does not wake the next head when the lock is free
  *   REGISTER_BEFORE_SUBSCRIBE  a waiter's registering attempt may run before its SUBSCRIBE (the
  *                              code does so when wait_subscribed gives up at command_timeout)
+ *   negative controls, each must fail:
+ *   OLD_NO_CONFIRM_WAKE        (with RECONNECT or REGISTER_BEFORE_SUBSCRIBE) the code before the
+ *                              fix: a SUBSCRIBE confirmation does not move the waiter's
+ *                              generation (see docs, "What spin found")
+ *   LEAVE_NO_WAKE              mutex_leave.lua does not wake the next head when the lock is free
  *   NO_PURGE                   (with CRASH) a release or leave does not purge dead waiters
  *   WITNESS                    fails where a woken head finds the lock taken by a barger and
  *                              keeps its place: shows the search reaches that (not vacuous)
@@ -337,11 +338,13 @@ inline expire(i) {
 #endif
 
 /* the SUBSCRIBE (sent when the waiter registered, or again after a reconnect) is processed by
- * the server and confirmed: subscriber::dispatch("subscribe") */
+ * the server and confirmed: subscriber::dispatch("subscribe"), which moves the channel's
+ * generation (a waiter whose wait_subscribed() saw the confirmation reads `seen` after it, at
+ * label attempt, so only a waiter already past that is woken) */
 inline confirm(i) {
     atomic { ws[i] == WAITING && !sub[i] && CONNECTED -> sub[i] = true;
-#ifdef CONFIRM_WAKES
-             news[i] = true;  /* the proposal: the confirmation moves the generation */
+#ifndef OLD_NO_CONFIRM_WAKE
+             news[i] = true;
 #endif
              printf("@ %d: SUBSCRIBE confirmed\n", i) }
 }

@@ -270,6 +270,17 @@ void subscriber::dispatch(const reply& r) {
         ch.subscribed = true;
         ++ch.epoch;
         if (ch.waiters == 0) dirty_ = true;  // the waiter left meanwhile: unsubscribe
+        // Only from now on does a PUBLISH on the channel reach us. A waiter that read its
+        // generation before this (its wait_subscribed() gave up at command_timeout, or the
+        // connection came back and the reconnect woke it first) may have attempted before the
+        // server subscribed, so a release in between published its wake-up to nobody: move the
+        // generation, and it attempts once more (docs/handoff-model.md, "What spin found"). On
+        // every confirmation, not just late ones: a waiter whose wait_subscribed() saw it reads
+        // its generation after it and is not woken, so the usual path costs nothing; one woken
+        // that finds the lock taken has read the new generation and waits again as usual; and a
+        // keyed waiter woken without a message has no new grant to accept (it refreshes).
+        ++ch.generation;
+        ch.changed.notify_all();
         ch.confirmed.notify_all();
     } else if (kind == "unsubscribe") {
         if (ch.waiters > 0) dirty_ = true;  // a waiter came back meanwhile: subscribe again

@@ -16,6 +16,8 @@
 //
 // The client's background thread owns the connection: it sends (UN)SUBSCRIBE, reads messages,
 // reconnects with backoff and, after a reconnect, wakes every waiter (messages may have been lost).
+// A SUBSCRIBE's confirmation wakes the channel's waiters too: one that attempted before it (late
+// confirmation, reconnect) may have missed a release published before the server subscribed.
 // It never blocks past the `latest` it is given, and it sleeps while it has nothing to do: with the
 // connection down and nobody waiting it forgets every channel instead of retrying.
 #pragma once
@@ -63,7 +65,8 @@ public:
         /// Waits until the server confirmed the subscription, or `deadline`.
         void wait_subscribed(steady::time_point deadline, const std::stop_token& cancel) const;
         /// Sleeps until a message newer than `seen` arrived (wake_mode::one: until this waiter is
-        /// handed a message's wake-up, or the connection was re-established), or `deadline`.
+        /// handed a message's wake-up), the connection was re-established or the channel's
+        /// SUBSCRIBE confirmed since `seen` was read, or `deadline`.
         /// Calling it again means the attempt after the last wake-up did not get the lock.
         void wait(std::uint64_t seen, steady::time_point deadline,
                   const std::stop_token& cancel) const;

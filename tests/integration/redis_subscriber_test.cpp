@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "redis/url.hpp"
 #include "redis/subscriber.hpp"
@@ -231,6 +232,81 @@ TEST(RedisSubscriber, NothingToDoAfterTheConnectionDropsWithOnlyLingeringChannel
     // A new waiter brings the connection back.
     subscriber::registration again(d.sub(), channel, wake_mode::one);
     EXPECT_TRUE(eventually([&] { return d.step(1ms) >= 0; }, 5s));
+}
+
+// A registration whose waiter read its generation before the channel's SUBSCRIBE was confirmed
+// may have attempted before the server subscribed it, so a release in between published to
+// nobody: the confirmation moves its generation (keyed, wake-one and wake-all waiters alike) and
+// it attempts once more (docs/handoff-model.md, "What spin found"). One that reads it after the
+// confirmation (the usual path: after wait_subscribed() returned) is not woken by it.
+TEST(RedisSubscriber, AConfirmationWakesTheWaitersThatReadTheirGenerationBeforeIt) {
+    dlock::test::redis_server server;
+    driver d(server);  // driven by hand: step()
+    const auto channel = unique_name();
+    // The connection is up first (its opening wakes every waiter, as a reconnect does).
+    subscriber::registration other(d.sub(), channel + "/other", wake_mode::one);
+    ASSERT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return d.sub().subscribed(channel + "/other");
+        },
+        10s));
+    subscriber::registration keyed(d.sub(), channel, wake_mode::all, "mutex:c.aaaa");
+    subscriber::registration one(d.sub(), channel, wake_mode::one);
+    subscriber::registration all(d.sub(), channel, wake_mode::all);
+    // Their attempts ran now: nothing is subscribed yet (the SUBSCRIBE is not even sent).
+    const auto seen_other = other.generation();
+    const auto seen_keyed = keyed.generation();
+    const auto seen_one = one.generation();
+    const auto seen_all = all.generation();
+    ASSERT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return d.sub().subscribed(channel);
+        },
+        10s));
+    EXPECT_NE(keyed.generation(), seen_keyed);
+    EXPECT_NE(one.generation(), seen_one);
+    EXPECT_NE(all.generation(), seen_all);
+    EXPECT_EQ(other.generation(), seen_other) << "another channel's confirmation is not its news";
+    for (const auto& [reg, seen] :
+         {std::pair{&keyed, seen_keyed}, std::pair{&one, seen_one}, std::pair{&all, seen_all}}) {
+        const auto before = steady::now();
+        reg->wait(seen, steady::now() + scaled(3s), {});
+        EXPECT_LT(steady::now() - before, scaled(2s)) << "wait() returns at once";
+    }
+    EXPECT_EQ(keyed.last_message(), "") << "woken without a message: nothing to accept";
+
+    // Read after the confirmation: no wake-up until a message (or a reconnect) comes.
+    const auto seen = one.generation();
+    subscriber::registration later(d.sub(), channel, wake_mode::one);  // already subscribed
+    const auto seen_later = later.generation();
+    for (int i = 0; i < 5; ++i) d.step(1ms);
+    EXPECT_EQ(one.generation(), seen);
+    EXPECT_EQ(later.generation(), seen_later);
+
+    // After a reconnect the SUBSCRIBE goes again: a waiter that read its generation between the
+    // reconnect's wake-up and the new confirmation is woken by the confirmation too.
+    server.command({"CLIENT", "KILL", "TYPE", "pubsub"});
+    ASSERT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return !d.sub().subscribed(channel);
+        },
+        10s));
+    // service() reconnects (after its back-off) and sends the SUBSCRIBE; no reading yet.
+    ASSERT_TRUE(
+        eventually([&] { return d.sub().service(steady::now(), steady::now() + 1s) >= 0; }, 10s));
+    const auto seen_before_confirmation = one.generation();  // after the reconnect's wake-up
+    ASSERT_FALSE(d.sub().subscribed(channel));
+    ASSERT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return d.sub().subscribed(channel);
+        },
+        10s));
+    EXPECT_NE(one.generation(), seen_before_confirmation)
+        << "the re-SUBSCRIBE's confirmation did not wake a waiter that attempted before it";
 }
 
 }  // namespace

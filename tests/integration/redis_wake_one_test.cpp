@@ -7,12 +7,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <deque>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "redis/protocol.hpp"
 #include "redis/scripts.hpp"
 #include "redis_server.hpp"
 #include "redis_tap.hpp"
@@ -24,6 +28,7 @@ namespace {
 using namespace std::chrono_literals;
 using dlock::test::eventually;
 using dlock::test::redis_server;
+using dlock::test::scaled;
 using dlock::test::unique_name;
 
 long long integer_of(const dlock::redis::reply& r) {
@@ -46,6 +51,44 @@ bool runs_script(const std::string& line, std::string_view sha, const std::strin
            line.find("\"EVALSHA\" \"" + std::string(sha) + "\"") != std::string::npos &&
            line.find("\"" + key + "\"") != std::string::npos;
 }
+
+/// The runs of script `sha` on `key` by a registered mutex waiter (its id, "mutex:...", among the
+/// arguments), in order, with the server's time of each (MONITOR's timestamp).
+class registered_attempts {
+public:
+    registered_attempts(dlock::test::monitor_tap& tap, std::string_view sha, std::string key)
+        : tap_(tap), sha_(sha), key_(std::move(key)) {}
+
+    /// The next such run (server time since the epoch), or nullopt after `timeout` (scaled).
+    std::optional<std::chrono::microseconds> next(std::chrono::milliseconds timeout) {
+        const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
+        while (runs_.empty() && std::chrono::steady_clock::now() < deadline) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now());
+            for (const auto& line : tap_.lines_until(sha_, std::max(left, 1ms))) {
+                if (runs_script(line, sha_, key_) && line.find("\"mutex:") != std::string::npos)
+                    runs_.push_back(server_time(line));
+            }
+        }
+        if (runs_.empty()) return std::nullopt;
+        const auto at = runs_.front();
+        runs_.pop_front();
+        return at;
+    }
+
+private:
+    /// "<seconds>.<microseconds> [<db> <address>] ..."
+    static std::chrono::microseconds server_time(const std::string& line) {
+        const auto dot = line.find('.');
+        return std::chrono::seconds(std::stoll(line.substr(0, dot))) +
+               std::chrono::microseconds(std::stoll(line.substr(dot + 1, 6)));
+    }
+
+    dlock::test::monitor_tap& tap_;
+    std::string sha_;
+    std::string key_;
+    std::deque<std::chrono::microseconds> runs_;
+};
 
 TEST(RedisWakeOne, AReleaseRunsAboutOneAcquirePerReleaseNotOnePerWaitingClient) {
     constexpr int waiters = 16;
@@ -159,6 +202,64 @@ TEST(RedisWakeOne, AWaiterThatGivesUpLeavesTheRegistry) {
     EXPECT_FALSE(waiter.try_lock());
     EXPECT_EQ(registered_waiters(redis, name), 0);
     holder.unlock();
+}
+
+// A waiter whose hand-off channel's SUBSCRIBE has not reached the server when wait_subscribed()
+// gives up (command_timeout: a slow or reconnecting subscriber connection) registers anyway, and
+// the release publishes its "wake <id>" to nobody. The SUBSCRIBE's confirmation, when it comes,
+// makes it attempt again at once (docs/handoff-model.md, "What spin found"); without that it
+// slept on the free lock until its periodic re-check.
+//
+// Not a timing race: after a failed registered attempt the waiter's next timed attempt comes no
+// sooner than waiter_liveness / 3 (666 ms) after it (the holder's lease is far longer), so the
+// gap from the latest registered attempt before the release to the one that takes the lock is at
+// least 666 ms whenever only the timer brings it, on any machine (server times, so a clock slewed
+// by NTP could shave a fraction of a millisecond: hence the bound of 3/4 of it, 499 ms). Woken by
+// the confirmation, it takes only the test's unlock, the confirmation and one script; the 499 ms
+// are the tolerance for a loaded machine.
+TEST(RedisWakeOne, ASubscribeConfirmedAfterTheReleaseWakesTheWaiterItMissed) {
+    redis_server server;
+    dlock::redis::client control({.url = server.url()});
+    dlock::test::request_holder proxy(server.port(), "\r\nSUBSCRIBE\r\n");
+    // The waiter's client goes through the proxy, which holds its SUBSCRIBE back until told.
+    dlock::redis::client through({.url = proxy.url(), .command_timeout = scaled(500ms)});
+    const auto name = unique_name("late-subscribe");
+    const auto key = control.lock_key(name);
+    const auto* acquire = dlock::redis::detail::find_script("acquire");
+    ASSERT_TRUE(acquire);
+    const auto recheck = dlock::redis::detail::waiter_liveness / 3;  // the timer's least delay
+
+    dlock::mutex holder(control, name, {.lease = 60s});
+    holder.lock();
+    dlock::test::monitor_tap tap(server.port());
+    registered_attempts attempts(tap, acquire->sha1, key);
+    std::atomic<bool> got{false};
+    std::jthread waiter([&] {
+        dlock::mutex m(through, name, {.lease = 60s});
+        if (m.try_lock_for(scaled(30s))) {
+            got = true;
+            m.unlock();
+        }
+    });
+    // Its registering attempt ran after wait_subscribed() gave up: the SUBSCRIBE is still held,
+    // so nothing is subscribed on the server and the release below wakes nobody.
+    auto registered = attempts.next(20s);
+    ASSERT_TRUE(registered) << "the waiter never registered";
+    while (const auto later = attempts.next(1ms)) registered = later;  // a re-check since, if any
+    ASSERT_TRUE(proxy.holding());
+    ASSERT_EQ(registered_waiters(control, name), 1);
+    ASSERT_TRUE(control.command({"PUBSUB", "CHANNELS", "*"}).elements.empty());
+    holder.unlock();
+    proxy.let_through();  // the SUBSCRIBE lands, after the release
+
+    const auto taken = attempts.next(20s);
+    ASSERT_TRUE(taken) << "the waiter never attempted again";
+    waiter.join();
+    EXPECT_TRUE(got.load());
+    EXPECT_LT(*taken - *registered, recheck * 3 / 4)
+        << "the waiter slept on the free lock until its periodic re-check (no sooner than "
+        << recheck.count() << " ms): the confirmation of its SUBSCRIBE did not wake it";
+    EXPECT_EQ(registered_waiters(control, name), 0);
 }
 
 }  // namespace

@@ -1,9 +1,15 @@
-// Two small taps on a Redis server for tests that need to see or break the wire:
+// Three small taps on a Redis server for tests that need to see or break the wire:
 //
-//   reply_cutter  a TCP proxy in front of a server. The first connection whose request bytes
-//                 contain `trigger` is cut (both sockets closed) when the server's answer to it
-//                 arrives, so the request has certainly run on the server but its reply is lost:
-//                 the client sees the connection close. Every other byte is forwarded as is.
+//   reply_cutter    a TCP proxy in front of a server. The first connection whose request bytes
+//                   contain `trigger` is cut (both sockets closed) when the server's answer to it
+//                   arrives, so the request has certainly run on the server but its reply is
+//                   lost: the client sees the connection close. Every other byte is forwarded as
+//                   is.
+//   request_holder  a TCP proxy in front of a server that holds back, on every connection, the
+//                   request bytes from the first chunk containing `trigger` on, until
+//                   let_through(): the server has certainly not run that request before then
+//                   (e.g. a SUBSCRIBE that must land late). Replies, and every other connection,
+//                   pass as is.
 //   monitor_tap   a MONITOR connection that collects the commands the server runs (scripts'
 //                 commands included, as `[0 lua] "CMD" "arg" ...` lines).
 //
@@ -17,13 +23,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace dlock::test {
@@ -41,6 +50,23 @@ inline int connect_local(std::uint16_t port) {
         ::close(fd);
         throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
     }
+    return fd;
+}
+
+/// A listening socket on a free 127.0.0.1 port, which goes to `port`.
+inline int listen_local(std::uint16_t& port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) || ::listen(fd, 64)) {
+        if (fd >= 0) ::close(fd);
+        throw std::runtime_error("cannot listen on 127.0.0.1");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
     return fd;
 }
 
@@ -142,6 +168,100 @@ private:
     std::atomic<bool> cut_{false};
     std::mutex mutex_;  // guards pipes_
     std::vector<std::thread> pipes_;
+    std::thread acceptor_;
+};
+
+class request_holder {
+public:
+    request_holder(std::uint16_t upstream_port, std::string trigger)
+        : upstream_(upstream_port), trigger_(std::move(trigger)) {
+        listen_fd_ = tap_detail::listen_local(port_);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+    ~request_holder() {
+        stop_ = true;
+        acceptor_.join();
+        for (auto& t : pipes_) t.join();  // the acceptor, the only other user, has stopped
+        ::close(listen_fd_);
+    }
+    request_holder(const request_holder&) = delete;
+    request_holder& operator=(const request_holder&) = delete;
+
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+    /// True while some connection's request containing `trigger` is held back.
+    bool holding() const {
+        std::lock_guard lock(mutex_);
+        return !released_ && !held_.empty();
+    }
+    /// Forwards everything held back, before returning, and holds nothing from then on.
+    void let_through() {
+        std::lock_guard lock(mutex_);
+        released_ = true;
+        for (auto& [server, bytes] : held_)
+            tap_detail::write_all(server, bytes.data(), bytes.size());
+        held_.clear();
+    }
+
+private:
+    void accept_loop() {
+        while (!stop_) {
+            pollfd p{listen_fd_, POLLIN, 0};
+            if (::poll(&p, 1, 20) <= 0) continue;
+            const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (client < 0) continue;
+            int server = -1;
+            try {
+                server = tap_detail::connect_local(upstream_);
+            } catch (...) {
+                ::close(client);
+                continue;
+            }
+            pipes_.emplace_back([this, client, server] { pipe(client, server); });
+        }
+    }
+
+    void pipe(int client, int server) {
+        std::string tail;  // the latest request bytes, for a trigger split between two chunks
+        char buf[16384];
+        while (!stop_) {
+            pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+            if (::poll(p, 2, 20) <= 0) continue;
+            if (p[0].revents) {
+                const auto n = ::recv(client, buf, sizeof buf, 0);
+                if (n <= 0) break;
+                const std::string_view chunk(buf, static_cast<std::size_t>(n));
+                const auto recent = tail + std::string(chunk);
+                tail = recent.substr(recent.size() - std::min(recent.size(), trigger_.size()));
+                std::lock_guard lock(mutex_);  // orders this against let_through()
+                const bool hold = held_.contains(server) || recent.find(trigger_) != recent.npos;
+                if (!released_ && hold) {
+                    held_[server].append(chunk);
+                } else if (!tap_detail::write_all(server, chunk.data(), chunk.size())) {
+                    break;
+                }
+            }
+            if (p[1].revents) {
+                const auto n = ::recv(server, buf, sizeof buf, 0);
+                if (n <= 0 || !tap_detail::write_all(client, buf, static_cast<std::size_t>(n)))
+                    break;
+            }
+        }
+        std::lock_guard lock(mutex_);
+        held_.erase(server);
+        ::close(client);
+        ::close(server);
+    }
+
+    std::uint16_t upstream_;
+    std::string trigger_;
+    int listen_fd_ = -1;
+    std::uint16_t port_ = 0;
+    std::atomic<bool> stop_{false};
+    // Guards released_, held_ and every send of request bytes (so none overtakes let_through()).
+    mutable std::mutex mutex_;
+    bool released_ = false;
+    std::unordered_map<int, std::string> held_;  // server socket -> request bytes held back
+    std::vector<std::thread> pipes_;             // the acceptor thread's only
     std::thread acceptor_;
 };
 
