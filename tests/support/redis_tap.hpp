@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -80,39 +81,28 @@ inline bool write_all(int fd, const char* data, std::size_t n) {
     return true;
 }
 
-}  // namespace tap_detail
-
-class reply_cutter {
+/// Accepts connections on a free 127.0.0.1 port and runs `serve(client, server)` on a thread of
+/// its own for each, `server` a fresh connection to 127.0.0.1:`upstream`. serve() returns when
+/// stopping() or a side closed, and closes both sockets. The destructor stops accepting and joins
+/// every thread: declare a relay after everything serve() uses, so that it goes first.
+class relay {
 public:
-    reply_cutter(std::uint16_t upstream_port, std::string trigger)
-        : upstream_(upstream_port), trigger_(std::move(trigger)) {
-        listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = 0;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) ||
-            ::listen(listen_fd_, 64)) {
-            throw std::runtime_error("reply_cutter: cannot listen");
-        }
-        socklen_t len = sizeof addr;
-        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-        port_ = ntohs(addr.sin_port);
+    relay(std::uint16_t upstream, std::function<void(int client, int server)> serve)
+        : upstream_(upstream), serve_(std::move(serve)) {
+        listen_fd_ = listen_local(port_);
         acceptor_ = std::thread([this] { accept_loop(); });
     }
-    ~reply_cutter() {
+    ~relay() {
         stop_ = true;
         acceptor_.join();
-        std::lock_guard lock(mutex_);
-        for (auto& t : pipes_) t.join();
+        for (auto& t : pipes_) t.join();  // the acceptor, the only other user, has stopped
         ::close(listen_fd_);
     }
-    reply_cutter(const reply_cutter&) = delete;
-    reply_cutter& operator=(const reply_cutter&) = delete;
+    relay(const relay&) = delete;
+    relay& operator=(const relay&) = delete;
 
-    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
-    /// True once a connection was cut.
-    bool cut() const { return cut_.load(); }
+    std::uint16_t port() const { return port_; }
+    bool stopping() const { return stop_.load(); }
 
 private:
     void accept_loop() {
@@ -123,21 +113,45 @@ private:
             if (client < 0) continue;
             int server = -1;
             try {
-                server = tap_detail::connect_local(upstream_);
+                server = connect_local(upstream_);
             } catch (...) {
                 ::close(client);
                 continue;
             }
-            std::lock_guard lock(mutex_);
-            pipes_.emplace_back([this, client, server] { pipe(client, server); });
+            pipes_.emplace_back([this, client, server] { serve_(client, server); });
         }
     }
 
+    std::uint16_t upstream_;
+    std::function<void(int, int)> serve_;
+    int listen_fd_ = -1;
+    std::uint16_t port_ = 0;
+    std::atomic<bool> stop_{false};
+    std::vector<std::thread> pipes_;  // the acceptor thread's only, until the destructor
+    std::thread acceptor_;
+};
+
+}  // namespace tap_detail
+
+class reply_cutter {
+public:
+    reply_cutter(std::uint16_t upstream_port, std::string trigger)
+        : trigger_(std::move(trigger)),
+          relay_(upstream_port, [this](int client, int server) { pipe(client, server); }) {}
+
+    reply_cutter(const reply_cutter&) = delete;
+    reply_cutter& operator=(const reply_cutter&) = delete;
+
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(relay_.port()); }
+    /// True once a connection was cut.
+    bool cut() const { return cut_.load(); }
+
+private:
     void pipe(int client, int server) {
         std::string requests;  // what this client sent, for the trigger match
         bool doomed = false;   // sent the trigger: its next answer is dropped
         char buf[16384];
-        while (!stop_) {
+        while (!relay_.stopping()) {
             pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
             if (::poll(p, 2, 20) <= 0) continue;
             if (p[0].revents) {
@@ -160,34 +174,21 @@ private:
         ::close(server);
     }
 
-    std::uint16_t upstream_;
     std::string trigger_;
-    int listen_fd_ = -1;
-    std::uint16_t port_ = 0;
-    std::atomic<bool> stop_{false};
     std::atomic<bool> cut_{false};
-    std::mutex mutex_;  // guards pipes_
-    std::vector<std::thread> pipes_;
-    std::thread acceptor_;
+    tap_detail::relay relay_;  // last: stops and joins the pipes before the members they use go
 };
 
 class request_holder {
 public:
     request_holder(std::uint16_t upstream_port, std::string trigger)
-        : upstream_(upstream_port), trigger_(std::move(trigger)) {
-        listen_fd_ = tap_detail::listen_local(port_);
-        acceptor_ = std::thread([this] { accept_loop(); });
-    }
-    ~request_holder() {
-        stop_ = true;
-        acceptor_.join();
-        for (auto& t : pipes_) t.join();  // the acceptor, the only other user, has stopped
-        ::close(listen_fd_);
-    }
+        : trigger_(std::move(trigger)),
+          relay_(upstream_port, [this](int client, int server) { pipe(client, server); }) {}
+
     request_holder(const request_holder&) = delete;
     request_holder& operator=(const request_holder&) = delete;
 
-    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(relay_.port()); }
     /// True while some connection's request containing `trigger` is held back.
     bool holding() const {
         std::lock_guard lock(mutex_);
@@ -203,27 +204,10 @@ public:
     }
 
 private:
-    void accept_loop() {
-        while (!stop_) {
-            pollfd p{listen_fd_, POLLIN, 0};
-            if (::poll(&p, 1, 20) <= 0) continue;
-            const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-            if (client < 0) continue;
-            int server = -1;
-            try {
-                server = tap_detail::connect_local(upstream_);
-            } catch (...) {
-                ::close(client);
-                continue;
-            }
-            pipes_.emplace_back([this, client, server] { pipe(client, server); });
-        }
-    }
-
     void pipe(int client, int server) {
         std::string tail;  // the latest request bytes, for a trigger split between two chunks
         char buf[16384];
-        while (!stop_) {
+        while (!relay_.stopping()) {
             pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
             if (::poll(p, 2, 20) <= 0) continue;
             if (p[0].revents) {
@@ -252,17 +236,12 @@ private:
         ::close(server);
     }
 
-    std::uint16_t upstream_;
     std::string trigger_;
-    int listen_fd_ = -1;
-    std::uint16_t port_ = 0;
-    std::atomic<bool> stop_{false};
     // Guards released_, held_ and every send of request bytes (so none overtakes let_through()).
     mutable std::mutex mutex_;
     bool released_ = false;
     std::unordered_map<int, std::string> held_;  // server socket -> request bytes held back
-    std::vector<std::thread> pipes_;             // the acceptor thread's only
-    std::thread acceptor_;
+    tap_detail::relay relay_;  // last: stops and joins the pipes before the members they use go
 };
 
 class monitor_tap {
