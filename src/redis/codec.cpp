@@ -53,11 +53,17 @@ void append_command(std::string& out, const std::vector<std::string_view>& args)
         out.append(digits, r.ptr);
         out.append("\r\n", 2);
     };
-    header('*', args.size());
-    for (const auto& a : args) {
-        header('$', a.size());
-        out.append(a);
-        out.append("\r\n", 2);
+    const auto before = out.size();
+    try {
+        header('*', args.size());
+        for (const auto& a : args) {
+            header('$', a.size());
+            out.append(a);
+            out.append("\r\n", 2);
+        }
+    } catch (...) {
+        out.resize(before);  // all of the command or none of it: never half of one on the wire
+        throw;
     }
 }
 
