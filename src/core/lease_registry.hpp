@@ -44,7 +44,10 @@ public:
                bool extend_once = false);
     /// Stops tracking (release). false if it was not tracked.
     bool untrack(const lease_core* lease) noexcept;
-    bool tracked(const lease_core* lease) const noexcept { return entries_.count(lease) != 0; }
+    bool tracked(const lease_core* lease) const noexcept {
+        std::uint32_t index = 0;
+        return find(lease, index);
+    }
 
     /// Takes out every lease due by `now`: expired ones (now >= valid_until) are untracked and
     /// returned in `lost`; the others are returned in `renew` and stay tracked but unscheduled
@@ -67,13 +70,14 @@ public:
     /// Untracks everything and returns the leases still alive and not released (to lose them).
     std::vector<std::shared_ptr<lease_core>> lose_all();
 
-    std::size_t size() const noexcept { return entries_.size(); }
+    std::size_t size() const noexcept { return index_.size(); }
     /// Heap slots, live and stale (for tests: stale slots are compacted away).
     std::size_t heap_slots() const noexcept { return due_heap_.size() + deadline_heap_.size(); }
 
 private:
     struct entry {
         std::weak_ptr<lease_core> lease;
+        const lease_core* key = nullptr;  // nullptr: a free entry
         std::uint64_t generation = 0;  // bumped by every track/schedule: older heap slots are stale
         steady::time_point due = steady::time_point::max();
         steady::time_point deadline = steady::time_point::max();
@@ -82,21 +86,33 @@ private:
     };
     struct slot {
         steady::time_point at;
-        const lease_core* key;
+        std::uint32_t index;  // into entries_
         std::uint64_t generation;
     };
     struct later {
         bool operator()(const slot& a, const slot& b) const noexcept { return a.at > b.at; }
     };
 
+    /// Sets `index` to the entry of `lease`; false when it is not tracked. Remembers the last
+    /// answer: a renewal round asks about the same lease twice in a row (tracked(), schedule()).
+    bool find(const lease_core* lease, std::uint32_t& index) const noexcept;
+    /// Frees the entry at `index` (untrack, loss): its heap slots go stale.
+    void erase(std::uint32_t index) noexcept;
     void push(std::vector<slot>& heap, slot s);
     void pop(std::vector<slot>& heap);
     /// Drops stale slots from the top of `heap`; `due_heap` selects which field they must match.
-    void clean_top(std::vector<slot>& heap, bool due_heap);
+    /// Returns the entry of the live top, or nullptr when the heap is empty.
+    entry* clean_top(std::vector<slot>& heap, bool due_heap);
     /// Rebuilds both heaps from the live entries once stale slots outnumber them.
     void compact_if_needed();
 
-    std::unordered_map<const lease_core*, entry> entries_;
+    // The entries sit in one vector, reused through free_, and heap slots name them by index: a
+    // renewal costs no hash lookup to check a slot, only to find a lease by its address.
+    std::unordered_map<const lease_core*, std::uint32_t> index_;
+    std::vector<entry> entries_;
+    std::vector<std::uint32_t> free_;  // capacity kept >= entries_.size(): erase() cannot throw
+    mutable const lease_core* last_key_ = nullptr;  // find()'s last answer
+    mutable std::uint32_t last_index_ = 0;
     std::vector<slot> due_heap_;       // scheduled entries by due time
     std::vector<slot> deadline_heap_;  // every entry by valid_until
     std::uint64_t generation_ = 0;

@@ -2,7 +2,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include <cstdlib>
+#include <charconv>
 #include <new>
 
 #include "core/status.hpp"
@@ -43,20 +43,28 @@ reply convert(const redisReply& r) {
 }  // namespace
 
 void append_command(std::string& out, const std::vector<std::string_view>& args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lengths;
-    argv.reserve(args.size());
-    lengths.reserve(args.size());
-    for (const auto& a : args) {
-        argv.push_back(a.data());
-        lengths.push_back(a.size());
+    // The RESP array of bulk strings that redisFormatCommandArgv builds, written in place: that
+    // one allocated three buffers and ran printf for every length, which showed in the renewal
+    // thread's profile (docs/benchmarks.md, W6).
+    char digits[24];
+    const auto header = [&](char type, std::size_t n) {
+        const auto r = std::to_chars(digits, digits + sizeof digits, n);
+        out.push_back(type);
+        out.append(digits, r.ptr);
+        out.append("\r\n", 2);
+    };
+    const auto before = out.size();
+    try {
+        header('*', args.size());
+        for (const auto& a : args) {
+            header('$', a.size());
+            out.append(a);
+            out.append("\r\n", 2);
+        }
+    } catch (...) {
+        out.resize(before);  // all of the command or none of it: never half of one on the wire
+        throw;
     }
-    char* formatted = nullptr;
-    const int n = redisFormatCommandArgv(&formatted, static_cast<int>(args.size()), argv.data(),
-                                         lengths.data());
-    if (n < 0 || formatted == nullptr) throw std::bad_alloc();
-    out.append(formatted, static_cast<std::size_t>(n));
-    std::free(formatted);  // hiredis 0.14 allocates with malloc and has no redisFreeCommand
 }
 
 void reply_decoder::reader_deleter::operator()(redisReader* r) const noexcept {

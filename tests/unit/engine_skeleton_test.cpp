@@ -376,6 +376,33 @@ TEST_F(LeaseRegistry, ChurnDoesNotGrowTheHeaps) {
     EXPECT_EQ(r.next_due(), t0 + 1h);
 }
 
+TEST_F(LeaseRegistry, AnUntrackedLeasesSlotsNeverApplyToTheNextOne) {
+    // Entries are reused after untrack: the old entry's heap slots must not make the lease that
+    // takes its place due early or count its old, earlier deadline.
+    lease_registry r;
+    auto keep = make(t0 + 1h);
+    r.track(keep, t0 + 50s);
+    auto a = make(t0 + 10s);
+    r.track(a, t0 + 5s);
+    EXPECT_TRUE(r.tracked(a.get()));
+    EXPECT_TRUE(r.untrack(a.get()));
+    EXPECT_FALSE(r.tracked(a.get())) << "no answer remembered from before the untrack";
+    auto b = make(t0 + 40s);
+    r.track(b, t0 + 30s);
+    EXPECT_EQ(r.next_due(), t0 + 30s);
+    EXPECT_EQ(r.earliest_deadline(), t0 + 40s);
+    auto batch = r.due(t0 + 10s);
+    EXPECT_TRUE(batch.renew.empty());
+    EXPECT_TRUE(batch.lost.empty());
+    batch = r.due(t0 + 30s);
+    ASSERT_EQ(batch.renew.size(), 1u);
+    EXPECT_EQ(batch.renew[0].lease, b);
+    EXPECT_FALSE(r.tracked(a.get()));
+    EXPECT_TRUE(r.tracked(b.get()));
+    EXPECT_TRUE(r.tracked(keep.get()));
+    EXPECT_EQ(r.size(), 2u);
+}
+
 TEST_F(LeaseRegistry, ManyLeasesOnlyTheDueOnesAreTouched) {
     lease_registry r;
     std::vector<std::shared_ptr<lease_core>> leases;
