@@ -41,16 +41,23 @@ for tool in spin gcc; do
   command -v "$tool" >/dev/null || { echo "check.sh: $tool not found (scripts/setup.sh installs it)"; exit 2; }
 done
 
-# run NAME DEFINES...: generate, compile and run pan; the output goes to NAME.out.
-run() {
-  local name=$1
-  shift
-  spin "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt" -a handoff.pml >"$name.spin" 2>&1 ||
-    { cat "$name.spin"; return 2; }
+# pan_run MODEL NAME SPIN_OPTIONS...: generate MODEL's verifier, compile and run it; the output
+# goes to NAME.out. Both models are checked through it.
+pan_run() {
+  local model=$1 name=$2
+  shift 2
+  spin "$@" -a "$model" >"$name.spin" 2>&1 || { cat "$name.spin"; return 2; }
   gcc -w -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o "pan_$name" pan.c
   local start=$SECONDS
   "./pan_$name" -m1000000 >"$name.out" 2>&1 || true
   echo "[$name] $(grep -E 'errors:' "$name.out" | sed 's/^ *//'); $(grep -E 'states, stored' "$name.out" | sed 's/^ *//'); $((SECONDS - start)) s"
+}
+
+# run NAME DEFINES...: pan_run for handoff.pml, with SPIN_FLAGS and the clock bound.
+run() {
+  local name=$1
+  shift
+  pan_run handoff.pml "$name" "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt"
 }
 
 # summary NAME DEFINES...: the trail of NAME's error, as the model's own event lines.
@@ -102,12 +109,7 @@ done
 wrun() {
   local name=$1
   shift
-  spin "$@" ${wflags[@]+"${wflags[@]}"} -a wake.pml >"$name.spin" 2>&1 ||
-    { cat "$name.spin"; return 2; }
-  gcc -w -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o "pan_$name" pan.c
-  local start=$SECONDS
-  "./pan_$name" -m1000000 >"$name.out" 2>&1 || true
-  echo "[$name] $(grep -E 'errors:' "$name.out" | sed 's/^ *//'); $(grep -E 'states, stored' "$name.out" | sed 's/^ *//'); $((SECONDS - start)) s"
+  pan_run wake.pml "$name" "$@" ${wflags[@]+"${wflags[@]}"}
 }
 
 wsummary() {
