@@ -100,8 +100,12 @@ TEST(FairMutexFault, HandOffToAWaiterThatDiedExpiresSoon) {
     holder.lock();
     dlock::test::child_process doomed("fair_locker", {shared_redis().url(), name, "30000", marker});
     ASSERT_TRUE(eventually([&] { return queue_length(redis, name) == 1; }, 10s));
-    // Frozen while still live: the hand-off goes to it, then it dies without ever renewing.
-    doomed.stop_signal(SIGSTOP);
+    // Frozen while still live and with nothing in flight: the hand-off goes to it, then it dies
+    // without ever renewing. (Frozen with its post-SUBSCRIBE attempt in flight, that attempt
+    // would take the handed-over lock with its full 30 s lease.)
+    const auto key = redis.lock_key(name);
+    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":queue", key + ":alive",
+                                                      1, doomed));
     holder.unlock();
     EXPECT_EQ(queue_length(redis, name), 0);
     doomed.kill9();

@@ -16,6 +16,7 @@
 
 #include "child_process.hpp"
 #include "fenced_resource.hpp"
+#include "queued_lock_checks.hpp"
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
@@ -111,7 +112,10 @@ TEST(RedisFault, PausedWokenHeadDoesNotBlockTheOtherWaitersPastTheLiveness) {
         }
     });
     ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 2; }, 10s));
-    head.stop_signal(SIGSTOP);
+    // Nothing of the head's in flight: an attempt landing after the unlock would simply take it.
+    const auto key = redis.lock_key(name);
+    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":mutex_waiters",
+                                                      key + ":mutex_alive", 2, head));
     const auto released_at = steady::now();
     holder.unlock();
     ASSERT_TRUE(eventually([&] { return granted.load(); }, scaled(10s)))

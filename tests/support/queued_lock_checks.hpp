@@ -97,6 +97,37 @@ inline std::string liveness_snapshot(dlock::redis::client& redis, const std::str
     return out;
 }
 
+/// Freezes (SIGSTOP) the waiter `child` whose entry heads the queue `queue` (liveness ZSET
+/// `alive`) of lock key `key` at an instant when none of its requests is in flight. A waiter
+/// attempts once more right after its hand-off channel's SUBSCRIBE is confirmed, then refreshes
+/// every liveness / 3: a waiter stopped before that attempt lands would still be granted by it
+/// (with its full lease) after whatever the test does next. So: wait for `channels` hand-off
+/// channels of the lock, then for the head's liveness deadline to move (that attempt or a later
+/// refresh landed), and stop it then, a refresh period before its next request.
+inline ::testing::AssertionResult freeze_between_refreshes(dlock::redis::client& redis,
+                                                           const std::string& key,
+                                                           const std::string& queue,
+                                                           const std::string& alive,
+                                                           std::size_t channels,
+                                                           child_process& child) {
+    using namespace std::chrono_literals;
+    if (!eventually(
+            [&] {
+                return redis.command({"PUBSUB", "CHANNELS", key + ":released:*"}).elements.size() >=
+                       channels;
+            },
+            10s))
+        return ::testing::AssertionFailure() << "fewer than " << channels << " hand-off channels";
+    const auto head = redis.command({"ZRANGE", queue, "0", "0"});
+    if (head.elements.empty()) return ::testing::AssertionFailure() << queue << " is empty";
+    const auto score = [&] { return redis.command({"ZSCORE", alive, head.elements[0].text}).text; };
+    const auto before = score();
+    if (!eventually([&] { return score() != before; }, 10s))
+        return ::testing::AssertionFailure() << "the head never refreshed its liveness";
+    child.stop_signal(SIGSTOP);
+    return ::testing::AssertionSuccess();
+}
+
 /// W heads the queue and is frozen (SIGSTOP) past the hand-off lease; H's unlock hands the lock
 /// to W (fence 2), that grant expires unused, X acquires (fence 3). W resumes with the stale
 /// "granted" message waiting on its subscriber connection: it must not return a lease while X
@@ -116,19 +147,10 @@ inline void paused_head_never_accepts_a_stale_grant(const std::string& kind) {
     h->lock();
     ASSERT_EQ(h->fencing_token(), 1u);
     child_process w("queued_waiter", {shared_redis().url(), kind, name, marker});
-    // Queued and subscribed to its own hand-off channel.
-    ASSERT_TRUE(eventually(
-        [&] {
-            return queue_length() == 1 &&
-                   redis.command({"PUBSUB", "CHANNELS", key + ":released:*"}).elements.size() == 1;
-        },
-        10s));
-    // Freeze W right after one of its refreshes, so its liveness (2 s) is surely fresh at the
-    // unlock below even on a loaded machine.
-    const auto refreshed = liveness_snapshot(redis, key + ":alive");
-    ASSERT_TRUE(
-        eventually([&] { return liveness_snapshot(redis, key + ":alive") != refreshed; }, 10s));
-    w.stop_signal(SIGSTOP);
+    ASSERT_TRUE(eventually([&] { return queue_length() == 1; }, 10s));
+    // Frozen right after one of its refreshes: nothing of W's in flight, and its liveness (2 s)
+    // surely fresh at the unlock below even on a loaded machine.
+    ASSERT_TRUE(freeze_between_refreshes(redis, key, key + ":queue", key + ":alive", 1, w));
     h->unlock();  // W's liveness is still fresh: the hand-off goes to W (fence 2)
     ASSERT_EQ(queued_integer_of(redis.command({"EXISTS", key})), 1)
         << "the hand-off did not go to the frozen waiter";
