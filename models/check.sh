@@ -10,10 +10,14 @@
 #      STALE_GRANT_BUG (a waiter trusting any "granted" message, the protocol before tickets) and
 #      ARRIVALS_EXPIRE (the expiring counter without the floor, so a ticket can come back).
 # Then the wake-one model of dlock::mutex (models/wake.pml), with the re-check timer off:
-#   4. as built, and as built with crashing waiters (CRASH): exhaustive, no error, complete;
-#   5. WITNESS must fail (a woken head finds a barger's lock and keeps its place: not vacuous);
+#   4. as built, and as built with crashing waiters (CRASH): exhaustive, no error, complete; both
+#      check the bound (a woken head gets the lock before a second grant to anyone else, unless
+#      it gives up or crashes) besides the absence of stranded waiters; with SLOW_TURN (a turn
+#      may run out before its head comes) no waiter is stranded either;
+#   5. WITNESS and TURN_WITNESS must fail (a woken head finds a barger's lock and keeps its place;
+#      a free lock is refused for another's turn: not vacuous);
 #   6. negative controls LEAVE_NO_WAKE, REGISTER_BEFORE_SUBSCRIBE and NO_PURGE (with CRASH) must
-#      each fail;
+#      each fail, and NO_TURN (the protocol before the turn) must violate the bound;
 #   7. RECONNECT (as built, the subscriber connection drops once) must fail: a stranding only the
 #      re-check timer ends (docs/handoff-model.md, "What spin found"); with the proposed
 #      CONFIRM_WAKES it and REGISTER_BEFORE_SUBSCRIBE must pass.
@@ -136,12 +140,14 @@ wpass() {
   fi
 }
 
-# wfail NAME WHY DEFINES...: a search that must find an error; its trail is printed.
+# wfail NAME WHY DEFINES...: a search that must find an error; its trail is printed. With
+# WFAIL_ASSERT set, the violated assertion must contain that text.
 wfail() {
   local name=$1 why=$2
   shift 2
   wrun "$name" "$@"
-  if grep -qE 'errors: [1-9]' "$name.out"; then
+  if grep -qE 'errors: [1-9]' "$name.out" &&
+    { [[ -z ${WFAIL_ASSERT:-} ]] || grep -E 'violated' "$name.out" | grep -qF "$WFAIL_ASSERT"; }; then
     echo "ok: $name fails as it must:"
     grep -E 'violated' "$name.out" | head -1 | cut -c1-120 | sed 's/^/    /'
     wsummary "$name" "$@"
@@ -153,7 +159,13 @@ wfail() {
 
 wpass wake "the wake-one protocol as built (no re-check timer)"
 wpass wake_CRASH "the wake-one protocol as built with crashing waiters" -DCRASH
+wpass SLOW_TURN "the wake-one protocol with turns that run out early (no stranded waiter)" \
+  -DSLOW_TURN
 wfail WITNESS "no woken head meets a barger's lock: the model is too small" -DWITNESS
+wfail TURN_WITNESS "no free lock is refused for another's turn: the model is too small" \
+  -DTURN_WITNESS
+WFAIL_ASSERT='passed[' wfail NO_TURN "without the turn a woken head is not barged past twice: \
+the bound is vacuous" -DNO_TURN
 wfail LEAVE_NO_WAKE "the model cannot see a wake-up lost with a leaving waiter" -DLEAVE_NO_WAKE
 wfail REGISTER_BEFORE_SUBSCRIBE "the model cannot see a wake-up published into the void" \
   -DREGISTER_BEFORE_SUBSCRIBE
