@@ -51,9 +51,9 @@ TEST(RedisProtocol, OnlyTheFairAndWriteKindsQueue) {
 TEST(RedisProtocol, TheMutexKeysEndWithTheTurnAndTheWokenMark) {
     const auto* p = protocol_for(lock_kind::exclusive);
     ASSERT_NE(p, nullptr);
-    const std::vector<std::string_view> expected{":fence",          ":mutex_waiters",
-                                                 ":mutex_alive",    ":mutex_arrivals",
-                                                 ":mutex_turn",     ":mutex_woken"};
+    const std::vector<std::string_view> expected{":fence",       ":mutex_waiters",
+                                                 ":mutex_alive", ":mutex_arrivals",
+                                                 ":mutex_turn",  ":mutex_woken"};
     EXPECT_EQ(p->key_suffixes, expected);
     ASSERT_NE(p->leave, nullptr);
     EXPECT_EQ(p->leave->name, "mutex_leave");

@@ -6,8 +6,10 @@
 -- waiter id (<kind>:<client>.<random>; empty or absent: the caller does not register, e.g. a
 -- first attempt, try_lock() or Redlock).
 -- Returns {1, fencing token} when granted, {0, ms} when not: held (ms: the holder's remaining
--- lease, -1: no expiry), or free but reserved as another waiter's turn (ms: the turn's
--- remaining time; the turn counts as held for everyone but its waiter, try_lock() included).
+-- lease, -1: no expiry), or free but reserved as another waiter's turn (the turn counts as held
+-- for everyone but its waiter, try_lock() included; ms: the turn's remaining time for a caller
+-- without an id and for the waiter next in line, which re-check when it runs out in case its
+-- waiter never comes; -1 for the others, which keep their periodic re-check).
 -- When not granted, a waiter id joins the mutex waiters (or refreshes its liveness: the call is
 -- idempotent); a grant takes it off, and ends its turn and its woken mark.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
@@ -41,7 +43,9 @@ end
 -- Free, but maybe reserved for a woken head that lost a race (lib/queue.lua, the turn).
 local turn = turn_key and dlock_get_string(turn_key)
 if turn and turn ~= waiter then
-  return wait_with(redis.call('PTTL', turn_key))
+  local reply = wait_with(redis.call('PTTL', turn_key))
+  if waiter and (redis.call('ZRANK', KEYS[3], waiter) or 0) > 1 then reply[2] = -1 end
+  return reply
 end
 -- INCR before SET: if the counter is unusable nothing has been taken yet.
 local fence = redis.pcall('INCR', KEYS[2])

@@ -90,8 +90,11 @@ end
 -- names the head the previous wake-up went to. If the head is woken again while it is still
 -- queued, it lost a race to a barger (or has not run yet): this time `turn`
 -- (<lock key>:mutex_turn) reserves the free lock for it for dlock_mutex_turn_ms, so acquire.lua
--- refuses everyone else meanwhile and a woken head waits out at most one barged hold. `turn` and
--- `woken` absent (Redlock's callers pass no such keys): wake only, as before the turn existed.
+-- refuses everyone else meanwhile and a woken head waits out at most one barged hold. The live
+-- waiter next in line is woken too: refused, it re-checks when the turn runs out (acquire.lua),
+-- so a head that never comes (paused, dead) stalls the others by the window, not by their
+-- periodic re-check; the others re-check as usual. `turn` and `woken` absent (Redlock's callers
+-- pass no such keys): wake only, as before the turn existed.
 
 -- How long a turn reserves the lock for its head: its subscriber's wake-up, its thread's and one
 -- round trip take about a millisecond, so 100 ms leaves a wide margin on a loaded machine, and
@@ -120,6 +123,10 @@ local function dlock_wake_mutex_head(queue, alive, channel, turn, woken)
       if turn and woken then
         if dlock_get_string(woken) == head then
           redis.call('SET', turn, head, 'PX', dlock_mutex_turn_ms)
+          local next = redis.call('ZRANGE', queue, 1, 1)[1]
+          if next and redis.call('ZSCORE', alive, next) then
+            redis.call('PUBLISH', dlock_waiter_channel(channel, next), 'wake ' .. next)
+          end
         else
           -- Kept as long as the head's liveness (acquire.lua extends it with each refresh).
           redis.call('SET', woken, head, 'PX', math.max(1, deadline - now))
