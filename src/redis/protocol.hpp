@@ -24,15 +24,16 @@
 //            "wake <waiter id>" on that waiter's hand-off channel (docs/redis-lock.md). If the
 //            previous wake-up went to the same head (<key>:mutex_woken names it) and it is still
 //            queued, the release first reserves the free lock for it for mutex_turn
-//            (<key>:mutex_turn = its id, PX); otherwise it sets <key>:mutex_woken to it (PX: its
-//            remaining liveness).
+//            (<key>:mutex_turn = its id, PX) and also wakes the live waiter next in line;
+//            otherwise it sets <key>:mutex_woken to it (PX: its remaining liveness).
 //   renew    ARGV token, lease_ms -> 1 extended, 0 not ours.
 //   acquire of the exclusive kind takes ARGV[9] too: a waiter id that joins (or refreshes) its
 //            place among the mutex waiters when the lock is held ('' : none), taken off by a grant.
 //            Its KEYS are <key>, :fence, :mutex_waiters, :mutex_alive, :mutex_arrivals,
 //            :mutex_turn, :mutex_woken. While :mutex_turn exists and names another waiter id (or
 //            the caller has none: try_lock, a first attempt), the free lock counts as held: the
-//            answer is {0, the turn's PTTL}. A grant to waiter id X deletes :mutex_turn and
+//            answer is {0, the turn's PTTL} to a caller without an id and to the waiter next in
+//            line (which re-check when the turn runs out), {0, -1} to the others. A grant to waiter id X deletes :mutex_turn and
 //            :mutex_woken where they name X; a refresh of X extends :mutex_woken naming X to
 //            liveness_ms.
 //   leave    (exclusive kind) ARGV waiter id, release_channel: the registered waiter gives up;
