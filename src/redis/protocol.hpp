@@ -33,9 +33,9 @@
 //            :mutex_turn, :mutex_woken. While :mutex_turn exists and names another waiter id (or
 //            the caller has none: try_lock, a first attempt), the free lock counts as held: the
 //            answer is {0, the turn's PTTL} to a caller without an id and to the waiter next in
-//            line (which re-check when the turn runs out), {0, -1} to the others. A grant to waiter id X deletes :mutex_turn and
-//            :mutex_woken where they name X; a refresh of X extends :mutex_woken naming X to
-//            liveness_ms.
+//            line (which re-check when the turn runs out), {0, -1} to the others. A grant to waiter
+//            id X deletes :mutex_turn and :mutex_woken where they name X; a refresh of X extends
+//            :mutex_woken naming X to liveness_ms.
 //   leave    (exclusive kind) ARGV waiter id, release_channel: the registered waiter gives up;
 //            its turn and woken mark go, and if the lock is then free (no key, no turn) the
 //            next live head is woken as by a release.
