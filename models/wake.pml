@@ -16,9 +16,10 @@
  * The turn (docs/redis-lock.md, "Waking one waiter"): a release that wakes the same head as the
  * previous wake-up (the woken mark, <p>:{n}:mutex_woken) reserves the free lock for it
  * (<p>:{n}:mutex_turn): acquire refuses everyone else until the head takes it, leaves, or the
- * turn's window runs out. The window runs out here only for a crashed head (the head responds
- * within it: a live head needs a millisecond, the window is 100 ms); SLOW_TURN lets it run out
- * at any time.
+ * turn's window runs out; the live waiter next in line is woken too (in the code it then
+ * re-checks when the turn runs out: a timer, not modelled; here its wake-up only adds attempts).
+ * The window runs out here only for a crashed head (the head responds within it: a live head
+ * needs a millisecond, the window is 100 ms); SLOW_TURN lets it run out at any time.
  *
  * Properties:
  *   (monitor) at quiescence, after which nobody gives up or crashes any more, no waiter that has
@@ -69,7 +70,7 @@
 #define GONE 3     /* gave up (left), or released: its registration is gone */
 #define CRASHED 4
 
-byte h, j;  /* scratch of the server scripts (zero outside them) */
+byte h, j, k;  /* scratch of the server scripts (zero outside them) */
 
 /* ---- server state: the Redis keys of one lock name ---- */
 byte owner = NONE;   /* <p>:{n}: the holder (acquire.lua's SET NX) */
@@ -170,7 +171,27 @@ inline wake_mutex_head() {
     :: h != NONE ->
 #ifndef NO_TURN
         if
-        :: wokenm == h -> turn = h; printf("@ server: the turn is %d's\n", h)
+        :: wokenm == h ->
+            turn = h;
+            printf("@ server: the turn is %d's\n", h);
+            /* the live waiter next in line is woken too (it re-checks when the turn runs out) */
+            k = NONE;
+            j = 0;
+            do
+            :: j < NW ->
+                if
+                :: inq[j] && j != h && !dead[j] && (k == NONE || arr[j] < arr[k]) -> k = j
+                :: else -> skip
+                fi;
+                j++
+            :: else -> break
+            od;
+            if
+            :: k != NONE && sub[k] -> inflight[k] = true; printf("@ server: PUBLISH wake %d\n", k)
+            :: else -> skip
+            fi;
+            k = 0;
+            j = 0
         :: else -> wokenm = h
         fi;
 #endif
