@@ -10,16 +10,22 @@
 #      STALE_GRANT_BUG (a waiter trusting any "granted" message, the protocol before tickets) and
 #      ARRIVALS_EXPIRE (the expiring counter without the floor, so a ticket can come back).
 # Then the wake-one model of dlock::mutex (models/wake.pml), with the re-check timer off:
-#   4. as built, and as built with crashing waiters (CRASH): exhaustive, no error, complete;
+#   4. as built (the turn, and the confirmation wake-up), and as built with crashing waiters
+#      (CRASH): exhaustive, no error, complete; both check the bound (a woken head gets the lock
+#      before a second grant to anyone else, unless it gives up or crashes) besides the absence of
+#      stranded waiters; with SLOW_TURN (a turn may run out before its head comes; one session per
+#      waiter: 0.5 M states instead of 23 M) no waiter is stranded either;
 #   5. as built with late SUBSCRIBEs (REGISTER_BEFORE_SUBSCRIBE: wait_subscribed gave up at
 #      command_timeout) and a reconnect (RECONNECT), where a SUBSCRIBE's confirmation wakes the
 #      waiters: one session per waiter, also with CRASH, and two sessions of two waiters; each
-#      exhaustive, no error, complete;
-#   6. WITNESS must fail (a woken head finds a barger's lock and keeps its place: not vacuous);
-#   7. negative controls LEAVE_NO_WAKE and NO_PURGE (with CRASH) must each fail, and so must
-#      OLD_NO_CONFIRM_WAKE (the code before the confirmation woke anyone) with late SUBSCRIBEs and
-#      with a reconnect, at the bounds of 5: the strandings spin found (docs/handoff-model.md,
-#      "What spin found"), which only the re-check timer ended.
+#      exhaustive, no error, complete (the bound checked too);
+#   6. WITNESS and TURN_WITNESS must fail (a woken head finds a barger's lock and keeps its place;
+#      a free lock is refused for another's turn: not vacuous);
+#   7. negative controls LEAVE_NO_WAKE and NO_PURGE (with CRASH) must each fail, NO_TURN (the
+#      protocol before the turn) must violate the bound, and OLD_NO_CONFIRM_WAKE (the code before
+#      the confirmation woke anyone) must fail with late SUBSCRIBEs and with a reconnect, at the
+#      bounds of 5: the strandings spin found (docs/handoff-model.md, "What spin found"), which
+#      only the re-check timer ended.
 # Exit status 0 only if all of these come out as expected and every search that must pass was
 # complete.
 # Environment: SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
@@ -141,12 +147,14 @@ wpass() {
   fi
 }
 
-# wfail NAME WHY DEFINES...: a search that must find an error; its trail is printed.
+# wfail NAME WHY DEFINES...: a search that must find an error; its trail is printed. With
+# WFAIL_ASSERT set, the violated assertion must contain that text.
 wfail() {
   local name=$1 why=$2
   shift 2
   wrun "$name" "$@"
-  if grep -qE 'errors: [1-9]' "$name.out"; then
+  if grep -qE 'errors: [1-9]' "$name.out" &&
+    { [[ -z ${WFAIL_ASSERT:-} ]] || grep -E 'violated' "$name.out" | grep -qF "$WFAIL_ASSERT"; }; then
     echo "ok: $name fails as it must:"
     grep -E 'violated' "$name.out" | head -1 | cut -c1-120 | sed 's/^/    /'
     wsummary "$name" "$@"
@@ -158,6 +166,8 @@ wfail() {
 
 wpass wake "the wake-one protocol as built (no re-check timer)"
 wpass wake_CRASH "the wake-one protocol as built with crashing waiters" -DCRASH
+wpass SLOW_TURN "the wake-one protocol with turns that run out early (no stranded waiter, one \
+session)" -DSLOW_TURN -DSESSIONS=1
 wpass LATE_RECONNECT "the protocol as built with late SUBSCRIBEs and a reconnect (one session)" \
   -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1
 wpass LATE_RECONNECT_CRASH "the same with crashing waiters" \
@@ -165,6 +175,10 @@ wpass LATE_RECONNECT_CRASH "the same with crashing waiters" \
 wpass LATE_RECONNECT_NW2 "the same without crashes, two waiters of two sessions each" \
   -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DNW=2
 wfail WITNESS "no woken head meets a barger's lock: the model is too small" -DWITNESS
+wfail TURN_WITNESS "no free lock is refused for another's turn: the model is too small" \
+  -DTURN_WITNESS
+WFAIL_ASSERT='passed[' wfail NO_TURN "without the turn a woken head is not barged past twice: \
+the bound is vacuous" -DNO_TURN
 wfail LEAVE_NO_WAKE "the model cannot see a wake-up lost with a leaving waiter" -DLEAVE_NO_WAKE
 wfail NO_PURGE "the model cannot see a dead head woken" -DCRASH -DNO_PURGE
 wfail OLD_NO_CONFIRM_WAKE_LATE "the model cannot see a wake-up published into the void" \

@@ -13,10 +13,21 @@
  * So the model shows what the notification path does alone. Holders always release (a holder
  * that crashes, or a lost release, is what the holder's PTTL bound is for: not modelled).
  *
- * Property (monitor): at quiescence, after which nobody gives up or crashes any more, no waiter
- * that has not given up is still waiting (the lock is then free and nothing is in flight).
- * With CRASH, the one allowed exception: the last wake-up went to a crashed waiter whose
- * liveness had not run out yet (the others' re-check takes the free lock; see docs).
+ * The turn (docs/redis-lock.md, "Waking one waiter"): a release that wakes the same head as the
+ * previous wake-up (the woken mark, <p>:{n}:mutex_woken) reserves the free lock for it
+ * (<p>:{n}:mutex_turn): acquire refuses everyone else until the head takes it, leaves, or the
+ * turn's window runs out; the live waiter next in line is woken too (in the code it then
+ * re-checks when the turn runs out: a timer, not modelled; here its wake-up only adds attempts).
+ * The window runs out here only for a crashed head (the head responds within it: a live head
+ * needs a millisecond, the window is 100 ms); SLOW_TURN lets it run out at any time.
+ *
+ * Properties:
+ *   (monitor) at quiescence, after which nobody gives up or crashes any more, no waiter that has
+ *   not given up is still waiting (the lock is then free and nothing is in flight). With CRASH,
+ *   the one allowed exception: the last wake-up went to a crashed waiter whose liveness had not
+ *   run out yet (the others' re-check takes the free lock; see docs).
+ *   (bound, in take) a head that was woken gets the lock before anyone else is granted it twice,
+ *   unless it gives up or crashes: at most one barged hold (not checked with SLOW_TURN).
  *
  * Compile-time switches (spin -D...):
  *   CRASH                      a waiter may crash (or lose its leave, or have an attempt land
@@ -31,8 +42,13 @@
  *                              generation (see docs, "What spin found")
  *   LEAVE_NO_WAKE              mutex_leave.lua does not wake the next head when the lock is free
  *   NO_PURGE                   (with CRASH) a release or leave does not purge dead waiters
+ *   NO_TURN                    the protocol before the turn: a woken head may be barged past
+ *                              again and again (violates the bound)
+ *   SLOW_TURN                  a turn may run out before its (live) head comes: the monitor's
+ *                              property must still hold; the bound is not checked
  *   WITNESS                    fails where a woken head finds the lock taken by a barger and
  *                              keeps its place: shows the search reaches that (not vacuous)
+ *   TURN_WITNESS               fails where a free lock is refused because of another's turn
  *   NW, SESSIONS, BARGES       waiters, acquire_until calls of each, try_locks of the barger
  */
 
@@ -55,7 +71,7 @@
 #define GONE 3     /* gave up (left), or released: its registration is gone */
 #define CRASHED 4
 
-byte h, j;  /* scratch of the server scripts (zero outside them) */
+byte h, j, k;  /* scratch of the server scripts (zero outside them) */
 
 /* ---- server state: the Redis keys of one lock name ---- */
 byte owner = NONE;   /* <p>:{n}: the holder (acquire.lua's SET NX) */
@@ -63,6 +79,8 @@ byte arrivals = 0;   /* <p>:{n}:mutex_arrivals */
 bool inq[NW];        /* <p>:{n}:mutex_waiters membership ... */
 byte arr[NW];        /* ... and its score, the arrival number */
 bool dead[NW];       /* <p>:{n}:mutex_alive: the entry's liveness deadline has passed */
+byte turn = NONE;    /* <p>:{n}:mutex_turn: the free lock is reserved for this waiter */
+byte wokenm = NONE;  /* <p>:{n}:mutex_woken: the head the previous wake-up went to */
 bool sub[NW];        /* the waiter's hand-off channel <p>:{n}:released:mutex:<client> is
                         subscribed on the server: a PUBLISH reaches its client */
 
@@ -80,6 +98,8 @@ byte holders = 0;    /* clients that hold (safety sanity) */
 bool frozen = false; /* from now on nobody gives up or crashes (set once, at any time) */
 byte last_woken = NONE;  /* the head the latest "wake <id>" was published to */
 bool woke_dead = false;  /* ... whose liveness had already run out then (NO_PURGE) */
+bool gw[NW];         /* the bound: woken as the head since it registered, still waiting */
+byte passed[NW];     /* ... and how many grants went to others since */
 
 /* ---- server scripts (inline: the caller wraps them in atomic) ---- */
 
@@ -88,6 +108,25 @@ inline take(c) {
     owner = c;
     holders++;
     assert(holders == 1);  /* safety: SET NX decides, never two holders */
+#ifndef SLOW_TURN
+    if
+    :: c < NW -> gw[c] = false; passed[c] = 0
+    :: else -> skip  /* the barger */
+    fi;
+    j = 0;
+    do
+    :: j < NW ->
+        if
+        :: j != c && gw[j] && ws[j] == WAITING ->
+            passed[j]++;
+            assert(passed[j] <= 1)  /* the bound: one barged hold at most */
+        :: else -> skip
+        fi;
+        j++
+    :: else -> break
+    od;
+    j = 0;
+#endif
     printf("@ server: %d takes the lock\n", c)
 }
 
@@ -131,6 +170,38 @@ inline wake_mutex_head() {
     od;
     if
     :: h != NONE ->
+#ifndef NO_TURN
+        if
+        :: wokenm == h ->
+            turn = h;
+            printf("@ server: the turn is %d's\n", h);
+            /* the live waiter next in line is woken too (it re-checks when the turn runs out) */
+            k = NONE;
+            j = 0;
+            do
+            :: j < NW ->
+                if
+                :: inq[j] && j != h && !dead[j] && (k == NONE || arr[j] < arr[k]) -> k = j
+                :: else -> skip
+                fi;
+                j++
+            :: else -> break
+            od;
+            if
+            :: k != NONE && sub[k] -> inflight[k] = true; printf("@ server: PUBLISH wake %d\n", k)
+            :: else -> skip
+            fi;
+            k = 0;
+            j = 0
+        :: else -> wokenm = h
+        fi;
+#endif
+#ifndef SLOW_TURN
+        if
+        :: ws[h] == WAITING -> gw[h] = true
+        :: else -> skip
+        fi;
+#endif
         last_woken = h;
         woke_dead = dead[h];
         if
@@ -143,18 +214,31 @@ inline wake_mutex_head() {
     j = 0
 }
 
-/* acquire.lua; reg: ARGV[9] carries the waiter id. Out: got = 1 when granted. */
+/* acquire.lua; reg: ARGV[9] carries the waiter id. Out: got = 1 when granted. A pending turn
+ * counts as held for everyone but its waiter; a grant ends the grantee's turn and woken mark. */
 inline acquire(c, reg, got) {
     if
-    :: owner == NONE ->
+    :: owner == NONE && (turn == NONE || (reg && turn == c)) ->
         take(c);
         got = 1;
         if
-        :: reg -> dequeue(c)
+        :: reg ->
+            dequeue(c);
+            if
+            :: turn == c -> turn = NONE
+            :: else -> skip
+            fi;
+            if
+            :: wokenm == c -> wokenm = NONE
+            :: else -> skip
+            fi
         :: else -> skip
         fi
     :: else ->
         got = 0;
+#ifdef TURN_WITNESS
+        assert(owner != NONE);  /* check.sh: refused by another's turn */
+#endif
         if
         :: reg && !inq[c] ->  /* dlock_join_queue: join once, ordered by arrival */
             arrivals++;
@@ -177,13 +261,22 @@ inline release(c) {
     wake_mutex_head()
 }
 
-/* mutex_leave.lua: ZREM our id; if the lock is free, wake the next live head. */
+/* mutex_leave.lua: ZREM our id, our turn and woken mark go; if the lock is free (no holder, no
+ * turn), wake the next live head. */
 inline mutex_leave(c) {
     dequeue(c);
+    if
+    :: turn == c -> turn = NONE
+    :: else -> skip
+    fi;
+    if
+    :: wokenm == c -> wokenm = NONE
+    :: else -> skip
+    fi;
     printf("@ server: %d leaves\n", c);
 #ifndef LEAVE_NO_WAKE
     if
-    :: owner == NONE -> wake_mutex_head()
+    :: owner == NONE && turn == NONE -> wake_mutex_head()
     :: else -> skip
     fi
 #endif
@@ -258,7 +351,8 @@ end_wait:
     od;
 
 leave:  /* the leave guard: engine::leave_queue -> mutex_leave.lua, then the registration goes */
-    atomic { mutex_leave(me); ws[me] = GONE; news[me] = false; woken = 0 };
+    atomic { mutex_leave(me); ws[me] = GONE; news[me] = false; woken = 0; gw[me] = false;
+             passed[me] = 0 };
     goto next;
 
 #ifdef CRASH
@@ -266,6 +360,8 @@ crash:  /* the process dies (or its leave is lost): its entry stays until its li
          * its connections close, so its channel is no longer subscribed */
     atomic {
         ws[me] = CRASHED;
+        gw[me] = false;
+        passed[me] = 0;
         sub[me] = false;
         inflight[me] = false;
         news[me] = false;
@@ -331,6 +427,21 @@ inline expire(i) {
 }
 #endif
 
+/* time passes: a turn's window (PX 100 ms) runs out before its head came: only a crashed head
+ * is that late here (SLOW_TURN: any head); the woken mark (PX: the head's liveness, extended by
+ * its refreshes) runs out only once its head no longer refreshes */
+inline expire_turn() {
+#ifdef SLOW_TURN
+    atomic { turn != NONE -> turn = NONE; printf("@ server: the turn runs out\n") }
+#else
+    atomic { turn != NONE && ws[turn] == CRASHED -> turn = NONE;
+             printf("@ server: the crashed head's turn runs out\n") }
+#endif
+}
+inline expire_woken() {
+    atomic { wokenm != NONE && ws[wokenm] == CRASHED -> wokenm = NONE }
+}
+
 #ifdef RECONNECT
 #define CONNECTED (!dropped)
 #else
@@ -363,6 +474,10 @@ end_sub:
     EACH(deliver)
 #ifdef CRASH
     EACH(expire)
+    :: expire_woken()
+#endif
+#if defined(CRASH) || defined(SLOW_TURN)
+    :: expire_turn()
 #endif
 #if defined(REGISTER_BEFORE_SUBSCRIBE) || defined(RECONNECT)
     EACH(confirm)

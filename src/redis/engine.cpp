@@ -981,6 +981,8 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             const auto now = steady::now();
             // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
             // bounds the sleep. Unknown expiry (a key set without one): re-check after our lease.
+            // A free mutex reserved as another waiter's turn answers the turn's remaining time
+            // (docs/redis-lock.md, "Waking one waiter"): a turn that runs out publishes nothing.
             // A queued waiter also refreshes its liveness on time (that refresh is the bounded
             // re-check for a missed hand-off).
             auto fallback =

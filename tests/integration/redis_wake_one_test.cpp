@@ -190,6 +190,79 @@ TEST(RedisWakeOne, SeveralWaitersOfOneProcessAllGetTheLockInTurn) {
     EXPECT_EQ(registered_waiters(redis, name), 0);
 }
 
+// The turn (docs/redis-lock.md, "Waking one waiter"): a barger that locks again the moment it
+// releases, with no pause, cannot starve the registered head. Its first release after the head
+// registered wakes the head (barging allowed: the barger may win that race), its second reserves
+// the free lock for the head, which then gets it. Counted, not timed: the barger's grants during
+// which the waiter was already registered (its own entry goes with each of its grants, so any
+// entry it sees is the waiter's), with a fencing token below the waiter's. Ideally at most 2:
+// the grant in progress when the waiter registered and one barged; 3 leaves room for a waiter
+// woken slower than the turn window on a loaded machine. Without the turn a waiter loses most
+// races to such a barger and waits through dozens of its grants.
+TEST(RedisWakeOne, ABargerCannotStarveTheWokenHead) {
+    constexpr int rounds = 10;
+    dlock::redis::client barger_client({.url = dlock::test::shared_redis().url()});
+    dlock::redis::client waiter_client({.url = dlock::test::shared_redis().url()});
+    const auto name = unique_name("barged");
+    for (int round = 0; round < rounds; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        std::atomic<bool> stop{false};
+        std::atomic<int> cycles{0};
+        std::vector<std::uint64_t> seen_waiting;  // barger grants with the waiter registered
+        std::jthread barger([&] {
+            dlock::mutex m(barger_client, name, {.lease = 10s});
+            while (!stop.load()) {
+                m.lock();
+                if (registered_waiters(barger_client, name) > 0)
+                    seen_waiting.push_back(m.fencing_token());
+                m.unlock();
+                ++cycles;
+            }
+        });
+        ASSERT_TRUE(eventually([&] { return cycles.load() >= 5; }, 10s));
+        dlock::mutex waiter(waiter_client, name, {.lease = 10s});
+        ASSERT_TRUE(waiter.try_lock_for(dlock::test::scaled(30s)));
+        const auto mine = waiter.fencing_token();
+        waiter.unlock();
+        stop = true;
+        barger.join();
+        const auto before_mine = std::count_if(seen_waiting.begin(), seen_waiting.end(),
+                                               [&](std::uint64_t t) { return t < mine; });
+        EXPECT_LE(before_mine, 3) << "the barger was granted the lock " << before_mine
+                                  << " times while the waiter was registered, before it ("
+                                  << cycles.load() << " cycles in all)";
+    }
+    EXPECT_EQ(registered_waiters(barger_client, name), 0);
+}
+
+// While a turn is pending the free lock counts as held for everyone but its waiter: try_lock()
+// fails, and inspect() reports it reserved, not free.
+TEST(RedisWakeOne, APendingTurnIsHeldForTryLockAndReportedAsReserved) {
+    dlock::redis::client redis({.url = dlock::test::shared_redis().url()});
+    const auto name = unique_name("turn");
+    const auto key = redis.lock_key(name);
+    // A turn as a release leaves it for a woken head that is slow to come (a paused one).
+    redis.command({"SET", key + ":mutex_turn", "mutex:elsewhere.1", "PX", "60000"});
+    dlock::mutex m(redis, name, {.lease = 10s});
+    EXPECT_FALSE(m.try_lock());
+    const auto info = redis.inspect(name);
+    EXPECT_EQ(info.type, dlock::lock_type::mutex);
+    EXPECT_FALSE(info.held);
+    ASSERT_TRUE(info.turn_left);
+    EXPECT_GT(*info.turn_left, 0ms);
+    // Another kind is refused on the name meanwhile (one name, one lock kind).
+    dlock::lock_request fair;
+    fair.kind = dlock::lock_kind::fair;
+    std::error_code ec;
+    const auto other = redis.acquire(name, fair, {.lease = 10s, .wait = 0s}, ec);
+    EXPECT_EQ(ec, dlock::errc::unexpected_reply) << ec.message();
+    // The turn ends: the lock is free for everyone again.
+    redis.command({"DEL", key + ":mutex_turn"});
+    EXPECT_FALSE(redis.inspect(name).turn_left);
+    ASSERT_TRUE(m.try_lock());
+    m.unlock();
+}
+
 TEST(RedisWakeOne, AWaiterThatGivesUpLeavesTheRegistry) {
     dlock::redis::client redis({.url = dlock::test::shared_redis().url()});
     const auto name = unique_name("gives-up");

@@ -1,11 +1,17 @@
 -- Take the lock in one round trip (docs/redis-lock.md).
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3..5] the mutex waiters' queue, liveness and
--- arrival counter (lib/queue.lua, dlock_wake_mutex_head); ARGV[1] owner token, ARGV[2] lease in
--- ms, ARGV[5] waiter liveness ms, ARGV[9] waiter id (<kind>:<client>.<random>; empty or absent:
--- the caller does not register, e.g. a first attempt or Redlock).
--- Returns {1, fencing token} when granted, {0, holder's remaining ms (-1: no expiry)} when held.
--- When held, a waiter id joins the mutex waiters (or refreshes its liveness: the call is
--- idempotent); a grant takes it off.
+-- arrival counter (lib/queue.lua, dlock_wake_mutex_head), KEYS[6] the turn (the waiter id the
+-- free lock is reserved for), KEYS[7] the waiter id the latest wake-up went to (KEYS[3..7] may
+-- be absent); ARGV[1] owner token, ARGV[2] lease in ms, ARGV[5] waiter liveness ms, ARGV[9]
+-- waiter id (<kind>:<client>.<random>; empty or absent: the caller does not register, e.g. a
+-- first attempt, try_lock() or Redlock).
+-- Returns {1, fencing token} when granted, {0, ms} when not: held (ms: the holder's remaining
+-- lease, -1: no expiry), or free but reserved as another waiter's turn (the turn counts as held
+-- for everyone but its waiter, try_lock() included; ms: the turn's remaining time for a caller
+-- without an id and for the waiter next in line, which re-check when it runs out in case its
+-- waiter never comes; -1 for the others, which keep their periodic re-check).
+-- When not granted, a waiter id joins the mutex waiters (or refreshes its liveness: the call is
+-- idempotent); a grant takes it off, and ends its turn and its woken mark.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
 --@include lib/queue.lua
@@ -13,15 +19,33 @@ local refused = dlock_kind_guard(KEYS[1], 'dlock::mutex')
 if refused then return refused end
 local waiter = ARGV[9]
 if waiter == '' or not KEYS[5] then waiter = nil end
+local turn_key, woken_key = KEYS[6], KEYS[7]
+if not woken_key then turn_key = nil end
+
+-- Not granted: register (or refresh) the waiter, and keep its woken mark as long as its entry.
+local function wait_with(ms)
+  if waiter then
+    dlock_join_queue(KEYS[3], KEYS[4], KEYS[5], waiter, 0, dlock_now_ms(), tonumber(ARGV[5]))
+    if woken_key and dlock_get_string(woken_key) == waiter then
+      redis.call('PEXPIRE', woken_key, ARGV[5])
+    end
+  end
+  return {0, ms}
+end
+
 local held = redis.call('TYPE', KEYS[1]).ok
 if held ~= 'none' then
   if held ~= 'string' then
     return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
   end
-  if waiter then
-    dlock_join_queue(KEYS[3], KEYS[4], KEYS[5], waiter, 0, dlock_now_ms(), tonumber(ARGV[5]))
-  end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return wait_with(redis.call('PTTL', KEYS[1]))
+end
+-- Free, but maybe reserved for a woken head that lost a race (lib/queue.lua, the turn).
+local turn = turn_key and dlock_get_string(turn_key)
+if turn and turn ~= waiter then
+  local reply = wait_with(redis.call('PTTL', turn_key))
+  if waiter and (redis.call('ZRANK', KEYS[3], waiter) or 0) > 1 then reply[2] = -1 end
+  return reply
 end
 -- INCR before SET: if the counter is unusable nothing has been taken yet.
 local fence = redis.pcall('INCR', KEYS[2])
@@ -32,5 +56,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if waiter then
   redis.call('ZREM', KEYS[3], waiter)
   redis.call('ZREM', KEYS[4], waiter)
+  if turn then redis.call('DEL', turn_key) end
+  if woken_key and dlock_get_string(woken_key) == waiter then redis.call('DEL', woken_key) end
 end
 return {1, fence}

@@ -1,9 +1,11 @@
 -- Compare-and-delete, then wake (docs/redis-lock.md, "Waking one waiter").
--- KEYS as acquire.lua (KEYS[3..5] may be absent: nobody registers); ARGV[1] owner token, ARGV[2]
+-- KEYS as acquire.lua (KEYS[3..7] may be absent: nobody registers); ARGV[1] owner token, ARGV[2]
 -- release channel.
 -- 'released' goes to the release channel (watchers, Redlock and recursive waiters listen there),
 -- and the live head of the mutex waiters is told "wake <its id>" on its client's hand-off channel:
--- one registered waiter wakes, not every waiting process.
+-- one registered waiter wakes, not every waiting process. If the previous wake-up went to the
+-- same head (KEYS[7] names it) and it is still queued, it lost a race or has not run yet: the
+-- free lock is first reserved for it as its turn (KEYS[6], lib/queue.lua, dlock_mutex_turn_ms).
 -- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
 -- token (nothing is touched then).
 --@include lib/queue.lua
@@ -11,7 +13,7 @@ local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
-  if KEYS[4] then dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2]) end
+  if KEYS[4] then dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], KEYS[6], KEYS[7]) end
   return 1
 end
 if holder then

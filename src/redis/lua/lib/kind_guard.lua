@@ -4,7 +4,8 @@
 -- Owner and waiter tokens carry their kind where the key's type cannot tell it: fair_mutex tokens
 -- start with "fair:", shared_mutex writer tokens with "write:", and a plain string owner is a
 -- dlock::mutex. A recursive_mutex is a hash at the lock key, a counting_semaphore a zset there,
--- and shared_mutex readers are the live members of <lock key>:readers.
+-- and shared_mutex readers are the live members of <lock key>:readers. A dlock::mutex whose free
+-- lock is reserved for a woken waiter has <lock key>:mutex_turn.
 local function dlock_token_kind(token)
   if string.sub(token, 1, 5) == 'fair:' then return 'dlock::fair_mutex' end
   if string.sub(token, 1, 6) == 'write:' then return 'dlock::shared_mutex' end
@@ -24,6 +25,10 @@ local function dlock_name_kind(base)
   local readers = base .. ':readers'
   if redis.call('TYPE', readers).ok == 'zset' and redis.call('ZCOUNT', readers, now, '+inf') > 0 then
     return 'dlock::shared_mutex', 'has readers on'
+  end
+  -- A free dlock::mutex reserved for its woken head (lib/queue.lua, the turn) counts as held.
+  if redis.call('EXISTS', base .. ':mutex_turn') == 1 then
+    return 'dlock::mutex', 'has a turn reserved on'
   end
   local queue = base .. ':queue'
   if redis.call('TYPE', queue).ok ~= 'zset' then return nil end

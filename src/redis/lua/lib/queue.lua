@@ -85,15 +85,53 @@ end
 -- granted the lock by a release: the live head is only told "wake <its id>" on its client's
 -- hand-off channel, stays queued, and takes the lock with its own acquire (a barger may beat it;
 -- it keeps its place then). Dead waiters are purged first, so the one woken is live.
-local function dlock_wake_mutex_head(queue, alive, channel)
+--
+-- The turn (docs/redis-lock.md, "Waking one waiter", the bound): `woken` (<lock key>:mutex_woken)
+-- names the head the previous wake-up went to. If the head is woken again while it is still
+-- queued, it lost a race to a barger (or has not run yet): this time `turn`
+-- (<lock key>:mutex_turn) reserves the free lock for it for dlock_mutex_turn_ms, so acquire.lua
+-- refuses everyone else meanwhile and a woken head waits out at most one barged hold. The live
+-- waiter next in line is woken too: refused, it re-checks when the turn runs out (acquire.lua),
+-- so a head that never comes (paused, dead) stalls the others by the window, not by their
+-- periodic re-check; the others re-check as usual. `turn` and `woken` absent (Redlock's callers
+-- pass no such keys): wake only, as before the turn existed.
+
+-- How long a turn reserves the lock for its head: its subscriber's wake-up, its thread's and one
+-- round trip take about a millisecond, so 100 ms leaves a wide margin on a loaded machine, and
+-- a paused or dead head stalls the others by at most this much per release until its liveness
+-- (2 s) runs out and it is purged. dlock::redis::detail::mutex_turn (src/redis/protocol.hpp) is
+-- the same value; tests/unit/protocol_test.cpp checks that they agree.
+local dlock_mutex_turn_ms = 100
+
+-- The value of string key `key`, or nil when it is absent (or not a string: nobody's).
+local function dlock_get_string(key)
+  if redis.call('TYPE', key).ok ~= 'string' then return nil end
+  return redis.call('GET', key)
+end
+
+local function dlock_wake_mutex_head(queue, alive, channel, turn, woken)
   if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
     return
   end
-  dlock_purge_dead(queue, alive, dlock_now_ms())
+  local now = dlock_now_ms()
+  dlock_purge_dead(queue, alive, now)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then return end
-    if redis.call('ZSCORE', alive, head) then
+    local deadline = tonumber(redis.call('ZSCORE', alive, head))
+    if deadline then
+      if turn and woken then
+        if dlock_get_string(woken) == head then
+          redis.call('SET', turn, head, 'PX', dlock_mutex_turn_ms)
+          local next = redis.call('ZRANGE', queue, 1, 1)[1]
+          if next and redis.call('ZSCORE', alive, next) then
+            redis.call('PUBLISH', dlock_waiter_channel(channel, next), 'wake ' .. next)
+          end
+        else
+          -- Kept as long as the head's liveness (acquire.lua extends it with each refresh).
+          redis.call('SET', woken, head, 'PX', math.max(1, deadline - now))
+        end
+      end
       redis.call('PUBLISH', dlock_waiter_channel(channel, head), 'wake ' .. head)
       return
     end
