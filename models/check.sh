@@ -11,8 +11,9 @@
 #      ARRIVALS_EXPIRE (the expiring counter without the floor, so a ticket can come back).
 # Then the wake-one model of dlock::mutex (models/wake.pml), with the re-check timer off:
 #   4. as built (the turn, and the confirmation wake-up), and as built with crashing waiters
-#      (CRASH): exhaustive, no error, complete; both check the bound (a woken head gets the lock
-#      before a second grant to anyone else, unless it gives up or crashes) besides the absence of
+#      (CRASH; the barger makes one try_lock: 15 M states instead of 44.5 M, see WAKE_FULL):
+#      exhaustive, no error, complete; both check the bound (a woken head gets the lock before a
+#      second grant to anyone else, unless it gives up or crashes) besides the absence of
 #      stranded waiters; with SLOW_TURN (a turn may run out before its head comes; one session per
 #      waiter: 0.5 M states instead of 23 M) no waiter is stranded either;
 #   5. as built with late SUBSCRIBEs (REGISTER_BEFORE_SUBSCRIBE: wait_subscribed gave up at
@@ -20,17 +21,20 @@
 #      waiters: one session per waiter, also with CRASH, and two sessions of two waiters; each
 #      exhaustive, no error, complete (the bound checked too);
 #   6. WITNESS and TURN_WITNESS must fail (a woken head finds a barger's lock and keeps its place;
-#      a free lock is refused for another's turn: not vacuous);
+#      a free lock is refused for another's turn: not vacuous), and at the bounds of the CRASH
+#      search of 4 so must CRASH_TURN_WITNESS (a crashed head's turn runs out unused);
 #   7. negative controls LEAVE_NO_WAKE and NO_PURGE (with CRASH) must each fail, NO_TURN (the
-#      protocol before the turn) must violate the bound, and OLD_NO_CONFIRM_WAKE (the code before
-#      the confirmation woke anyone) must fail with late SUBSCRIBEs and with a reconnect, at the
-#      bounds of 5: the strandings spin found (docs/handoff-model.md, "What spin found"), which
-#      only the re-check timer ended.
+#      protocol before the turn) must violate the bound, as built and at the bounds of the CRASH
+#      search of 4, and OLD_NO_CONFIRM_WAKE (the code before the confirmation woke anyone) must
+#      fail with late SUBSCRIBEs and with a reconnect, at the bounds of 5: the strandings spin
+#      found (docs/handoff-model.md, "What spin found"), which only the re-check timer ended.
 # Exit status 0 only if all of these come out as expected and every search that must pass was
 # complete.
 # Environment: SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
 # "-DLIVE=2 -DLEASE=3" with SPIN_MAXT=4 for the longer durations), SPIN_MEMLIM (MB, default 3000)
-# for handoff.pml; WAKE_FLAGS (more spin -D options for wake.pml, e.g. "-DSESSIONS=3").
+# for handoff.pml; WAKE_FLAGS (more spin -D options for wake.pml, e.g. "-DSESSIONS=3");
+# WAKE_FULL=1 runs the CRASH search of 4 with the barger's two try_locks, as the other wake.pml
+# searches (44.5 M states, about a minute on two quiet cores, twice the rest of wake.pml).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,6 +42,9 @@ maxt=${SPIN_MAXT:-3}
 memlim=${SPIN_MEMLIM:-3000}
 read -r -a flags <<<"${SPIN_FLAGS:-}"
 read -r -a wflags <<<"${WAKE_FLAGS:-}"
+# The bounds of the wake.pml search with crashing waiters (see WAKE_FULL above).
+crash=(-DCRASH -DBARGES=1)
+[[ ${WAKE_FULL:-0} == 1 ]] && crash=(-DCRASH)
 work=$(mktemp -d /tmp/dlock-spin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$here/handoff.pml" "$here/wake.pml" "$work/"
@@ -165,7 +172,7 @@ wfail() {
 }
 
 wpass wake "the wake-one protocol as built (no re-check timer)"
-wpass wake_CRASH "the wake-one protocol as built with crashing waiters" -DCRASH
+wpass wake_CRASH "the wake-one protocol as built with crashing waiters (${crash[*]})" "${crash[@]}"
 wpass SLOW_TURN "the wake-one protocol with turns that run out early (no stranded waiter, one \
 session)" -DSLOW_TURN -DSESSIONS=1
 wpass LATE_RECONNECT "the protocol as built with late SUBSCRIBEs and a reconnect (one session)" \
@@ -179,6 +186,10 @@ wfail TURN_WITNESS "no free lock is refused for another's turn: the model is too
   -DTURN_WITNESS
 WFAIL_ASSERT='passed[' wfail NO_TURN "without the turn a woken head is not barged past twice: \
 the bound is vacuous" -DNO_TURN
+wfail CRASH_TURN_WITNESS "no crashed head's turn runs out: the CRASH search is too small" \
+  "${crash[@]}" -DCRASH_TURN_WITNESS
+WFAIL_ASSERT='passed[' wfail NO_TURN_CRASH "without the turn a woken head is not barged past \
+twice at the bounds of the CRASH search: the bound is vacuous there" "${crash[@]}" -DNO_TURN
 wfail LEAVE_NO_WAKE "the model cannot see a wake-up lost with a leaving waiter" -DLEAVE_NO_WAKE
 wfail NO_PURGE "the model cannot see a dead head woken" -DCRASH -DNO_PURGE
 wfail OLD_NO_CONFIRM_WAKE_LATE "the model cannot see a wake-up published into the void" \

@@ -49,6 +49,7 @@
  *   WITNESS                    fails where a woken head finds the lock taken by a barger and
  *                              keeps its place: shows the search reaches that (not vacuous)
  *   TURN_WITNESS               fails where a free lock is refused because of another's turn
+ *   CRASH_TURN_WITNESS         (with CRASH) fails where a crashed head's turn runs out unused
  *   NW, SESSIONS, BARGES       waiters, acquire_until calls of each, try_locks of the barger
  */
 
@@ -434,7 +435,11 @@ inline expire_turn() {
 #ifdef SLOW_TURN
     atomic { turn != NONE -> turn = NONE; printf("@ server: the turn runs out\n") }
 #else
-    atomic { turn != NONE && ws[turn] == CRASHED -> turn = NONE;
+    atomic { turn != NONE && ws[turn] == CRASHED ->
+#ifdef CRASH_TURN_WITNESS
+             assert(false);  /* check.sh: a crashed head's turn runs out unused */
+#endif
+             turn = NONE;
              printf("@ server: the crashed head's turn runs out\n") }
 #endif
 }
