@@ -143,12 +143,15 @@ TEST(RedisFault, PausedHeadsTurnStallsEachReleaseByAtMostTheWindowUntilItsLivene
     constexpr auto liveness = 2000ms;    // dlock::redis::detail::waiter_liveness
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name("paused-turn");
-    const auto turn_key = redis.lock_key(name) + ":mutex_turn";
+    const auto key = redis.lock_key(name);
+    const auto turn_key = key + ":mutex_turn";
     dlock::mutex m(redis, name, {.lease = 60s});
     m.lock();
     dlock::test::child_process head("mutex_waiter", {shared_redis().url(), name});
     ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 1; }, 10s));
-    head.stop_signal(SIGSTOP);
+    // Nothing of the head's in flight: an attempt landing after the unlock would simply take it.
+    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":mutex_waiters",
+                                                      key + ":mutex_alive", 1, head));
     const auto paused_at = steady::now();
     m.unlock();  // wakes the head, which is paused: it never comes
     int cycles = 0, turns = 0, turns_after_purge = 0;
@@ -198,7 +201,10 @@ TEST(RedisFault, PausedHeadsTurnsStallTwoCyclingWaitersByAboutTheWindowPerReleas
     holder.lock();
     dlock::test::child_process head("mutex_waiter", {shared_redis().url(), name});
     ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 1; }, 10s));
-    head.stop_signal(SIGSTOP);
+    const auto key = redis.lock_key(name);
+    // As above: nothing of the head's in flight when it stops.
+    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":mutex_waiters",
+                                                      key + ":mutex_alive", 1, head));
     const auto until = steady::now() + liveness + scaled(1s);
     std::atomic<long long> longest_ms{0};
     std::atomic<int> cycles{0}, stuck{0};
