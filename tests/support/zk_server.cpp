@@ -287,6 +287,9 @@ void zk_ensemble::pause_all() {
 }
 void zk_ensemble::resume_all() {
     for (std::size_t i = 0; i < servers_.size(); ++i) resume(i);
+    // Frozen together, the servers' mutual timeouts all ran out: they may elect anew before they
+    // serve, and a client's first connection must not race that election.
+    for (std::size_t i = 0; i < servers_.size(); ++i) wait_serving(i);
 }
 
 std::string zk_ensemble::mode(std::size_t i) const {

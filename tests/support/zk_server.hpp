@@ -68,6 +68,7 @@ public:
     void pause(std::size_t i);   ///< SIGSTOP
     void resume(std::size_t i);  ///< SIGCONT
     void pause_all();
+    /// SIGCONT to every server, then waits until every one serves again (scaled(30s)).
     void resume_all();
 
     /// The `Mode:` of server i ("standalone", "leader", "follower"), or "" if it does not answer.
