@@ -104,8 +104,8 @@ TEST(FairMutexFault, HandOffToAWaiterThatDiedExpiresSoon) {
     // without ever renewing. (Frozen with its post-SUBSCRIBE attempt in flight, that attempt
     // would take the handed-over lock with its full 30 s lease.)
     const auto key = redis.lock_key(name);
-    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":queue", key + ":alive",
-                                                      1, doomed));
+    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":queue", key + ":alive", 1,
+                                                      doomed));
     holder.unlock();
     EXPECT_EQ(queue_length(redis, name), 0);
     doomed.kill9();

@@ -104,12 +104,9 @@ inline std::string liveness_snapshot(dlock::redis::client& redis, const std::str
 /// (with its full lease) after whatever the test does next. So: wait for `channels` hand-off
 /// channels of the lock, then for the head's liveness deadline to move (that attempt or a later
 /// refresh landed), and stop it then, a refresh period before its next request.
-inline ::testing::AssertionResult freeze_between_refreshes(dlock::redis::client& redis,
-                                                           const std::string& key,
-                                                           const std::string& queue,
-                                                           const std::string& alive,
-                                                           std::size_t channels,
-                                                           child_process& child) {
+inline ::testing::AssertionResult freeze_between_refreshes(
+    dlock::redis::client& redis, const std::string& key, const std::string& queue,
+    const std::string& alive, std::size_t channels, child_process& child) {
     using namespace std::chrono_literals;
     if (!eventually(
             [&] {
