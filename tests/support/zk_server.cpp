@@ -207,7 +207,10 @@ void zk_ensemble::wait_serving(std::size_t i) {
             const auto conf =
                 four_letter(s.address, s.client_port, "conf", std::chrono::milliseconds(500));
             if (conf.find(s.dir + "/data") != std::string::npos) return;
-            if (!conf.empty()) {
+            // Only a configuration naming another data dir is foreign: a server that answered
+            // `srvr` may have stopped serving since (an election after a freeze), and then
+            // answers "not currently serving requests".
+            if (conf.find("dataDir=") != std::string::npos) {
                 throw std::runtime_error("zk_ensemble: port " + std::to_string(s.client_port) +
                                          " of server " + std::to_string(i + 1) +
                                          " is served by another process");
