@@ -15,6 +15,12 @@ end
 -- The kind that holds the name of lock key `base` (or has a live waiter queued on it) and how,
 -- or nil when none does. A key of a type no lock uses is left to the script's own type check.
 local function dlock_name_kind(base)
+  -- A free name (the common case) in one call: none of the keys below exists, so every check
+  -- below would find nothing. Each call counts: a Redlock acquire runs this on every server, and
+  -- servers sharing cores answer one after another.
+  if redis.call('EXISTS', base, base .. ':readers', base .. ':mutex_turn', base .. ':queue') == 0 then
+    return nil
+  end
   local t = redis.call('TYPE', base).ok
   if t == 'string' then return dlock_token_kind(redis.call('GET', base)), 'holds' end
   if t == 'hash' then return 'dlock::recursive_mutex', 'holds' end
