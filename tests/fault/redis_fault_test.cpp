@@ -92,6 +92,17 @@ long long registered_waiters(dlock::redis::client& redis, const std::string& nam
     return r.type == dlock::redis::reply::kind::integer ? r.integer : 0;
 }
 
+// Freezes the head of the registered mutex waiters (in `head`) with nothing of its in flight: an
+// attempt landing after the test's unlock would simply take the lock. `channels`: the hand-off
+// channels subscribed by then (one per waiting client).
+::testing::AssertionResult freeze_registered_head(dlock::redis::client& redis,
+                                                  const std::string& name, std::size_t channels,
+                                                  dlock::test::child_process& head) {
+    const auto key = redis.lock_key(name);
+    return dlock::test::freeze_between_refreshes(redis, key, key + ":mutex_waiters",
+                                                 key + ":mutex_alive", channels, head);
+}
+
 // A release wakes only the head of the registered waiters (docs/redis-lock.md, "Waking one
 // waiter"). A head that is paused when woken never takes the lock; the others find it free at
 // their next periodic re-check, within the waiter liveness (2 s), not at the holder's lease.
@@ -115,10 +126,7 @@ TEST(RedisFault, PausedWokenHeadDoesNotBlockTheOtherWaitersPastTheLiveness) {
         }
     });
     ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 2; }, 10s));
-    // Nothing of the head's in flight: an attempt landing after the unlock would simply take it.
-    const auto key = redis.lock_key(name);
-    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":mutex_waiters",
-                                                      key + ":mutex_alive", 2, head));
+    ASSERT_TRUE(freeze_registered_head(redis, name, 2, head));
     const auto released_at = steady::now();
     holder.unlock();
     ASSERT_TRUE(eventually([&] { return granted.load(); }, scaled(10s)))
@@ -143,15 +151,12 @@ TEST(RedisFault, PausedHeadsTurnStallsEachReleaseByAtMostTheWindowUntilItsLivene
     constexpr auto liveness = 2000ms;    // dlock::redis::detail::waiter_liveness
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name("paused-turn");
-    const auto key = redis.lock_key(name);
-    const auto turn_key = key + ":mutex_turn";
+    const auto turn_key = redis.lock_key(name) + ":mutex_turn";
     dlock::mutex m(redis, name, {.lease = 60s});
     m.lock();
     dlock::test::child_process head("mutex_waiter", {shared_redis().url(), name});
     ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 1; }, 10s));
-    // Nothing of the head's in flight: an attempt landing after the unlock would simply take it.
-    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":mutex_waiters",
-                                                      key + ":mutex_alive", 1, head));
+    ASSERT_TRUE(freeze_registered_head(redis, name, 1, head));
     const auto paused_at = steady::now();
     m.unlock();  // wakes the head, which is paused: it never comes
     int cycles = 0, turns = 0, turns_after_purge = 0;
@@ -201,10 +206,7 @@ TEST(RedisFault, PausedHeadsTurnsStallTwoCyclingWaitersByAboutTheWindowPerReleas
     holder.lock();
     dlock::test::child_process head("mutex_waiter", {shared_redis().url(), name});
     ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 1; }, 10s));
-    const auto key = redis.lock_key(name);
-    // As above: nothing of the head's in flight when it stops.
-    ASSERT_TRUE(dlock::test::freeze_between_refreshes(redis, key, key + ":mutex_waiters",
-                                                      key + ":mutex_alive", 1, head));
+    ASSERT_TRUE(freeze_registered_head(redis, name, 1, head));
     const auto until = steady::now() + liveness + scaled(1s);
     std::atomic<long long> longest_ms{0};
     std::atomic<int> cycles{0}, stuck{0};
