@@ -7,6 +7,8 @@
 #   scripts/setup.sh --deps-only          packages only
 #   --configure-only (with or without --sanitize): packages + configure, no build (scripts/test.sh
 #   then builds only the targets a stage runs)
+#   --target T (repeatable): packages + configure, then build only target T (scripts/demo.sh
+#   builds only the CLI, dlock_cli, and its libraries; without --target everything is built)
 #
 # The sanitizer trees compile with -O1 -g1 (line tables: reports still name file:line) instead of
 # RelWithDebInfo's -O2 -g: about 40% less compile time, and -O1 is what the sanitizers' authors
@@ -24,13 +26,16 @@ PACKAGES=(build-essential cmake ninja-build pkg-config redis-server redis-tools 
 
 sanitize=""
 build=1
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+targets=()
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --sanitize) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; sanitize=$2; shift 2 ;;
     --sanitize=*) sanitize=${1#--sanitize=}; shift ;;
     --deps-only) build=0; shift ;;
     --configure-only) build=configure; shift ;;
+    --target) [[ $# -ge 2 && -n $2 ]] || { usage >&2; exit 2; }; targets+=("$2"); shift 2 ;;
+    --target=?*) targets+=("${1#--target=}"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -83,10 +88,12 @@ if ! cmake -S "$ROOT" -B "$ROOT/$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWi
 fi
 if [[ $build == configure ]]; then exit 0; fi
 start=$SECONDS
-say "build $dir/ with $jobs jobs"
+say "build $dir/ with $jobs jobs${targets[*]:+ (only ${targets[*]})}"
 if [[ -f "$ROOT/$dir/build.ninja" ]]; then
-  ninja -C "$ROOT/$dir" -j "$jobs" --quiet
+  ninja -C "$ROOT/$dir" -j "$jobs" --quiet "${targets[@]}"
 else
-  cmake --build "$ROOT/$dir" -j "$jobs"
+  target_args=()
+  ((${#targets[@]} == 0)) || target_args=(--target "${targets[@]}")
+  cmake --build "$ROOT/$dir" -j "$jobs" "${target_args[@]}"
 fi
 say "build $dir/ done in $((SECONDS - start)) s"
