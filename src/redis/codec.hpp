@@ -1,6 +1,7 @@
-// RESP2 encoding and decoding with no I/O: hiredis 0.14's command formatter and reply reader
-// (both work without a socket). Any transport (TCP, Unix, a future TLS stream) feeds bytes in
-// and takes bytes out; this is what keeps rediss:// a transport-only addition.
+// RESP2 encoding and decoding with no I/O: commands are written as RESP arrays of bulk strings
+// in place (append_command), replies are parsed by hiredis 0.14's reply reader (it works without
+// a socket). Any transport (TCP, Unix, a future TLS stream) feeds bytes in and takes bytes out;
+// this is what keeps rediss:// a transport-only addition.
 #pragma once
 
 #include <memory>
