@@ -132,6 +132,71 @@ TEST(CliRun, EverythingAfterTheNameIsTheCommand) {
     EXPECT_EQ(r.status, 3) << r.err;
 }
 
+TEST(CliRun, TheCommandIsRunVerbatimWhateverItsWordsLookLike) {
+    const auto name = dlock::test::unique_name("verbatim");
+    // A "--" of the command's own is the command's: not a separator for dlock.
+    auto r = run_cli({"run", "--url", url(), name, "echo", "a", "--", "b"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "a -- b\n");
+    r = run_cli({"run", "--url", url(), name, "echo", "--", "hi"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "-- hi\n");
+    // The command's -c and its "--": grep counts the lines that match "x".
+    const temp_dir dir;
+    std::ofstream(dir / "file") << "x\ny\nx\n";
+    r = run_cli({"run", "--url", url(), name, "grep", "-c", "--", "x", dir / "file"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "2\n");
+    // A "--" right after NAME separates (and is dropped); the command's own "--" stays.
+    r = run_cli({"run", "--url", url(), name, "--", "echo", "--", "hi"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "-- hi\n");
+    // Words that look like dlock's options, a password among them, reach the command as typed.
+    r = run_cli({"run", "--url", url(), name, "echo", "--url=redis://:pw@h", "--no-wait", "-q",
+                 "--lease", "1ms"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "--url=redis://:pw@h --no-wait -q --lease 1ms\n");
+}
+
+TEST(CliRun, DashDashBeforeTheNameAllowsANameStartingWithADash) {
+    const auto name = "-" + dlock::test::unique_name("dash");
+    auto r = run_cli({"run", "--no-wait", "--url", url(), "--", name, "echo", "ran"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "ran\n");
+    // "--" both before and after the name, as flock(1) allows.
+    r = run_cli({"run", "--url", url(), "--", name, "--", "sh", "-c", "echo \"$DLOCK_NAME\""});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, name + "\n");
+    // The lock really is that name: held by one, refused to the next.
+    cli_process holder({"run", "--url", url(), "--", name, "sh", "-c", bounded_loop});
+    ASSERT_TRUE(eventually(
+        [&] {
+            return shared_redis().command({"EXISTS", lock_key(name)}) == "1";
+        },
+        10s))
+        << holder.err();
+    r = run_cli({"run", "--no-wait", "--url", url(), "--", name, "true"});
+    EXPECT_EQ(r.status, conflict) << r.err;
+}
+
+TEST(CliRun, PasswordHidingLeavesTheCommandsWordsAlone) {
+    // dlock overwrites the password of its own --url in its process list entry; the command's
+    // words, even those that look like a dlock option with a password, stay as typed there.
+    const dlock::test::redis_server server({.extra_args = {"--requirepass", "s3cret"}});
+    const std::string with_password = "redis://:s3cret@127.0.0.1:" + std::to_string(server.port());
+    const auto name = dlock::test::unique_name("scrub");
+    const auto r =
+        run_cli({"run", "--url", with_password, name, "sh", "-c",
+                 "tr '\\0' ' ' < /proc/$PPID/cmdline", "sh", "--url=redis://:w0rd@h",
+                 "--password-file", "redis://:w1rd@h", "--", "--url", "redis://:w2rd@h"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--url=redis://:w0rd@h --password-file redis://:w1rd@h -- --url "
+                         "redis://:w2rd@h"),
+              std::string::npos)
+        << r.out;
+}
+
 TEST(CliRun, AcceptsEveryDurationForm) {
     const auto name = dlock::test::unique_name("durations");
     auto r = run_cli({"run", "--lease", "1m30s", "--grace", "1.5s", "--max-hold", "forever",
@@ -635,6 +700,8 @@ TEST(CliBadInput, UsageErrors) {
         {{"run"}, usage, "missing the lock NAME"},
         {{"run", "n"}, usage, "missing the COMMAND"},
         {{"run", "n", "--"}, usage, "missing the COMMAND"},
+        {{"run", "--no-wait", "--"}, usage, "missing the lock NAME"},
+        {{"run", "--", "n", "--"}, usage, "missing the COMMAND"},
         {{"status"}, usage, "missing the lock NAME"},
         {{"run", "--wait", "10x", "n", "--", "true"}, usage, "--wait \"10x\": not a duration"},
         {{"run", "--wait", "-1s", "n", "--", "true"},

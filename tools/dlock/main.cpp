@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +80,10 @@ const char* const run_footer = R"(Examples:
                                                skip silently (status 0) if it is already running
   dlock run --max-hold 1h job -- ./job         stop the job if it holds the lock for an hour
   dlock run job -- sh -c 'echo "token $DLOCK_FENCING_TOKEN"'
+
+dlock's options come before NAME; every word after NAME is the command, as typed (its own
+options and its own "--" too). A "--" right before NAME ends dlock's options (a NAME may then
+start with '-'); one right after NAME is dropped.
 
 The command gets DLOCK_NAME and DLOCK_FENCING_TOKEN (a number larger than every earlier holder's:
 pass it to the resource you protect so it can reject stale writers), and no credentials. It runs
@@ -158,29 +163,38 @@ struct server_args {
     server_options resolve(const CLI::App* cmd) const;
 };
 
-/// Splits `dlock run [OPTIONS] NAME [--] COMMAND...` into what CLI11 parses (up to NAME) and the
-/// command, so the command's own options never reach dlock's parser. Without "--", the first
-/// word that is neither an option nor an option's value is NAME and the rest is the command.
-std::vector<std::string> split_run_command(CLI::App& run, const std::vector<std::string>& args,
-                                           std::vector<std::string>& command) {
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        if (args[i] == "--") {
-            command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-            return {args.begin(), args.begin() + static_cast<std::ptrdiff_t>(i)};
-        }
-    }
-    for (std::size_t i = 0; i < args.size(); ++i) {
+/// `dlock run [OPTIONS] [--] NAME [--] COMMAND...` taken apart: dlock's options (for CLI11),
+/// the lock's NAME and the command, verbatim. The first word that is neither an option nor an
+/// option's value is NAME, and every word after it is the command, whatever it looks like
+/// (`echo a -- b`, `grep -c -- x f`, `ssh host -- cmd`). A `--` right before NAME ends dlock's
+/// options, so a NAME may start with '-' (as with flock(1)); a `--` right after NAME is dropped.
+struct run_words {
+    std::vector<std::string> options;  ///< dlock's options, for CLI11
+    std::optional<std::string> name;   ///< nullopt: no NAME given
+    std::vector<std::string> command;
+};
+run_words split_run_command(const CLI::App& run, const std::vector<std::string>& args) {
+    run_words out;
+    std::size_t i = 0;
+    for (; i < args.size(); ++i) {
         const std::string& a = args[i];
-        if (a.size() > 1 && a.front() == '-') {
-            if (a.find('=') != std::string::npos) continue;  // --opt=value
-            const CLI::Option* opt = run.get_option_no_throw(a);
-            if (opt != nullptr && opt->get_type_size() != 0) ++i;  // takes the next word
-            continue;
+        if (a == "--") {
+            ++i;
+            break;
         }
-        command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-        return {args.begin(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1};
+        if (a.size() < 2 || a.front() != '-') break;
+        out.options.push_back(a);
+        if (a.find('=') != std::string::npos) continue;  // --opt=value
+        const CLI::Option* opt = run.get_option_no_throw(a);
+        if (opt != nullptr && opt->get_items_expected_max() > 0 && i + 1 < args.size()) {
+            out.options.push_back(args[++i]);  // the option's value, whatever it looks like
+        }
     }
-    return args;
+    if (i >= args.size()) return out;
+    out.name = args[i++];
+    if (i < args.size() && args[i] == "--") ++i;
+    out.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+    return out;
 }
 
 /// With allow_extras(), CLI11 leaves what it did not recognise here; report the first of it.
@@ -285,7 +299,7 @@ public:
         : cmd_(app.add_subcommand("run", "Run a command while holding a lock")) {
         cmd_->allow_extras();
         cmd_->footer(run_footer);
-        set_usage(cmd_, "dlock run [OPTIONS] NAME [--] COMMAND [ARGS...]");
+        set_usage(cmd_, "dlock run [OPTIONS] [--] NAME [--] COMMAND [ARGS...]");
         cmd_->add_option("NAME", name_, "The lock's name")->type_name("");
         // Shown in --help only: the command is split off before parsing (split_run_command).
         cmd_->add_option("COMMAND", shown_only_, "The command to run, and its arguments")
@@ -340,14 +354,16 @@ public:
             ->group(kind);
     }
 
-    /// `args` (all of dlock's arguments) with the command after NAME taken out and kept, so the
-    /// command's own options never reach CLI11.
+    /// `args` (all of dlock's arguments) with NAME and the command after it taken out and kept,
+    /// so that neither reaches CLI11: what is left ("run" and dlock's options) is a prefix of
+    /// dlock's argv, the only words whose passwords are hidden.
     std::vector<std::string> split(std::vector<std::string> args) {
         if (args.empty() || args.front() != "run") return args;
-        std::vector<std::string> rest(args.begin() + 1, args.end());
-        auto head = split_run_command(*cmd_, rest, command_);
-        head.insert(head.begin(), "run");
-        return head;
+        auto words = split_run_command(*cmd_, {args.begin() + 1, args.end()});
+        if (words.name) name_ = std::move(*words.name);
+        command_ = std::move(words.command);
+        words.options.insert(words.options.begin(), "run");
+        return std::move(words.options);
     }
 
     bool parsed() const { return cmd_->parsed(); }
@@ -617,7 +633,7 @@ int dispatch(int argc, char** argv) {
     try {
         std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's order
         app.parse(reversed);
-        hide_passwords(argv, args.size());  // dlock's own arguments: the command's come after
+        hide_passwords(argv, args.size());  // dlock's own options: NAME and the command follow
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
