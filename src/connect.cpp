@@ -61,11 +61,12 @@ constexpr known_scheme known_schemes[] = {
     {"sentinel", "Redis Sentinel", false, true, service_kind::redis},
 };
 
-// redlock://[userinfo@]h1:p1,h2:p2,...[/db]: one redis:// URL per server, each with the userinfo
-// and db.
-std::vector<std::string> split_redlock(std::string_view url) {
+// redlock://[userinfo@]h1:p1,h2:p2,...[/db][?query]: one redis:// URL per server, each with the
+// userinfo, db and query. `url` has its scheme in lower case; `written` is what the user gave
+// (quoted, redacted, in messages).
+std::vector<std::string> split_redlock(std::string_view url, std::string_view written) {
     const auto bad = [&](std::string_view why) {
-        fail(errc::invalid_argument, url,
+        fail(errc::invalid_argument, written,
              std::string(why) + " (expected redlock://host:port,host:port,host:port[/db])");
     };
     auto rest = url.substr(std::string_view("redlock://").size());
@@ -78,7 +79,14 @@ std::vector<std::string> split_redlock(std::string_view url) {
     }
     if (userinfo.find_first_of("/?#") != std::string_view::npos)
         bad("unencoded '/', '?' or '#' in the user or password (write them as %2F, %3F, %23)");
-    if (rest.find('?') != std::string_view::npos) bad("query options are not supported");
+    if (rest.find('#') != std::string_view::npos) bad("a fragment (#...) is not allowed");
+    const auto question = rest.find('?');
+    const auto query =
+        question == std::string_view::npos ? std::string_view{} : rest.substr(question);
+    rest = rest.substr(0, question);
+    if (rest.find("://") != std::string_view::npos) {
+        bad("each server is host:port; a server URL (unix://, redis://...) cannot be listed");
+    }
     const auto slash = rest.find('/');
     const auto path = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
     auto hosts = rest.substr(0, slash);
@@ -91,9 +99,10 @@ std::vector<std::string> split_redlock(std::string_view url) {
         server += userinfo;
         server += host;
         server += path;
+        server += query;
         // One server twice would count twice towards the quorum.
         if (std::find(servers.begin(), servers.end(), server) != servers.end())
-            bad("server " + std::string(host) + " is listed twice");
+            bad("server " + detail::printable(host) + " is listed twice");
         servers.push_back(std::move(server));
         if (comma == std::string_view::npos) break;
         hosts = hosts.substr(comma + 1);
@@ -112,16 +121,20 @@ const char* to_string(service_kind kind) noexcept {
     return "unknown";
 }
 
-service_url parse_service_url(std::string_view url) {
+service_url parse_service_url(std::string_view written) {
+    // Schemes are case-insensitive (RFC 3986 3.1): "REDIS://" and "Redlock://" are accepted, and
+    // the servers are named with the scheme in lower case.
+    const std::string lowered = detail::lower_scheme(written);
+    const std::string_view url = lowered;
     const auto scheme = detail::url_scheme(url);
     if (scheme.empty()) {
         // Not quoted as a scheme: in "user:password@host" the text before "://" may be secret.
-        fail(errc::invalid_argument, url, "no scheme (expected " + accepted_forms() + ")");
+        fail(errc::invalid_argument, written, "no scheme (expected " + accepted_forms() + ")");
     }
     const auto known = std::find_if(std::begin(known_schemes), std::end(known_schemes),
                                     [&](const known_scheme& k) { return k.scheme == scheme; });
     if (known == std::end(known_schemes)) {
-        fail(errc::invalid_argument, url,
+        fail(errc::invalid_argument, written,
              "unknown scheme \"" + std::string(scheme) + "\" (expected " + accepted_forms() + ")");
     }
     if (known->planned) {
@@ -137,7 +150,7 @@ service_url parse_service_url(std::string_view url) {
     }
     service_url out{.kind = known->kind};
     if (out.kind == service_kind::redlock) {
-        out.servers = split_redlock(url);
+        out.servers = split_redlock(url, written);
     } else {
         out.servers.emplace_back(url);
     }
@@ -147,10 +160,12 @@ service_url parse_service_url(std::string_view url) {
 std::unique_ptr<backend> connect(std::string_view url, connect_options options) {
     std::string full(url);
     if (options.password) {
-        const auto scheme = detail::url_scheme(url);
-        if (scheme != "redis" && scheme != "rediss" && scheme != "redlock") {
+        const std::string lowered = detail::lower_scheme(url);
+        const auto scheme = detail::url_scheme(lowered);
+        if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock") {
             fail(errc::invalid_argument, url,
-                 "a separate password applies to redis://, rediss:// and redlock:// URLs only");
+                 "a separate password applies to redis://, rediss://, unix:// and redlock:// URLs "
+                 "only");
         }
         full = url_with_password(url, *options.password);
     }

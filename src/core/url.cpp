@@ -4,6 +4,8 @@
 #include <dlock/url.hpp>
 
 #include <cctype>
+#include <utility>
+#include <vector>
 
 namespace dlock::detail {
 namespace {
@@ -96,18 +98,167 @@ std::optional<userinfo_span> find_userinfo(std::string_view url) noexcept {
     return span;
 }
 
+namespace {
+
+using span_list = std::vector<std::pair<std::size_t, std::size_t>>;
+
+// The secrets after `from` (the end of the user-info, or of "scheme://"): every query value whose
+// key is not public, every query item without '=' (all of it: the item itself may be the
+// secret), and a fragment (all of it).
+void query_secrets(std::string_view url, std::size_t from, span_list& out) {
+    const auto hash = url.find('#', from);
+    const auto end = hash == std::string_view::npos ? url.size() : hash;
+    const auto q = url.find('?', from);
+    if (q != std::string_view::npos && q < end) {
+        std::size_t i = q + 1;
+        while (i <= end) {
+            auto amp = url.find('&', i);
+            if (amp == std::string_view::npos || amp > end) amp = end;
+            const auto item = url.substr(i, amp - i);
+            const auto eq = item.find('=');
+            std::string key;
+            if (eq == std::string_view::npos || !percent_decode(item.substr(0, eq), key)) {
+                if (!item.empty()) out.emplace_back(i, item.size());
+            } else if (!is_public_query_key(key) && eq + 1 < item.size()) {
+                out.emplace_back(i + eq + 1, item.size() - eq - 1);
+            }
+            i = amp + 1;
+        }
+    }
+    if (hash != std::string_view::npos && hash + 1 < url.size())
+        out.emplace_back(hash + 1, url.size() - hash - 1);
+}
+
+// The secrets after the user-info (which is handled by the caller).
+span_list secrets_after_userinfo(std::string_view url, const std::optional<userinfo_span>& span) {
+    span_list out;
+    if (span) {
+        const auto userinfo = url.substr(span->begin, span->end - span->begin);
+        if (userinfo.find_first_of("?#") != std::string_view::npos) {
+            // The '@' may lie inside a query value or a fragment: what follows it may be the rest
+            // of that secret.
+            if (span->end + 1 < url.size())
+                out.emplace_back(span->end + 1, url.size() - span->end - 1);
+            return out;
+        }
+        query_secrets(url, span->end + 1, out);
+        return out;
+    }
+    const auto scheme = url_scheme(url);
+    query_secrets(url, scheme.empty() ? 0 : scheme.size() + 3, out);
+    return out;
+}
+
+// `text` with control characters written as %XX: a message must not carry a raw newline or a
+// terminal escape sequence from the user's input.
+void append_printable(std::string& out, std::string_view text) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    for (const char c : text) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            out += '%';
+            out += hex[u >> 4];
+            out += hex[u & 0xF];
+        } else {
+            out += c;
+        }
+    }
+}
+
+}  // namespace
+
+std::string printable(std::string_view text) {
+    std::string out;
+    append_printable(out, text);
+    return out;
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (std::tolower(static_cast<unsigned char>(a[i])) !=
+            std::tolower(static_cast<unsigned char>(b[i])))
+            return false;
+    }
+    return true;
+}
+
+std::string lower_scheme(std::string_view url) {
+    std::string out(url);
+    const auto scheme = url_scheme(url);
+    for (std::size_t i = 0; i < scheme.size(); ++i) {
+        out[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(out[i])));
+    }
+    return out;
+}
+
+bool is_public_query_key(std::string_view key) noexcept {
+    return iequals(key, "db") || iequals(key, "user") || iequals(key, "username");
+}
+
+std::vector<query_item> query_items(std::string_view query) {
+    std::vector<query_item> out;
+    std::size_t i = 0;
+    while (i <= query.size()) {
+        auto amp = query.find('&', i);
+        if (amp == std::string_view::npos) amp = query.size();
+        const auto item = query.substr(i, amp - i);
+        i = amp + 1;
+        if (item.empty()) continue;
+        query_item q;
+        const auto eq = item.find('=');
+        q.has_value = eq != std::string_view::npos;
+        if (q.has_value) q.value = item.substr(eq + 1);
+        q.key_decoded = percent_decode(item.substr(0, eq), q.key);
+        if (!q.key_decoded) q.key.clear();
+        out.push_back(std::move(q));
+    }
+    return out;
+}
+
+std::string_view url_query(std::string_view url) {
+    const auto span = find_userinfo(url);
+    const auto scheme = url_scheme(url);
+    const std::size_t from = span ? span->end + 1 : scheme.empty() ? 0 : scheme.size() + 3;
+    const auto q = url.find('?', from);
+    if (q == std::string_view::npos) return {};
+    const auto hash = url.find('#', q);
+    return url.substr(q + 1,
+                      hash == std::string_view::npos ? std::string_view::npos : hash - q - 1);
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> secret_spans(std::string_view url) {
+    const auto span = find_userinfo(url);
+    span_list out;
+    if (span && span->password_length() > 0) {
+        out.emplace_back(span->password_begin(), span->password_length());
+    }
+    const auto rest = secrets_after_userinfo(url, span);
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
+}
+
 std::string redact_url(std::string_view url) {
     const auto span = find_userinfo(url);
-    if (!span) return std::string(url);
-    const auto user = span->user(url);
-    const bool keep_user = span->colon != std::string_view::npos && is_plain_user(user);
-    std::string out(url.substr(0, span->begin));
-    if (keep_user) {
-        out += user;
-        out += ':';
+    std::string out;
+    std::size_t pos = 0;
+    if (span) {
+        const auto user = span->user(url);
+        const bool keep_user = span->colon != std::string_view::npos && is_plain_user(user);
+        append_printable(out, url.substr(0, span->begin));
+        if (keep_user) {
+            out += user;
+            out += ':';
+        }
+        out += "***";
+        pos = span->end;
     }
-    out += "***";
-    out += url.substr(span->end);
+    for (const auto& [begin, length] : secrets_after_userinfo(url, span)) {
+        append_printable(out, url.substr(pos, begin - pos));
+        out += "***";
+        pos = begin + length;
+    }
+    append_printable(out, url.substr(pos));
     return out;
 }
 
@@ -125,6 +276,10 @@ std::optional<std::pair<std::size_t, std::size_t>> url_password(std::string_view
     return std::pair{span->password_begin(), span->password_length()};
 }
 
+std::vector<std::pair<std::size_t, std::size_t>> url_secrets(std::string_view url) {
+    return detail::secret_spans(url);
+}
+
 std::string url_with_password(std::string_view url, std::string_view password) {
     const auto scheme = detail::url_scheme(url);
     if (scheme.empty()) {
@@ -133,11 +288,15 @@ std::string url_with_password(std::string_view url, std::string_view password) {
                         "\" has no scheme, so a password cannot be put into it");
     }
     const auto span = detail::find_userinfo(url);
-    if (span && span->password_length() > 0) {
+    bool query_password = false;
+    for (const auto& item : detail::query_items(detail::url_query(url))) {
+        query_password = query_password || detail::iequals(item.key, "password");
+    }
+    if ((span && span->password_length() > 0) || query_password) {
         throw error(errc::invalid_argument,
                     "URL \"" + detail::redact_url(url) +
-                        "\" has a password already (a lone \"secret@\" is a password; write a "
-                        "user name as \"user:@\")");
+                        "\" has a password already (in its user-info or ?password=; a lone "
+                        "\"secret@\" is a password; write a user name as \"user:@\")");
     }
     const auto user = span ? span->user(url) : std::string_view{};
     const auto rest = span ? span->end + 1 : scheme.size() + 3;

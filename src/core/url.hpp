@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace dlock::detail {
 
@@ -48,8 +50,44 @@ struct userinfo_span {
 /// (a bare "user:password@host"); nullopt when it has no '@' there.
 std::optional<userinfo_span> find_userinfo(std::string_view url) noexcept;
 
-/// `url` with its password replaced by "***", so messages can quote it. A user name is kept only
-/// when it holds nothing but characters allowed unencoded in user-info.
+/// Whether `a` and `b` are equal ignoring ASCII case (URL schemes and query keys, RFC 3986 3.1).
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
+/// `url` with its scheme in lower case ("REDIS://h" -> "redis://h"): schemes are
+/// case-insensitive (RFC 3986 3.1). A text without a scheme is returned unchanged.
+std::string lower_scheme(std::string_view url);
+
+/// Query keys whose values are shown in messages: every other query value could be a credential
+/// (password=, token=, auth=, a key dlock does not know...) and is redacted.
+bool is_public_query_key(std::string_view key) noexcept;
+
+/// `text` with control characters written as %XX, to quote a piece of user input in a message.
+std::string printable(std::string_view text);
+
+/// One item of a query string ("key=value"); the key is percent-decoded.
+struct query_item {
+    std::string key;           ///< decoded; empty when it does not decode
+    std::string_view value;    ///< as written (still percent-encoded)
+    bool has_value = false;    ///< the item had a '='
+    bool key_decoded = false;  ///< the key's percent-escapes were valid
+};
+
+/// The items of `query` (the text after '?', without any fragment), split at '&'. Empty items
+/// ("a=1&&b=2") are skipped.
+std::vector<query_item> query_items(std::string_view query);
+
+/// The query of `url` (after the first '?' that follows its user-info, up to any '#'), or empty.
+std::string_view url_query(std::string_view url);
+
+/// Where the secrets of `url` lie, as (offset, length) pairs in order: the password of its
+/// user-info (find_userinfo), and every query value whose key is not public (plus every query
+/// item without '=', all of it). A user-info holding '?' or '#' makes the rest of the URL after
+/// its '@' secret too (a query value may hold an '@').
+std::vector<std::pair<std::size_t, std::size_t>> secret_spans(std::string_view url);
+
+/// `url` with every secret (secret_spans) replaced by "***", and control characters written as
+/// %XX, so messages can quote it. A user name is kept only when it holds nothing but characters
+/// allowed unencoded in user-info.
 std::string redact_url(std::string_view url);
 
 }  // namespace dlock::detail

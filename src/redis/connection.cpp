@@ -23,6 +23,22 @@ bool is_auth_error(const reply& r) noexcept {
            t.find("invalid username-password") != t.npos;
 }
 
+std::string not_redis_hint(const std::string& decoder_error) {
+    // hiredis: "Protocol error, got \"<\" as reply type byte": the first byte of a reply is not
+    // one of RESP's type bytes, so what answers is not a Redis server at all.
+    const auto got = decoder_error.find("got \"");
+    if (decoder_error.find("as reply type byte") == std::string::npos || got == std::string::npos ||
+        got + 5 >= decoder_error.size())
+        return decoder_error;
+    const char first = decoder_error[got + 5];
+    if (first == '<' || first == 'H') {
+        return "not a Redis server (the reply looks like HTTP or HTML: got '" +
+               std::string(1, first) + "' where a Redis reply starts)";
+    }
+    return "not a Redis server (its reply does not follow the Redis protocol: " + decoder_error +
+           ")";
+}
+
 connection::connection(const connection_settings& settings) : settings_(settings) {}
 
 void connection::close() noexcept {
@@ -128,7 +144,8 @@ bool connection::read_available(std::error_code& ec) {
         }
         if (ec) {
             fail(ec, errc::protocol_error,
-                 "redis " + settings_.endpoint.describe() + ": " + dlock::detail::message_for(ec));
+                 "redis " + settings_.endpoint.describe() + ": " +
+                     not_redis_hint(dlock::detail::message_for(ec)));
             return false;
         }
         // An exchange is complete once its replies are in: no recv() just to hear EAGAIN.

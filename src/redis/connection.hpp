@@ -114,4 +114,9 @@ void exchange_all(std::span<exchange> exchanges);
 /// true for error replies that mean "wrong or missing credentials" (WRONGPASS, NOAUTH, ...).
 bool is_auth_error(const reply& r) noexcept;
 
+/// The reply decoder's error worded for a person: a first byte that is no RESP type byte means
+/// the peer is not a Redis server ("not a Redis server (the reply looks like HTTP ...)").
+/// Any other error is returned as is.
+std::string not_redis_hint(const std::string& decoder_error);
+
 }  // namespace dlock::redis::detail

@@ -1,7 +1,10 @@
 // Redis endpoint URLs, parsed without I/O (the scheme-neutral pieces, user-info and redaction,
 // are in src/core/url.hpp):
-//   redis://[user[:password]@]host[:port][/db]     rediss://... (TLS; parsed, refused later)
-//   unix:///path/to/socket[?db=N]
+//   redis://[user[:password]@]host[:port][/db][?query]   rediss://... (TLS; parsed, refused later)
+//   unix://[user[:password]@]/path/to/socket[?query]      (the path percent-decoded: '@' is %40)
+// The query takes db=N, user=NAME (or username=) and password=SECRET (redis-py's spelling); any
+// other key, an item without '=', a fragment or a second password is refused. Schemes are
+// case-insensitive.
 // IPv6 hosts go in brackets: redis://[::1]:6380. Percent-escapes are decoded in user/password.
 #pragma once
 

@@ -31,14 +31,14 @@ bool parse_host(std::string_view item, std::string& out, std::string& why) {
     if (item.starts_with('[')) {
         const auto close = item.find(']');
         if (close == std::string_view::npos) {
-            why = "unclosed '[' in host \"" + std::string(item) + "\"";
+            why = "unclosed '[' in host \"" + dlock::detail::printable(item) + "\"";
             return false;
         }
         host = item.substr(0, close + 1);
         const auto rest = item.substr(close + 1);
         if (!rest.empty()) {
             if (rest[0] != ':') {
-                why = "unexpected text after ']' in \"" + std::string(item) + "\"";
+                why = "unexpected text after ']' in \"" + dlock::detail::printable(item) + "\"";
                 return false;
             }
             port = rest.substr(1);
@@ -53,12 +53,12 @@ bool parse_host(std::string_view item, std::string& out, std::string& why) {
         }
     }
     if (host.empty() || host == "[]") {
-        why = "empty host in \"" + std::string(item) + "\"";
+        why = "empty host in \"" + dlock::detail::printable(item) + "\"";
         return false;
     }
     if (!port.empty() && !valid_port(port)) {
-        why = "bad port \"" + std::string(port == "!" ? "" : port) + "\" in \"" +
-              std::string(item) + "\" (must be 1..65535)";
+        why = "bad port \"" + dlock::detail::printable(port == "!" ? "" : port) + "\" in \"" +
+              dlock::detail::printable(item) + "\" (must be 1..65535)";
         return false;
     }
     out = std::string(host) + ":" + std::string(port.empty() ? "2181" : port);
@@ -67,13 +67,17 @@ bool parse_host(std::string_view item, std::string& out, std::string& why) {
 
 }  // namespace
 
-zk_endpoint parse_zk_url(std::string_view url, std::error_code& ec) {
+zk_endpoint parse_zk_url(std::string_view written, std::error_code& ec) {
     ec.clear();
     const auto bad = [&](const std::string& why) {
         // Quoted with any credentials hidden: this parser rejects them, but the text is the user's.
-        fail(ec, errc::invalid_argument, "URL \"" + dlock::detail::redact_url(url) + "\": " + why);
+        fail(ec, errc::invalid_argument,
+             "URL \"" + dlock::detail::redact_url(written) + "\": " + why);
         return zk_endpoint{};
     };
+    // Schemes are case-insensitive (RFC 3986 3.1): "ZK://" is "zk://".
+    const std::string lowered = dlock::detail::lower_scheme(written);
+    const std::string_view url = lowered;
     if (!url.starts_with(scheme)) return bad("must start with zk://");
     const auto rest = url.substr(scheme.size());
     if (rest.find_first_of("?#@") != std::string_view::npos) {

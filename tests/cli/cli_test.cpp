@@ -829,7 +829,7 @@ TEST(CliBadInput, NotAvailableInThisBuild) {
          "not available on Redlock"},
         {{"run", "--url", "rediss://127.0.0.1:6380", "n", "--", "true"}, unavailable, "TLS"},
         {{"status", "--url", "etcd://127.0.0.1:2379", "n"}, unavailable, "etcd:// URLs"},
-        {{"demo", "--backend", "zk"}, unavailable, "not available in this build"},
+        {{"demo", "--backend", "zk"}, unavailable, "keeps its stock in Redis"},
     };
     for (const auto& c : cases) {
         const auto r = run_cli(c.args);

@@ -63,8 +63,30 @@ TEST(ParseServiceUrl, MalformedRedlockLists) {
               std::string::npos);
     EXPECT_NE(parse_error("redlock://a:1,a:1", dlock::errc::invalid_argument).find("listed twice"),
               std::string::npos);
-    EXPECT_NE(parse_error("redlock://a:1,b:2?x=1", dlock::errc::invalid_argument).find("query"),
-              std::string::npos);
+    // A server URL in the list is named as such, not garbled into hosts and a path.
+    const auto mixed = parse_error("redlock://:S3cretPw@a:1,unix:///tmp/r.sock,b:2",
+                                   dlock::errc::invalid_argument);
+    EXPECT_NE(mixed.find("each server is host:port"), std::string::npos) << mixed;
+    EXPECT_EQ(mixed.find("S3cret"), std::string::npos) << mixed;
+}
+
+TEST(ParseServiceUrl, RedlockGivesEveryServerTheQuery) {
+    EXPECT_EQ(dlock::parse_service_url("redlock://a:1,b:2/3?user=u&password=p").servers,
+              (std::vector<std::string>{"redis://a:1/3?user=u&password=p",
+                                        "redis://b:2/3?user=u&password=p"}));
+}
+
+TEST(ParseServiceUrl, SchemesAreCaseInsensitive) {
+    EXPECT_EQ(dlock::parse_service_url("REDIS://h:1").servers,
+              std::vector<std::string>{"redis://h:1"});
+    const auto redlock = dlock::parse_service_url("Redlock://a:1,b:2,c:3");
+    EXPECT_EQ(redlock.kind, dlock::service_kind::redlock);
+    EXPECT_EQ(redlock.servers.front(), "redis://a:1");
+    EXPECT_EQ(dlock::parse_service_url("UNIX:///s.sock").servers,
+              std::vector<std::string>{"unix:///s.sock"});
+#if DLOCK_HAS_ZOOKEEPER
+    EXPECT_EQ(dlock::parse_service_url("ZK://a:1/x").kind, dlock::service_kind::zookeeper);
+#endif
 }
 
 TEST(ParseServiceUrl, UnknownAndMissingSchemes) {
@@ -158,10 +180,16 @@ TEST(Connect, APasswordIsGivenOnce) {
         EXPECT_EQ(message.find("S3cret"), std::string::npos) << message;
         EXPECT_EQ(message.find("0ther"), std::string::npos) << message;
     }
-    const auto unix_socket =
-        error_of([] { (void)dlock::connect("unix:///tmp/x.sock", {.password = "0therPw"}); },
-                 dlock::errc::invalid_argument);
-    EXPECT_EQ(unix_socket.find("0ther"), std::string::npos) << unix_socket;
+    // Every Redis scheme takes one, unix:// too (connects lazily: nothing is opened here).
+    EXPECT_NE(dlock::connect("unix:///tmp/x.sock", {.password = "0therPw"}), nullptr);
+    const auto twice = error_of(
+        [] {
+            (void)dlock::connect("unix:///tmp/x.sock?password=S3cretPw", {.password = "0therPw"});
+        },
+        dlock::errc::invalid_argument);
+    EXPECT_NE(twice.find("password already"), std::string::npos) << twice;
+    EXPECT_EQ(twice.find("S3cret"), std::string::npos) << twice;
+    EXPECT_EQ(twice.find("0ther"), std::string::npos) << twice;
 }
 #endif
 

@@ -171,7 +171,11 @@ TEST(ParseRedisUrl, UnixSocketWithDb) {
 TEST(ParseRedisUrl, UnixSocketBadQuery) {
     EXPECT_NE(parse_bad("unix:///tmp/r.sock?db=").find("db=N"), std::string::npos);
     EXPECT_NE(parse_bad("unix:///tmp/r.sock?db=x").find("db=N"), std::string::npos);
-    EXPECT_NE(parse_bad("unix:///tmp/r.sock?timeout=1").find("db=N"), std::string::npos);
+    // Query values other than db and user are redacted: not through parse_bad's quoting check.
+    std::error_code ec;
+    (void)parse_redis_url("unix:///tmp/r.sock?timeout=1", ec);
+    EXPECT_NE(dlock::detail::message_for(ec).find("unknown query option \"timeout\""),
+              std::string::npos);
 }
 
 TEST(ParseRedisUrl, RelativeUnixPath) {
@@ -333,10 +337,8 @@ TEST(RedactUrl, PasswordsWithUrlDelimitersNeverShow) {
                 leak::expect_hidden(password, url, dlock::detail::message_for(ec),
                                     "the error message");
                 leak::expect_hidden(password, url, ec.message(), "ec.message()");
-            } else if (ep.kind == transport::unix_socket) {
-                // "unix:///S3cr@h" is the socket path "/S3cr@h": unix URLs carry no password.
-                EXPECT_FALSE(ep.has_password) << url;
             } else {
+                // unix:// reads its user-info as every scheme does: "unix://:S3cr@/tmp/s.sock".
                 leak::expect_hidden(password, url, ep.describe(), "describe()");
                 EXPECT_EQ(ep.password.empty(), false) << url;
             }
@@ -351,7 +353,9 @@ TEST(RedactUrl, KeepsWhatIsNotSecret) {
     EXPECT_EQ(dlock::detail::redact_url("redis://h:1/2"), "redis://h:1/2");
     EXPECT_EQ(dlock::detail::redact_url("unix:///tmp/s.sock?db=1"), "unix:///tmp/s.sock?db=1");
     // The secret runs to the last '@', whatever comes between.
-    EXPECT_EQ(dlock::detail::redact_url("redis://alice:p/w?x@y@h/0"), "redis://alice:***@h/0");
+    EXPECT_EQ(dlock::detail::redact_url("redis://alice:p/w@y@h/0"), "redis://alice:***@h/0");
+    // With a '?' or '#' before it, the '@' may lie in a query value: the rest is hidden too.
+    EXPECT_EQ(dlock::detail::redact_url("redis://alice:p/w?x@y@h/0"), "redis://alice:***@***");
     // A user name with a character that cannot be in one is no user name: all of it is hidden.
     EXPECT_EQ(dlock::detail::redact_url("redis://p/w:x@h"), "redis://***@h");
     EXPECT_EQ(dlock::detail::redact_url("alice:pw@h:1"), "alice:***@h:1");
@@ -362,11 +366,94 @@ TEST(RedactUrl, KeepsWhatIsNotSecret) {
 TEST(ParseRedisUrl, UnencodedSlashQueryOrHashInPasswordIsRejected) {
     for (const char* url :
          {"redis://u:pa/ss@h", "redis://u:pa?ss@h:1/0", "rediss://:pa#ss@h", "redis://pa/ss@h"}) {
-        const auto message = parse_bad(url);
+        std::error_code ec;
+        (void)parse_redis_url(url, ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
+        const auto message = dlock::detail::message_for(ec);
         EXPECT_NE(message.find("unencoded"), std::string::npos) << message;
+        EXPECT_EQ(message.find("pa/"), std::string::npos) << message;
+        EXPECT_EQ(message.find("ss@"), std::string::npos) << message;
+        EXPECT_EQ(message.find(":pa"), std::string::npos) << message;
     }
     // Percent-encoded, they are fine.
     EXPECT_EQ(parse_ok("redis://u:pa%2Fss%3F%23@h").password, "pa/ss?#");
+}
+
+TEST(RedactUrl, QueryValuesThatCouldBeCredentialsNeverShow) {
+    // Only db, user and username are shown; every other value could be a credential.
+    EXPECT_EQ(dlock::detail::redact_url("redis://h:1/0?password=S3cr"),
+              "redis://h:1/0?password=***");
+    EXPECT_EQ(dlock::detail::redact_url("unix:///s.sock?db=0&password=S3cr&user=al"),
+              "unix:///s.sock?db=0&password=***&user=al");
+    EXPECT_EQ(dlock::detail::redact_url("redis://h?PassWord=S3cr&token=T0k&auth=A&x=1"),
+              "redis://h?PassWord=***&token=***&auth=***&x=***");
+    EXPECT_EQ(dlock::detail::redact_url("redis://h?S3cr"), "redis://h?***");
+    EXPECT_EQ(dlock::detail::redact_url("redis://h/0#S3cr"), "redis://h/0#***");
+    EXPECT_EQ(dlock::detail::redact_url("redlock://a:1,b:2?password=S3cr"),
+              "redlock://a:1,b:2?password=***");
+    EXPECT_EQ(dlock::detail::redact_url("zk://h:1/b?digest=u:S3cr"), "zk://h:1/b?digest=***");
+    // An '@' in a query value: the user-info reading takes it, and all after it is hidden.
+    EXPECT_EQ(dlock::detail::redact_url("redis://h:1/0?password=S3@cr"), "redis://h:***@***");
+    // Control characters are written %XX: a quoted URL is one printable line.
+    EXPECT_EQ(dlock::detail::redact_url("redis://h\n\x1b[31m:1"), "redis://h%0A%1B[31m:1");
+    for (const char* url : {"redis://h:1/0?password=S3cr", "redis://h?a=1&password=S3cr#S3cr",
+                            "unix://:S3cr@/s.sock?password=S3cr", "redis://h?S3cr&db=1"}) {
+        const std::string u = url;
+        std::string blanked = u;
+        for (const auto& [offset, length] : dlock::detail::secret_spans(u))
+            blanked.replace(offset, length, std::string(length, '*'));
+        EXPECT_EQ(blanked.find("S3cr"), std::string::npos) << url << " -> " << blanked;
+    }
+}
+
+TEST(ParseRedisUrl, QueryCredentialsAndDatabase) {
+    auto ep = parse_ok("redis://h:1/2?password=p%40w");
+    EXPECT_EQ(ep.db, 2);
+    EXPECT_TRUE(ep.has_password);
+    EXPECT_EQ(ep.password, "p@w");
+    ep = parse_ok("redis://h?db=3&user=alice&password=pw");
+    EXPECT_EQ(ep.db, 3);
+    EXPECT_EQ(ep.user, "alice");
+    EXPECT_EQ(ep.password, "pw");
+    ep = parse_ok("redis://alice:@h?password=pw");  // a user name, its password in the query
+    EXPECT_EQ(ep.user, "alice");
+    EXPECT_EQ(ep.password, "pw");
+    ep = parse_ok("unix:///tmp/r.sock?db=1&username=bob&PASSWORD=pw");
+    EXPECT_EQ(ep.path, "/tmp/r.sock");
+    EXPECT_EQ(ep.user, "bob");
+    EXPECT_EQ(ep.password, "pw");
+    for (const char* url :
+         {"redis://:a@h?password=b", "redis://h/1?db=2", "redis://h?pw", "redis://h?token=x",
+          "redis://h?password=%zz", "unix:///s?password=a&password=b", "redis://u:p@h?user=v"}) {
+        std::error_code ec;
+        (void)parse_redis_url(url, ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
+        const auto message = dlock::detail::message_for(ec);
+        EXPECT_NE(message.find("query options: db=N, user=NAME, password=SECRET"),
+                  std::string::npos)
+            << url << ": " << message;
+        for (const char* secret : {":a@", "=b", "pw", "=x", "%zz"})
+            EXPECT_EQ(message.find(secret), std::string::npos) << url << ": " << message;
+    }
+}
+
+TEST(ParseRedisUrl, UnixSocketTakesCredentials) {
+    auto ep = parse_ok("unix://alice:pw@/var/run/redis.sock?db=2");
+    EXPECT_EQ(ep.kind, transport::unix_socket);
+    EXPECT_EQ(ep.path, "/var/run/redis.sock");
+    EXPECT_EQ(ep.user, "alice");
+    EXPECT_EQ(ep.password, "pw");
+    EXPECT_EQ(ep.db, 2);
+    ep = parse_ok("unix://pw@/s.sock");  // a lone "secret@" is a password, as everywhere
+    EXPECT_EQ(ep.password, "pw");
+    EXPECT_TRUE(ep.user.empty());
+    EXPECT_EQ(parse_ok("unix:///tmp/a%40b.sock").path, "/tmp/a@b.sock");
+}
+
+TEST(ParseRedisUrl, SchemesAreCaseInsensitive) {
+    EXPECT_EQ(parse_ok("REDIS://h:7").port, 7);
+    EXPECT_EQ(parse_ok("Unix:///s.sock").kind, transport::unix_socket);
+    EXPECT_EQ(parse_ok("RedisS://h").kind, transport::tls);
 }
 
 }  // namespace

@@ -22,38 +22,95 @@ std::string detail_of(const dlock::error& e) {
     return what;
 }
 
+/// What remember_secret*() collected (main thread only).
+std::vector<std::string>& remembered_secrets() {
+    static std::vector<std::string> secrets;
+    return secrets;
+}
+
+int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 }  // namespace
+
+void remember_secret(std::string_view secret) {
+    // Shorter pieces would blank out ordinary words of messages; such a secret is no secret.
+    if (secret.size() >= 3) remembered_secrets().emplace_back(secret);
+}
+
+void remember_secrets_of(std::string_view url) {
+    for (const auto& [offset, length] : secret_spans(url)) {
+        const auto secret = url.substr(offset, length);
+        remember_secret(secret);
+        std::string decoded;  // best effort: a message may quote the decoded form
+        for (std::size_t i = 0; i < secret.size(); ++i) {
+            if (secret[i] == '%' && i + 2 < secret.size() && hex_digit(secret[i + 1]) >= 0 &&
+                hex_digit(secret[i + 2]) >= 0) {
+                decoded +=
+                    static_cast<char>(hex_digit(secret[i + 1]) * 16 + hex_digit(secret[i + 2]));
+                i += 2;
+            } else {
+                decoded += secret[i];
+            }
+        }
+        if (decoded != secret) remember_secret(decoded);
+    }
+}
+
+std::string safe_message(std::string text) {
+    auto secrets = remembered_secrets();
+    // Longest first, so that a secret holding another is replaced whole.
+    std::sort(secrets.begin(), secrets.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    for (const auto& secret : secrets) {
+        for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
+            text.replace(at, secret.size(), "***");
+    }
+    std::string out;
+    for (const char c : text) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            out += fmt::format("\\x{:02x}", u);
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
 
 std::string default_url() {
     std::string url = env_value("DLOCK_URL");
     return url.empty() ? "redis://127.0.0.1:6379" : url;
 }
 
-std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url) {
-    return dlock::url_password(url);
+std::vector<std::pair<std::size_t, std::size_t>> secret_spans(std::string_view url) {
+    return dlock::url_secrets(url);
 }
 
-bool has_password(std::string_view url) { return password_span(url).has_value(); }
+bool has_password(std::string_view url) { return !secret_spans(url).empty(); }
 
 std::string with_password(std::string_view url, std::string_view password) {
-    const auto scheme = dlock::url_scheme(url);
-    if (scheme != "redis" && scheme != "redlock") {
+    std::string scheme(dlock::url_scheme(url));
+    std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock") {
         throw cli_error(exit_status::usage,
-                        fmt::format("--password-file and $DLOCK_PASSWORD apply to redis:// and "
-                                    "redlock:// URLs only, not to {}",
-                                    redact_url(url)));
-    }
-    if (has_password(url)) {
-        throw cli_error(exit_status::usage,
-                        fmt::format("--url {} has a password already: give it once (in the "
-                                    "URL, --password-file or $DLOCK_PASSWORD; a user name without "
-                                    "a password is written user:@host)",
+                        fmt::format("--password-file and $DLOCK_PASSWORD apply to redis://, "
+                                    "rediss://, unix:// and redlock:// URLs only, not to {}",
                                     redact_url(url)));
     }
     try {
         return dlock::url_with_password(url, password);
     } catch (const dlock::error& e) {
-        throw to_cli_error(e, url);
+        // "has a password already", or no scheme; the message quotes the URL redacted.
+        throw cli_error(exit_status::usage,
+                        fmt::format("{}: give the password once (in the URL, --password-file or "
+                                    "$DLOCK_PASSWORD)",
+                                    detail_of(e)));
     }
 }
 
@@ -66,6 +123,16 @@ service_url parse_service_url(std::string_view url) {
     } catch (const dlock::error& e) {
         throw to_cli_error(e, url);
     }
+}
+
+std::string fault_tolerance_warning(std::string_view url) {
+    const auto parsed = parse_service_url(url);
+    if (!parsed.redlock || parsed.servers.size() >= 3) return {};
+    return fmt::format(
+        "warning: redlock:// with {} server{}: a grant needs {} of them, so one server down "
+        "stops every lock (no fault tolerance); use 3 or more independent servers",
+        parsed.servers.size(), parsed.servers.size() == 1 ? "" : "s",
+        parsed.servers.size() == 1 ? "it" : "both");
 }
 
 lock_service::lock_service(const std::string& url, const std::string& key_prefix,
@@ -109,6 +176,17 @@ std::vector<dlock::redis::client*> lock_service::servers() {
     return out;
 }
 
+dlock::redis::client& lock_service::first_redis_server(std::string_view what) {
+    const auto all = servers();
+    if (all.empty()) {
+        throw cli_error(exit_status::unavailable,
+                        fmt::format("{} needs a Redis server (redis://, unix:// or redlock://), "
+                                    "not {}://",
+                                    what, is_zk() ? "zk" : "this"));
+    }
+    return *all.front();
+}
+
 int status_for(std::error_code ec) {
     using dlock::errc;
     if (ec.category() != dlock::category()) return exit_status::internal;
@@ -136,14 +214,31 @@ cli_error to_cli_error(const dlock::error& e, std::string_view url) {
         case exit_status::unreachable:
             return {status, fmt::format("cannot reach the lock server at {}: {}", where, detail)};
         case exit_status::auth_failed:
+            if (detail.find("NOPERM") != std::string::npos) {
+                // Logged in, but the ACL user may not run a command, or touch a key or channel.
+                return {status,
+                        fmt::format("the lock server at {} refused a command: its ACL user lacks "
+                                    "a permission dlock needs: {} (grant the minimal ACL of "
+                                    "dlock's documentation, section \"Redis ACL\")",
+                                    where, detail)};
+            }
             return {
                 status,
                 fmt::format(
                     "the lock server at {} refused the credentials: {} "
                     "(give the password with --password-file FILE, $DLOCK_PASSWORD or in the URL: "
-                    "redis://user:password@host:port)",
+                    "redis://user:password@host:port, unix://user:password@/path)",
                     where, detail)};
         case exit_status::server_error:
+            if (detail.find("READONLY") != std::string::npos) {
+                return {status, fmt::format("the lock server at {} is a read-only replica: locks "
+                                            "need the primary (master) server: {}",
+                                            where, detail)};
+            }
+            if (detail.find("not a Redis server") != std::string::npos) {
+                return {status, fmt::format("the lock server at {} is not a Redis server: {}",
+                                            where, detail)};
+            }
             return {status,
                     fmt::format("the lock server at {} answered unexpectedly: {}", where, detail)};
         default: return {status, detail};

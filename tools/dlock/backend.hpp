@@ -1,8 +1,9 @@
 // Choosing and reaching the lock service from a URL, and turning dlock::error into the tool's
 // exit statuses and one-line messages.
 //
-//   redis://[user:password@]host[:port][/db], unix:///path[?db=N]    one Redis server
-//   redlock://[user:password@]host:port,host:port,...[/db]            a Redlock quorum (N servers)
+//   redis://[user:password@]host[:port][/db][?db=N&user=U&password=P]   one Redis server
+//   unix://[user:password@]/path[?db=N&user=U&password=P]             one Redis server
+//   redlock://[user:password@]host:port,host:port,...[/db][?...]        a Redlock quorum
 //   zk://host:port[,host:port...][/base]                              a ZooKeeper ensemble
 //   rediss://  etcd://                                                not in this build (status 69)
 #pragma once
@@ -34,18 +35,30 @@ std::string default_url();
 /// `url` with any password replaced by "***", for messages and `dlock status` output.
 using dlock::redact_url;
 
-/// Whether `url` carries a password (in its user-info part, read as dlock::url_password does).
+/// Whether `url` carries a secret: a password in its user-info or a query value that could be a
+/// credential (dlock::url_secrets).
 bool has_password(std::string_view url);
 
-/// Where the password of `url` is (offset, length), or nullopt: to overwrite it in place. The
-/// library's one reading of user-info (dlock::url_password): a lone "secret@" is a password.
-std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url);
+/// Where the secrets of `url` are (offset, length), as dlock::url_secrets finds them: to
+/// overwrite them in place. A lone "secret@" is a password.
+std::vector<std::pair<std::size_t, std::size_t>> secret_spans(std::string_view url);
 
-/// `url` with `password` (percent-encoded) put into its user-info part, as
-/// dlock::url_with_password does. Only redis:// and redlock:// URLs take one; a user name is
-/// written `redis://alice:@host` (a lone `redis://secret@host` is a password). Throws
-/// cli_error(usage) for other schemes, or if the URL already has a password.
+/// `url` with `password` (percent-encoded) put into its user-info, as dlock::url_with_password
+/// does. redis://, rediss://, unix:// and redlock:// URLs take one; a user name is written
+/// `redis://alice:@host` (a lone `redis://secret@host` is a password). Throws cli_error(usage)
+/// for other schemes, or if the URL has a password already (user-info or ?password=).
 std::string with_password(std::string_view url, std::string_view password);
+
+/// Remembers the secrets of `url` (secret_spans), as written and percent-decoded, for
+/// scrub_secrets(). Call it from the main thread, before other threads start.
+void remember_secrets_of(std::string_view url);
+/// Remembers `secret` itself (a password read from a file or the environment).
+void remember_secret(std::string_view secret);
+
+/// The last line of defence for a message about to be printed: every remembered secret in `text`
+/// replaced by "***", and control characters written as \xNN (so a message is one printable
+/// line, whatever the input quoted in it held).
+std::string safe_message(std::string text);
 
 /// What a --url names, before anything is connected.
 struct service_url {
@@ -58,6 +71,11 @@ struct service_url {
 /// the schemes of backends this build does not have (etcd://, zk:// without ZooKeeper), usage for
 /// a malformed URL or redlock:// list.
 service_url parse_service_url(std::string_view url);
+
+/// A redlock:// URL of 1 or 2 servers works, but a grant needs every one of them: no server may
+/// fail. Returns the one-line warning to print for such a URL (without "dlock: "), else empty.
+/// Throws like parse_service_url for a malformed URL.
+std::string fault_tolerance_warning(std::string_view url);
 
 /// Passed to the lock client: lock events, and failures nobody can be thrown to.
 struct service_callbacks {
@@ -84,6 +102,9 @@ public:
     const std::vector<std::string>& server_urls() const noexcept { return urls_; }
     /// One plain client per server (for a single server, the lock client itself); none for zk://.
     std::vector<dlock::redis::client*> servers();
+    /// The first of servers(): where `dlock demo` keeps its stock. zk:// has no Redis server:
+    /// cli_error(unavailable) saying that `what` needs one (never an empty-list dereference).
+    dlock::redis::client& first_redis_server(std::string_view what);
 
 private:
     std::string key_prefix_;

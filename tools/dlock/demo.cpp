@@ -50,6 +50,9 @@ demo_keys keys_for(const std::string& run_id, const std::string& mode) {
 }
 
 using oversell::checked;
+
+/// Why the demo refuses zk://: its stock is a Redis key, on the first server of the URL.
+constexpr std::string_view demo_needs_redis = "demo: the demo keeps its stock in Redis, so it";
 using oversell::read_count;
 
 struct mode_result {
@@ -198,7 +201,7 @@ int demo_command(const demo_options& o) {
                         : servers.front()->url();
     }
     lock_service service(url, "dlock");
-    dlock::redis::client& data = *service.servers().front();  // the stock lives on the first server
+    dlock::redis::client& data = service.first_redis_server(demo_needs_redis);
     const std::string run_id = random_run_id();
     const auto locked_keys = keys_for(run_id, "locked");
     try {
@@ -265,7 +268,7 @@ int demo_worker_command(const demo_worker_options& o) {
     const auto keys = keys_for(o.run_id, o.mode);
     try {
         lock_service service(o.url, "dlock");
-        dlock::redis::client& client = *service.servers().front();  // where the stock is
+        dlock::redis::client& client = service.first_redis_server(demo_needs_redis);
         std::optional<dlock::mutex> mutex;
         if (o.mode == "locked") {
             mutex.emplace(service.backend(), keys.lock_name, dlock::lock_options{.lease = 10s});

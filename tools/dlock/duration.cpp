@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 
 #include "cli.hpp"
 
@@ -52,7 +53,9 @@ std::chrono::milliseconds parse_duration(std::string_view option, std::string_vi
         }
         const std::string number(text.substr(start, i - start));
         if (number.empty() || number == ".") malformed();
-        const double value = std::stod(number);  // digits and at most one '.': always parses
+        // Digits and at most one '.'. strtod, unlike stod, does not throw when the number is
+        // beyond a double (400 digits): it gives HUGE_VAL, refused below as too large.
+        const double value = std::strtod(number.c_str(), nullptr);
         if (i == text.size()) {
             if (start != 0) malformed();  // "1m30" : a unit is needed after the first part
             total = value * 1000.0;
@@ -76,6 +79,23 @@ std::chrono::milliseconds parse_duration(std::string_view option, std::string_vi
         bad(option, text, "must be greater than zero");
     }
     return ms;
+}
+
+int parse_count(std::string_view option, std::string_view text, int low, int high) {
+    const auto out_of_range = [&] {
+        throw cli_error(exit_status::usage,
+                        fmt::format("{} {}: must be a whole number between {} and {}", option,
+                                    text.empty() ? "\"\"" : text, low, high));
+    };
+    if (text.empty()) out_of_range();
+    long long value = 0;
+    for (const char c : text) {
+        if (!std::isdigit(static_cast<unsigned char>(c))) out_of_range();
+        value = value * 10 + (c - '0');
+        if (value > high) out_of_range();  // also stops before any overflow
+    }
+    if (value < low) out_of_range();
+    return static_cast<int>(value);
 }
 
 std::string format_duration(std::chrono::milliseconds d) {

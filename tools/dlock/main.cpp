@@ -220,13 +220,6 @@ void require_name(const CLI::App* cmd, const std::string& name) {
     }
 }
 
-void check_range(std::string_view option, int value, int low, int high) {
-    if (value < low || value > high) {
-        throw cli_error(exit_status::usage,
-                        fmt::format("{} {}: must be between {} and {}", option, value, low, high));
-    }
-}
-
 /// The first line of a password file. Its content never appears in a message.
 std::string read_password_file(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -255,6 +248,7 @@ std::string read_password_file(const std::string& path) {
     }
     text = text.substr(0, text.find('\n'));
     if (!text.empty() && text.back() == '\r') text.pop_back();
+    remember_secret(text);
     if (text.empty()) {
         throw cli_error(exit_status::usage,
                         fmt::format("--password-file {}: the first line is empty", path));
@@ -283,11 +277,18 @@ server_options server_args::resolve(const CLI::App* cmd) const {
 /// Overwrites passwords in dlock's own arguments (argv[1..count]) with '*', so that
 /// /proc/<pid>/cmdline (the process list, readable by every user) stops showing them. Until this
 /// runs, right after the command line is parsed, they are visible.
+/// Prints fault_tolerance_warning(url), if any: once, right before the command starts (after
+/// every usage error could have been reported alone).
+void warn_about(const std::string& url) {
+    if (const auto warning = fault_tolerance_warning(url); !warning.empty()) {
+        std::fprintf(stderr, "dlock: %s\n", warning.c_str());
+    }
+}
+
 void hide_passwords(char** argv, std::size_t count) {
     for (std::size_t i = 1; i <= count && argv[i] != nullptr; ++i) {
-        const std::string_view arg(argv[i]);
-        if (const auto span = password_span(arg)) {
-            std::memset(argv[i] + span->first, '*', span->second);
+        for (const auto& [offset, length] : secret_spans(argv[i])) {
+            std::memset(argv[i] + offset, '*', length);
         }
     }
 }
@@ -307,7 +308,8 @@ public:
         server_.add_to(cmd_);
         cmd_->add_option("--lease", lease_,
                          "Lease, renewed in the background; if dlock dies, the lock\n"
-                         "is free this long after its last renewal")
+                         "is free this long after its last renewal (Redis, Redlock;\n"
+                         "refused on zk://, where the session timeout decides)")
             ->type_name("DURATION")
             ->default_str("30s");
         cmd_->add_option("--wait", wait_, "Give up (status 75) if not had within DURATION")
@@ -371,7 +373,9 @@ public:
     int execute() {
         reject_extras(cmd_);
         require_name(cmd_, name_);
-        return run_command(options());
+        const run_options o = options();
+        warn_about(o.server.url);
+        return run_command(o);
     }
 
 private:
@@ -390,7 +394,6 @@ private:
         if (quiet_ && verbose_) {
             throw cli_error(exit_status::usage, "run: --quiet and --verbose cannot be combined");
         }
-        check_range("--conflict-exit-code", conflict_exit_code_, 0, 255);
         run_options o;
         o.server = server_.resolve(cmd_);
         o.name = name_;
@@ -398,10 +401,10 @@ private:
         if (shared_) o.request.kind = dlock::lock_kind::read;
         if (write_) o.request.kind = dlock::lock_kind::write;
         if (given("--permits")) {
-            check_range("--permits", permits_, 1, 1'000'000);
             o.request = {.kind = dlock::lock_kind::permits,
                          .count = 1,
-                         .limit = static_cast<std::uint32_t>(permits_)};
+                         .limit = static_cast<std::uint32_t>(
+                             parse_count("--permits", permits_, 1, 1'000'000))};
         }
         o.command = std::move(command_);
         if (o.command.empty()) {
@@ -416,6 +419,14 @@ private:
                 fmt::format("--lease \"{}\": must be between {} and {}", lease_,
                             format_duration(dlock::min_lease), format_duration(dlock::max_lease)));
         }
+        if (given("--lease") && parse_service_url(o.server.url).zk) {
+            // Not ignored silently: on ZooKeeper the session, not a lease, bounds a lock.
+            throw cli_error(exit_status::unavailable,
+                            "run: --lease does not apply to zk://: a ZooKeeper lock lasts as long "
+                            "as the client's session, which dlock keeps alive, and is lost within "
+                            "the session timeout (the server clamps it to 2-20 x its tickTime) "
+                            "after dlock dies; leave --lease out");
+        }
         o.wait = no_wait_           ? std::chrono::milliseconds::zero()
                  : !given("--wait") ? dlock::forever
                                     : parse_duration("--wait", wait_, {.allow_forever = true});
@@ -424,7 +435,10 @@ private:
                          : parse_duration("--max-hold", max_hold_,
                                           {.allow_forever = true, .allow_zero = false});
         o.grace = parse_duration("--grace", grace_);
-        o.conflict_exit_code = conflict_exit_code_;
+        o.conflict_exit_code =
+            given("--conflict-exit-code")
+                ? parse_count("--conflict-exit-code", conflict_exit_code_, 0, 255)
+                : exit_status::conflict;
         o.foreground = foreground_;
         o.quiet = quiet_;
         o.verbose = verbose_;
@@ -441,14 +455,14 @@ private:
     bool no_wait_ = false;
     std::string max_hold_;
     std::string grace_ = "5s";
-    int conflict_exit_code_ = exit_status::conflict;
+    std::string conflict_exit_code_;
     bool foreground_ = false;
     bool quiet_ = false;
     bool verbose_ = false;
     bool fair_ = false;
     bool shared_ = false;
     bool write_ = false;
-    int permits_ = 0;
+    std::string permits_;
 };
 
 /// `dlock status`.
@@ -473,8 +487,10 @@ public:
     int execute() {
         reject_extras(cmd_);
         require_name(cmd_, name_);
-        return status_command(
-            {.server = server_.resolve(cmd_), .name = name_, .json = json_, .watch = watch_});
+        const status_options o{
+            .server = server_.resolve(cmd_), .name = name_, .json = json_, .watch = watch_};
+        warn_about(o.server.url);
+        return status_command(o);
     }
 
 private:
@@ -512,22 +528,28 @@ public:
     int execute() {
         reject_extras(cmd_);
         if (backend_ != "redis" && backend_ != "redlock") {
-            if (backend_ == "zk" || backend_ == "etcd") {
+            if (backend_ == "zk") {
+                // The true reason, whatever this build has: the demo's stock is a Redis key.
                 throw cli_error(exit_status::unavailable,
-                                fmt::format("demo: --backend {} is not available in this build "
-                                            "yet; use --backend redis",
-                                            backend_));
+                                "demo: --backend zk: the demo keeps its stock in Redis and starts "
+                                "only redis-server; use --backend redis or redlock (ZooKeeper "
+                                "locks: dlock run --url zk://HOST:PORT NAME -- COMMAND)");
+            }
+            if (backend_ == "etcd") {
+                throw cli_error(exit_status::unavailable,
+                                "demo: --backend etcd: this build of dlock has no etcd backend; "
+                                "use --backend redis or redlock");
             }
             throw cli_error(exit_status::usage,
                             fmt::format("demo: --backend \"{}\": unknown (expected redis or "
                                         "redlock)",
                                         backend_));
         }
-        check_range("--workers", workers_, 1, 64);
-        check_range("--stock", stock_, 1, 100'000);
         demo_options o;
-        o.workers = workers_;
-        o.stock = stock_;
+        if (cmd_->get_option("--workers")->count() > 0)
+            o.workers = parse_count("--workers", workers_, 1, 64);
+        if (cmd_->get_option("--stock")->count() > 0)
+            o.stock = parse_count("--stock", stock_, 1, 100'000);
         o.redlock = backend_ == "redlock";
         if (cmd_->get_option("--url")->count() > 0) {
             if (url_.empty()) throw cli_error(exit_status::usage, "--url \"\": empty URL");
@@ -539,6 +561,7 @@ public:
                                             redact_url(url_)));
             }
             o.url = url_;
+            warn_about(url_);
         }
         return demo_command(o);
     }
@@ -546,8 +569,8 @@ public:
 private:
     CLI::App* cmd_;
     std::string url_;
-    int workers_ = 4;
-    int stock_ = 50;
+    std::string workers_;
+    std::string stock_;
     std::string backend_ = "redis";
 };
 
@@ -669,17 +692,25 @@ int main(int argc, char** argv) {
     // A closed stderr or stdout pipe must not kill dlock while it holds a lock; commands it
     // starts get SIGPIPE back (process.cpp).
     ::signal(SIGPIPE, SIG_IGN);
+    // Whatever a message below quotes (CLI11's own, the library's), no secret of the command
+    // line or the environment reaches stderr.
+    for (int i = 1; i < argc; ++i) remember_secrets_of(argv[i]);
+    remember_secrets_of(env_value("DLOCK_URL"));
+    remember_secret(env_value("DLOCK_PASSWORD"));
+    const auto print = [](const std::string& what) {
+        std::fprintf(stderr, "dlock: %s\n", safe_message(what).c_str());
+    };
     try {
         return dispatch(argc, argv);
     } catch (const cli_error& e) {
-        if (*e.what() != '\0') std::fprintf(stderr, "dlock: %s\n", e.what());  // "": said already
+        if (*e.what() != '\0') print(e.what());  // "": said already
         return e.status();
     } catch (const dlock::error& e) {
         const auto err = to_cli_error(e, "");
-        std::fprintf(stderr, "dlock: %s\n", err.what());
+        print(err.what());
         return err.status();
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "dlock: internal error: %s\n", e.what());
+        print(std::string("internal error: ") + e.what());
         return exit_status::internal;
     }
 }

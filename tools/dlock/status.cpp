@@ -27,6 +27,39 @@
 namespace dlock::cli {
 namespace {
 
+/// A name (or a key, a server's message) as the text views show it: control characters
+/// (newline, ESC, the C1 range U+0080-U+009F), '\\' and '"' escaped C-style, so a name can
+/// neither break a line nor send a terminal an escape sequence. JSON escapes them itself.
+std::string shown(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        switch (c) {
+            case '\n': out += "\\n"; continue;
+            case '\r': out += "\\r"; continue;
+            case '\t': out += "\\t"; continue;
+            case '\\': out += "\\\\"; continue;
+            case '"': out += "\\\""; continue;
+            default: break;
+        }
+        if (c < 0x20 || c == 0x7f) {
+            out += fmt::format("\\x{:02x}", c);
+        } else if (c == 0xc2 && i + 1 < text.size() &&
+                   static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                   static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+            out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[++i]));
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out;
+}
+
+/// A name is any bytes; JSON text is UTF-8: invalid sequences are printed as U+FFFD rather than
+/// making dump() throw.
+constexpr auto json_replace = nlohmann::json::error_handler_t::replace;
+
 /// "mutex", "fair_mutex", ...: the type without the namespace, as JSON carries it.
 std::string type_name(dlock::lock_type type) {
     std::string_view t = dlock::to_string(type);
@@ -44,9 +77,9 @@ std::string lease_text(const dlock::lock_info& info, bool zk) {
 
 /// One line: free or held, and by whom.
 std::string state_text(const dlock::lock_info& info, bool zk) {
-    if (!info.error.empty()) return fmt::format("unknown: {}", info.error);
+    if (!info.error.empty()) return fmt::format("unknown: {}", shown(info.error));
     if (info.type == dlock::lock_type::foreign) {
-        return fmt::format("foreign: {}", info.detail);
+        return fmt::format("foreign: {}", shown(info.detail));
     }
     const auto permits = [&] {
         return info.permit_limit
@@ -119,7 +152,7 @@ view_context make_context(const status_options& o, lock_service& service) {
     view_context c{o, service, service.is_zk()};
     // Key names (no reads): what a Redis user would look for with redis-cli.
     if (!c.zk) {
-        dlock::redis::client& first = *service.servers().front();
+        dlock::redis::client& first = service.first_redis_server("status");
         c.lock_key = first.lock_key(o.name);
         c.fence_key = first.fence_key(o.name);
         c.channel = first.release_channel(o.name);
@@ -193,7 +226,7 @@ std::string text_view(const view_context& c, const dlock::lock_info& info) {
                              *info.fencing_counter)
                : fmt::format("{} (the last fencing token handed out)", *info.fencing_counter);
     std::string out;
-    out += fmt::format("lock \"{}\" on {}\n", c.o.name, redact_url(c.o.server.url));
+    out += fmt::format("lock \"{}\" on {}\n", shown(c.o.name), redact_url(c.o.server.url));
     out += fmt::format("  type:                {}\n", info.type == dlock::lock_type::none
                                                           ? "none (no lock state under this name)"
                                                           : dlock::to_string(info.type));
@@ -204,7 +237,8 @@ std::string text_view(const view_context& c, const dlock::lock_info& info) {
         out +=
             fmt::format("  subscribed clients:  {} (client connections waiting for its release)\n",
                         info.subscribers);
-        out += fmt::format("  keys:                {}, {}\n", *c.lock_key, *c.fence_key);
+        out +=
+            fmt::format("  keys:                {}, {}\n", shown(*c.lock_key), shown(*c.fence_key));
     }
     for (std::size_t i = 0; i < info.servers.size(); ++i) {
         out += fmt::format("  server {:<28} {}\n", server_url(c, info, i),
@@ -263,7 +297,7 @@ std::string clock_text() {
 /// The one-line form of a view (stdout not a terminal): what a script compares.
 std::string line_view(const view_context& c, const dlock::lock_info& info) {
     return fmt::format(
-        "{} {}: {}; fencing counter {}; waiters {}{}", clock_text(), c.o.name,
+        "{} {}: {}; fencing counter {}; waiters {}{}", clock_text(), shown(c.o.name),
         overall_state(c, info),
         info.fencing_counter ? std::to_string(*info.fencing_counter) : "none", info.waiters,
         c.zk ? std::string() : fmt::format("; subscribed clients {}", info.subscribers));
@@ -305,7 +339,8 @@ int watch_status(const view_context& c) {
                 auto key = state_key(c, info);
                 if (!printed || key != *printed) {
                     if (c.o.json) {
-                        std::printf("%s\n", json_view(c, info).dump().c_str());
+                        std::printf("%s\n",
+                                    json_view(c, info).dump(-1, ' ', false, json_replace).c_str());
                     } else {
                         std::printf("%s\n", line_view(c, info).c_str());
                     }
@@ -350,7 +385,7 @@ int status_command(const status_options& o) {
     if (o.watch) return watch_status(c);
     const dlock::lock_info info = read_info(c);
     if (o.json) {
-        std::printf("%s\n", json_view(c, info).dump(2).c_str());
+        std::printf("%s\n", json_view(c, info).dump(2, ' ', false, json_replace).c_str());
     } else {
         std::fputs(text_view(c, info).c_str(), stdout);
     }
