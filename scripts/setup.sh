@@ -22,7 +22,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(build-essential cmake ninja-build pkg-config redis-server redis-tools libhiredis-dev
           googletest libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev nlohmann-json3-dev
           libcli11-dev gnuplot-nox clang-format clang clang-tidy zookeeper libzookeeper-mt-dev
-          iproute2 iptables spin groff-base zsh prometheus-cpp-dev dpkg-dev file tmux)
+          iproute2 iptables spin groff-base zsh prometheus-cpp-dev dpkg-dev file tmux
+          lintian)
 
 sanitize=""
 build=1
