@@ -6,8 +6,19 @@
 # CMake and pkg-config files), tools (the CLI), prometheus (the optional adapter, in no .deb).
 include(CMakePackageConfigHelpers)
 
-set(DLOCK_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/dlock CACHE STRING
-    "Where dlock's CMake package goes, relative to the prefix")
+# It follows CMAKE_INSTALL_LIBDIR (<libdir>/cmake/dlock) unless set to something else: a tree
+# whose libdir changes (to the multiarch directory, CMakeLists.txt) moves its package with it.
+# lib/cmake/dlock was the default of trees configured before the default was tracked.
+set(dlock_cmakedir_default ${CMAKE_INSTALL_LIBDIR}/cmake/dlock)
+if(NOT DEFINED DLOCK_INSTALL_CMAKEDIR
+   OR (DEFINED DLOCK_INSTALL_CMAKEDIR_DEFAULT
+       AND DLOCK_INSTALL_CMAKEDIR STREQUAL DLOCK_INSTALL_CMAKEDIR_DEFAULT)
+   OR (NOT DEFINED DLOCK_INSTALL_CMAKEDIR_DEFAULT AND DLOCK_INSTALL_CMAKEDIR STREQUAL "lib/cmake/dlock"))
+  set(DLOCK_INSTALL_CMAKEDIR ${dlock_cmakedir_default} CACHE STRING
+      "Where dlock's CMake package goes, relative to the prefix" FORCE)
+endif()
+set(DLOCK_INSTALL_CMAKEDIR_DEFAULT ${dlock_cmakedir_default} CACHE INTERNAL
+    "DLOCK_INSTALL_CMAKEDIR's default when last configured")
 mark_as_advanced(DLOCK_INSTALL_CMAKEDIR)
 
 # The components of this build, as find_package(dlock COMPONENTS ...) and pkg-config name them.

@@ -7,8 +7,9 @@
 #   scripts/setup.sh --deps-only          packages only
 #   --configure-only (with or without --sanitize): packages + configure, no build (scripts/test.sh
 #   then builds only the targets a stage runs)
-#   --target T (repeatable): packages + configure, then build only target T (scripts/demo.sh
-#   builds only the CLI, dlock_cli, and its libraries; without --target everything is built)
+#   --target T (repeatable): the packages a build needs (not the test stages' tools) + configure,
+#   then build only target T (scripts/demo.sh: the CLI, dlock_cli, and its libraries); without
+#   --target every package is installed and everything is built
 #
 # The sanitizer trees compile with -O1 -g1 (line tables: reports still name file:line) instead of
 # RelWithDebInfo's -O2 -g: about 40% less compile time, and -O1 is what the sanitizers' authors
@@ -19,15 +20,21 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PACKAGES=(build-essential cmake ninja-build pkg-config redis-server redis-tools libhiredis-dev
-          googletest libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev nlohmann-json3-dev
-          libcli11-dev gnuplot-nox clang-format clang clang-tidy zookeeper libzookeeper-mt-dev
-          iproute2 iptables spin groff-base zsh prometheus-cpp-dev dpkg-dev file tmux)
+# What configuring a tree and building any of its targets needs, plus redis-server for the demo:
+# all that --target installs (scripts/demo.sh). Optional libraries (libbenchmark-dev,
+# prometheus-cpp-dev) are found when a later full setup has installed them.
+BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config redis-server libhiredis-dev googletest
+                libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+                libzookeeper-mt-dev)
+# Everything the build and the test stages use (scripts/test.sh).
+PACKAGES=("${BUILD_PACKAGES[@]}" redis-tools libbenchmark-dev gnuplot-nox clang-format clang
+          clang-tidy zookeeper iproute2 iptables spin groff-base zsh prometheus-cpp-dev dpkg-dev
+          file tmux lintian)
 
 sanitize=""
 build=1
 targets=()
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --sanitize) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; sanitize=$2; shift 2 ;;
@@ -50,14 +57,16 @@ esac
 say() { printf '[setup] %s\n' "$*"; }
 
 # --- packages -------------------------------------------------------------------------------
+wanted=("${PACKAGES[@]}")
+((${#targets[@]} == 0)) || wanted=("${BUILD_PACKAGES[@]}")
 missing=()
-for p in "${PACKAGES[@]}"; do
+for p in "${wanted[@]}"; do
   if ! dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii'; then
     missing+=("$p")
   fi
 done
 if ((${#missing[@]} == 0)); then
-  say "packages: all ${#PACKAGES[@]} installed"
+  say "packages: all ${#wanted[@]} installed"
 else
   say "packages: installing ${missing[*]}"
   sudo=()

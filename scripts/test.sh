@@ -170,8 +170,11 @@ configure_tree() {
 
 # Release (-O3, NDEBUG: other inlining, other warnings), shared libraries (as packaged):
 # everything builds; the unit tests run.
+# The .debs install to the multiarch libdir (cmake/packaging.cmake): a new tree defaults to it,
+# and a tree configured before that default is switched here.
 stage_release() {
-  configure_tree build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON || return
+  configure_tree build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+    "-DCMAKE_INSTALL_LIBDIR=lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)" || return
   ninja -C build-release || return
   ctest --test-dir build-release --output-on-failure -j "$ctest_jobs" -L unit
 }
@@ -179,7 +182,8 @@ stage_release() {
 # dlock installed like a library (tests/consumer/run.sh, docs/install.md): the Release tree
 # installed to a prefix and, as root, packaged with cpack -G DEB and installed with apt-get (then
 # purged); out-of-tree programs built with find_package(dlock) and with pkg-config lock against a
-# private redis-server. The plain tree (static libraries) is installed and used the same way.
+# private redis-server; the .debs' contents are checked and lintian must find no error or warning.
+# The plain tree (static libraries) is installed and used the same way.
 # Reuses both trees (run after stage_plain and stage_release); builds nothing of dlock.
 stage_install() {
   bash tests/consumer/run.sh build-release build

@@ -13,10 +13,13 @@
 #      unlocks a dlock::mutex and fails unless it got a fencing token > 0;
 #   3. with STATIC_TREE (a fully built tree with BUILD_SHARED_LIBS=OFF): the same for its static
 #      libraries;
-#   4. as root: builds the .debs with `cpack -G DEB` in BUILD_TREE, installs them with apt-get,
-#      runs `dlock --version` and both programs against the system installation, and purges the
-#      packages again (apt-get purge), leaving the machine as it was. Not root: this part is
-#      skipped with a message (exit status 0 if everything else passed).
+#   4. builds the .debs with `cpack -G DEB` in BUILD_TREE, checks their contents (libraries,
+#      CMake package and pkg-config files in /usr/lib/<multiarch triplet>; a copyright file and a
+#      changelog in every package) and runs lintian over them: any error or warning fails;
+#   5. as root: installs the .debs with apt-get, runs `dlock --version` and both programs against
+#      the system installation (pkg-config's libdir checked), and purges the packages again
+#      (apt-get purge), leaving the machine as it was. Not root: this part is skipped with a
+#      message (exit status 0 if everything else passed).
 # Its files go to BUILD_TREE/consumer-test/ (emptied first). Exit status: 0 passed (or skipped as
 # said), 1 a check failed, 2 bad arguments.
 set -euo pipefail
@@ -80,6 +83,7 @@ if command -v ccache >/dev/null; then
 fi
 
 redis_pid=""
+lint_pid=""
 installed_debs=0
 packages=(dlock-tools libdlock-dev libdlock0)
 apt=(apt-get -o DPkg::Lock::Timeout=300 -qq -y)
@@ -88,6 +92,10 @@ cleanup() {
   if [[ -n $redis_pid ]]; then
     kill "$redis_pid" 2>/dev/null || true
     wait "$redis_pid" 2>/dev/null || true
+  fi
+  if [[ -n $lint_pid ]]; then
+    kill "$lint_pid" 2>/dev/null || true
+    wait "$lint_pid" 2>/dev/null || true
   fi
   if ((installed_debs)); then
     say "purging the packages after a failure"
@@ -178,7 +186,7 @@ links_dlock_from() {
 # to PREFIX), and nothing of the tests, benchmarks or examples.
 check_layout() {
   local prefix=$1 libdir=$2 shared=$3 f extra
-  for f in bin/dlock share/man/man1/dlock.1 share/bash-completion/completions/dlock \
+  for f in bin/dlock share/man/man1/dlock.1.gz share/bash-completion/completions/dlock \
     share/zsh/vendor-completions/_dlock include/dlock/dlock.hpp include/dlock/config.hpp \
     include/dlock/version.hpp include/dlock/redis/client.hpp include/dlock/zk/client.hpp \
     include/dlock/connect.hpp "$libdir/cmake/dlock/dlockConfig.cmake" \
@@ -202,6 +210,49 @@ check_layout() {
   extra=$(cd "$prefix" && find . \( -path '*test*' -o -path '*bench*' -o -path '*example*' \) -print)
   [[ -z $extra ]] || fail "tests, benchmarks or examples installed: $extra"
   bash -n "$prefix/share/bash-completion/completions/dlock" || fail "the bash completion does not parse"
+}
+
+# check_debs: what Debian's policy asks of the .debs' contents: the shared libraries, their
+# links, the CMake package and the pkg-config files in the multiarch directory /usr/lib/<triplet>
+# (none directly in /usr/lib), and in every package /usr/share/doc/<package>/copyright and
+# changelog.gz.
+check_debs() {
+  local p contents f
+  contents=$(dpkg-deb -c "$debs/libdlock0_"*.deb)
+  for f in libdlock_core libdlock_redis libdlock_zk libdlock; do
+    grep -q " ./usr/lib/$multiarch/$f\.so\.0" <<<"$contents" ||
+      fail "libdlock0 lacks /usr/lib/$multiarch/$f.so.0: $(grep -o ' ./usr/lib/[^ ]*' <<<"$contents" | tr '\n' ' ')"
+  done
+  contents=$(dpkg-deb -c "$debs/libdlock-dev_"*.deb)
+  for f in libdlock_redis.so cmake/dlock/dlockConfig.cmake pkgconfig/dlock-redis.pc; do
+    grep -q " ./usr/lib/$multiarch/$f\b" <<<"$contents" || fail "libdlock-dev lacks /usr/lib/$multiarch/$f"
+  done
+  for p in "${packages[@]}"; do
+    contents=$(dpkg-deb -c "$debs/${p}_"*.deb)
+    ! grep -E -q ' ./usr/lib/[^/ ]+$| ./usr/lib/(cmake|pkgconfig)/' <<<"$contents" ||
+      fail "$p installs to /usr/lib instead of /usr/lib/$multiarch: $(grep -E -o ' ./usr/lib/[^/ ]+$| ./usr/lib/(cmake|pkgconfig)/[^ ]*' <<<"$contents" | tr '\n' ' ')"
+    for f in copyright changelog.gz; do
+      grep -q " ./usr/share/doc/$p/$f\$" <<<"$contents" || fail "$p lacks /usr/share/doc/$p/$f"
+    done
+  done
+  say "deb: libraries, CMake package and pkg-config files in /usr/lib/$multiarch; copyright and changelog.gz in every package"
+}
+
+# lint_start / lint_finish: lintian over the .debs, in the background meanwhile (it takes about
+# 10 s); any error or warning fails (information tags pass). Overrides, each with its reason, are
+# in cmake/debian/ (docs/install.md).
+lint_start() {
+  lintian --fail-on error,warning "$debs"/*.deb >"$work/lintian.log" 2>&1 &
+  lint_pid=$!
+}
+lint_finish() {
+  local out rc=0
+  wait "$lint_pid" || rc=$?
+  lint_pid=""
+  out=$(grep -v '^running with root privileges is not recommended' "$work/lintian.log" || true)
+  [[ -z $out ]] || printf '%s\n' "$out" | sed 's/^/[consumer] lintian: /'
+  ((rc == 0)) || fail "lintian found errors or warnings in the .debs (above; exit status $rc)"
+  say "deb: lintian $(lintian --print-version): no errors or warnings"
 }
 
 t_start=$SECONDS
@@ -255,17 +306,11 @@ else
   say "static: skipped (no STATIC_TREE given)"
 fi
 
-# --- 4: the Debian packages, installed on this machine ---------------------------------------------
-if [[ $(id -u) != 0 ]]; then
-  say "SKIPPED the .deb half: it installs packages with apt-get and needs root (CI runs as root)"
-  say "PASS (without the .deb half) in $((SECONDS - t_start)) s"
-  exit 0
-fi
-for p in "${packages[@]}"; do
-  if dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^.i'; then
-    fail "$p is installed on this machine already; not replacing it (apt-get purge ${packages[*]})"
-  fi
+# --- 4: the Debian packages: built, checked (contents, lintian), as root installed ----------------
+for tool in cpack dpkg-deb dpkg-architecture lintian; do
+  command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/setup.sh installs it)"
 done
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 debs=$work/debs
 mkdir -p "$debs"
 (cd "$tree" && cpack -G DEB -B "$debs" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log" >&2; fail "cpack -G DEB"; }
@@ -274,6 +319,19 @@ for p in "${packages[@]}"; do
   ls "$debs/${p}_"*.deb >/dev/null 2>&1 || fail "cpack made no ${p}_*.deb: $(ls "$debs")"
   say "deb: $(basename "$debs/${p}_"*.deb): Depends: $(dpkg-deb -f "$debs/${p}_"*.deb Depends)"
 done
+lint_start
+check_debs
+if [[ $(id -u) != 0 ]]; then
+  lint_finish
+  say "SKIPPED installing the .debs: apt-get needs root (CI runs as root)"
+  say "PASS (without installing the .debs) in $((SECONDS - t_start)) s"
+  exit 0
+fi
+for p in "${packages[@]}"; do
+  if dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^.i'; then
+    fail "$p is installed on this machine already; not replacing it (apt-get purge ${packages[*]})"
+  fi
+done
 installed_debs=1
 DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "$debs"/*.deb >"$work/apt-install.log" 2>&1 ||
   { cat "$work/apt-install.log" >&2; fail "apt-get install ./*.deb"; }
@@ -281,11 +339,15 @@ say "deb: installed ${packages[*]}"
 got=$(/usr/bin/dlock --version) || fail "/usr/bin/dlock does not run: $got"
 [[ $got == "$expected_version" ]] || fail "/usr/bin/dlock --version: '$got', expected '$expected_version'"
 say "deb: /usr/bin/dlock --version: $got"
-for f in /usr/share/man/man1/dlock.1 /usr/share/bash-completion/completions/dlock \
+for f in /usr/share/man/man1/dlock.1.gz /usr/share/bash-completion/completions/dlock \
   /usr/share/zsh/vendor-completions/_dlock; do
   [[ -f $f ]] || fail "dlock-tools lacks $f"
 done
 sys_libdir=/usr/$(cache_value "$tree" CMAKE_INSTALL_LIBDIR)
+[[ $sys_libdir == "/usr/lib/$multiarch" ]] || fail "the packaged tree's libdir is $sys_libdir, not /usr/lib/$multiarch"
+got=$(pkg-config --variable=libdir dlock-redis) || fail "pkg-config does not find dlock-redis"
+[[ $(readlink -f "$got") == "$sys_libdir" ]] || fail "dlock-redis.pc: libdir=$got, expected $sys_libdir"
+say "deb: dlock-redis.pc: libdir=$got (= $sys_libdir)"
 build_cmake_consumer cmake-system "$sys_libdir/cmake/dlock"
 links_dlock_from "$work/cmake-system/lock_once" "$sys_libdir"
 run_consumer cmake-system "$work/cmake-system/lock_once"
@@ -304,4 +366,5 @@ for p in "${packages[@]}"; do
 done
 [[ ! -e /usr/bin/dlock && ! -e $sys_libdir/cmake/dlock ]] || fail "files left after apt-get purge"
 say "deb: purged ${packages[*]} again"
+lint_finish
 say "PASS in $((SECONDS - t_start)) s"
