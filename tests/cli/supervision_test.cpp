@@ -332,11 +332,12 @@ TEST(Supervision, WatchdogIsNamedAndKillingItFirstLeavesNothingRunning) {
     // Killing the watchdog first: dlock notices and kills the command's group at once, so a
     // SIGKILL of dlock afterwards leaves nothing of it running unlocked.
     ::kill(watchdog, SIGKILL);
-    EXPECT_TRUE(eventually([&] { return !process_alive(grandchild); }, 5s))
-        << "the grandchild runs on without a watchdog\n"
+    EXPECT_TRUE(
+        eventually([&] { return !process_alive(grandchild) && !process_alive(command); }, 5s))
+        << "the command's group runs on without a watchdog\n"
         << run.err();
-    EXPECT_FALSE(process_alive(command));
-    if (run.running()) run.send(SIGKILL);
+    EXPECT_TRUE(eventually([&] { return !run.running(); }, 5s)) << run.err();
+    if (run.running()) run.send(SIGKILL);  // then dlock's own death must not leave it running
     const auto r = run.wait(10s);
     EXPECT_EQ(r.status, 71) << r.err;
     EXPECT_NE(r.err.find("watchdog"), std::string::npos) << r.err;
