@@ -189,6 +189,162 @@ TEST(Supervision, KillingDlockKillsTheCommandAndWhatItStarted) {
     EXPECT_EQ(overlapping(entries, "G", "B").size(), 0u) << read_text(log);
 }
 
+// --- stops that do not come from the terminal, and the watchdog as a dead-man's switch -------
+
+/// A bash script that writes "<who> <ns>" to `log` every 50 ms, `ticks` times (timestamps from
+/// $EPOCHREALTIME, without a fork), after writing its pid to `pid_file`.
+std::string ticking(const std::string& who, int ticks, const std::string& log) {
+    return "for ((i = 0; i < " + std::to_string(ticks) + "; i++)); do t=${EPOCHREALTIME/./}; " +
+           "echo \"" + who + " ${t}000\" >> " + log + "; sleep 0.05; done";
+}
+
+/// The first "B-start" time in the log (the second holder's start), or -1.
+long long second_start(const std::vector<log_line>& log) {
+    for (const auto& l : log)
+        if (l.who == "B-start") return l.at;
+    return -1;
+}
+
+/// Lines of `who` written at or after the second holder started.
+std::vector<long long> after_second_start(const std::vector<log_line>& log,
+                                          const std::string& who) {
+    const long long start = second_start(log);
+    std::vector<long long> out;
+    for (const auto& l : log)
+        if (l.who == who && start >= 0 && l.at >= start) out.push_back(l.at);
+    return out;
+}
+
+std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
+
+TEST(Supervision, CommandStoppedByPidKeepsTheLockAndNeverRunsUnlocked) {
+    // kill -STOP / -CONT of the command's pid (not the terminal): dlock does not stop with it, so
+    // nobody would continue dlock. It keeps renewing; the continued command runs under the lock.
+    for (const int sig : {SIGSTOP, SIGTSTP}) {
+        SCOPED_TRACE(sig == SIGSTOP ? "SIGSTOP" : "SIGTSTP");
+        const auto name = dlock::test::unique_name("stop-by-pid");
+        const temp_dir dir;
+        const auto log = dir / "log";
+        const pid_files cleanup({dir / "pid"});
+        const auto lease = scaled(1s);
+        cli_process run({"run", "--lease", ms(lease), "--url", url(), name, "--", "bash", "-c",
+                         "echo $$ > " + (dir / "pid") + "; " + ticking("A", 60, log)});
+        ASSERT_TRUE(eventually([&] { return read_log(log).size() >= 2; }, 10s)) << run.err();
+        const pid_t command = pid_in(dir / "pid");
+        ::kill(command, sig);
+        ASSERT_TRUE(eventually([&] { return process_state(command) == 'T'; }, 5s)) << run.err();
+        // Stopped for three leases: the lock stays held (dlock renews it meanwhile).
+        const auto probe =
+            run_cli({"run", "--wait", ms(3 * lease), "--url", url(), name, "--", "true"}, {}, 30s);
+        EXPECT_EQ(probe.status, 75) << "the lock was free while the command was stopped\n"
+                                    << probe.err << run.err();
+        ::kill(command, SIGCONT);
+        // The next holder gets the lock only once the continued command has ended.
+        const auto second = run_cli(second_holder(name, log), {}, 60s);
+        EXPECT_EQ(second.status, 0) << second.err;
+        const auto entries = read_log(log);
+        EXPECT_EQ(after_second_start(entries, "A").size(), 0u) << read_text(log) << run.err();
+        EXPECT_TRUE(eventually([&] { return !run.running(); }, 20s)) << run.err();
+        if (!run.running()) {
+            EXPECT_EQ(run.wait(1s).status, 0) << run.err();
+        }
+    }
+}
+
+TEST(Supervision, StoppedDlockHasItsCommandKilledBeforeTheLeaseEnds) {
+    // SIGSTOP of dlock itself (a debugger, a starved or frozen process): nothing renews the lease,
+    // and the watchdog kills the command's group before the lease can end.
+    const auto name = dlock::test::unique_name("dead-man");
+    const temp_dir dir;
+    const auto log = dir / "log";
+    const pid_files cleanup({dir / "pid", dir / "gpid"});
+    const std::string script = "(" + ticking("G", 400, log) + ") & echo $! > " + (dir / "gpid") +
+                               "; echo $$ > " + (dir / "pid") + "; " + ticking("A", 400, log);
+    cli_process run(
+        {"run", "--lease", ms(scaled(1s)), "--url", url(), name, "--", "bash", "-c", script});
+    ASSERT_TRUE(eventually(
+        [&] {
+            const auto l = read_log(log);
+            return exists(dir / "pid") && exists(dir / "gpid") &&
+                   std::count_if(l.begin(), l.end(), [](auto& x) { return x.who == "G"; }) > 0;
+        },
+        10s))
+        << run.err();
+    const pid_t command = pid_in(dir / "pid"), grandchild = pid_in(dir / "gpid");
+
+    run.send(SIGSTOP);
+    // The next holder gets the lock once the lease has ended: by then nothing of the first
+    // command runs, and nothing of it wrote after the second holder started.
+    const auto second = run_cli(second_holder(name, log), {}, 40s);
+    EXPECT_EQ(second.status, 0) << second.err;
+    EXPECT_FALSE(process_alive(command)) << "the command outlived the lease of a stopped dlock";
+    EXPECT_FALSE(process_alive(grandchild)) << "the grandchild outlived the lease";
+    const auto entries = read_log(log);
+    EXPECT_EQ(after_second_start(entries, "A").size(), 0u) << read_text(log);
+    EXPECT_EQ(after_second_start(entries, "G").size(), 0u) << read_text(log);
+
+    // Continued, dlock says what happened and exits with 79.
+    run.send(SIGCONT);
+    const auto r = run.wait(10s);
+    EXPECT_EQ(r.status, lock_lost) << r.err;
+    EXPECT_NE(r.err.find("stopped or starved"), std::string::npos) << r.err;
+}
+
+/// The pids whose parent is `parent`.
+std::vector<pid_t> children_of(pid_t parent) {
+    std::vector<pid_t> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        const std::string pid = e.path().filename().string();
+        if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+        const std::string stat = read_text("/proc/" + pid + "/stat");
+        const auto paren = stat.rfind(')');
+        if (paren == std::string::npos) continue;
+        std::istringstream fields(stat.substr(paren + 1));
+        char state = 0;
+        long ppid = 0;
+        if (fields >> state >> ppid && ppid == parent) out.push_back(std::stoi(pid));
+    }
+    return out;
+}
+
+TEST(Supervision, WatchdogIsNamedAndKillingItFirstLeavesNothingRunning) {
+    const auto name = dlock::test::unique_name("watchdog");
+    const temp_dir dir;
+    const auto log = dir / "log";
+    const pid_files cleanup({dir / "pid", dir / "gpid"});
+    const std::string script = "(" + ticking("G", 400, log) + ") & echo $! > " + (dir / "gpid") +
+                               "; echo $$ > " + (dir / "pid") + "; " + ticking("A", 400, log);
+    cli_process run({"run", "--url", url(), name, "--", "bash", "-c", script});
+    ASSERT_TRUE(eventually([&] { return exists(dir / "pid") && exists(dir / "gpid"); }, 10s))
+        << run.err();
+    const pid_t command = pid_in(dir / "pid"), grandchild = pid_in(dir / "gpid");
+    pid_t watchdog = -1;
+    for (const pid_t child : children_of(run.pid()))
+        if (child != command) watchdog = child;
+    ASSERT_GT(watchdog, 0) << "no watchdog process";
+    // ps shows it as the watchdog, not as a second `dlock run`.
+    const std::string proc = "/proc/" + std::to_string(watchdog);
+    EXPECT_EQ(read_text(proc + "/comm"), "dlock-watchdog\n");
+    const std::string cmdline = read_text(proc + "/cmdline");
+    EXPECT_EQ(cmdline.substr(0, cmdline.find('\0')), "dlock-watchdog");
+    EXPECT_EQ(cmdline.find("run"), std::string::npos) << cmdline;
+
+    // Killing the watchdog first: dlock notices and kills the command's group at once, so a
+    // SIGKILL of dlock afterwards leaves nothing of it running unlocked.
+    ::kill(watchdog, SIGKILL);
+    EXPECT_TRUE(
+        eventually([&] { return !process_alive(grandchild) && !process_alive(command); }, 5s))
+        << "the command's group runs on without a watchdog\n"
+        << run.err();
+    EXPECT_TRUE(eventually([&] { return !run.running(); }, 5s)) << run.err();
+    if (run.running()) run.send(SIGKILL);  // then dlock's own death must not leave it running
+    const auto r = run.wait(10s);
+    EXPECT_EQ(r.status, 71) << r.err;
+    EXPECT_NE(r.err.find("watchdog"), std::string::npos) << r.err;
+    EXPECT_TRUE(eventually([&] { return !process_alive(grandchild); }, 2s))
+        << "the grandchild survived dlock and its watchdog";
+}
+
 // --- a lost lock stops the whole process group ---------------------------------------------
 
 TEST(Supervision, LostLockKillsGrandchildrenThatIgnoreSigterm) {

@@ -90,8 +90,11 @@ pass it to the resource you protect so it can reject stale writers), and no cred
 in a process group of its own, which gets the terminal while dlock has it; SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGTSTP sent to dlock are passed to that group (signals
 dlock was started with ignored stay ignored). If the lock is lost, or dlock is killed, the group
-is stopped: SIGTERM, then SIGKILL after --grace (SIGKILL at once if dlock was killed). The lock is
-released once the whole group has ended; killed by a signal, the command makes dlock end by it.
+is stopped: SIGTERM, then SIGKILL after --grace (SIGKILL at once if dlock was killed). A helper,
+"dlock-watchdog", also kills the group before the lease ends if dlock stops renewing it
+(stopped, starved). A command stopped by its pid (kill -STOP) keeps the lock while stopped. The
+lock is released once the whole group has ended; killed by a signal, the command makes dlock
+end by it.
 Durations: 500ms, 10s, 1.5s, 2m, 1h30m; a plain number is seconds.
 Exit status: the command's; 75 if the lock was not had in time; others: dlock --help.)";
 
@@ -688,7 +691,7 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    record_inherited();  // before anything is opened or any disposition is changed
+    record_inherited(argc, argv);  // before anything is opened or any disposition is changed
     // A closed stderr or stdout pipe must not kill dlock while it holds a lock; commands it
     // starts get SIGPIPE back (process.cpp).
     ::signal(SIGPIPE, SIG_IGN);

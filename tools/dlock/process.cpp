@@ -193,7 +193,41 @@ std::string env_value(const char* name) {
 
 std::string errno_text(int error) { return std::generic_category().message(error); }
 
-void record_inherited() {
+namespace {
+
+// main()'s argv, for the watchdog to overwrite with its own name in its copy of the memory.
+char** saved_argv = nullptr;
+int saved_argc = 0;
+
+/// Renames the calling process (a fork of dlock) to `name`: the thread name (ps -o comm, top) and
+/// the command line (ps -o args, /proc/PID/cmdline), by overwriting argv's strings, which lie end
+/// to end in memory. Async-signal-safe.
+void rename_process(const char* name) noexcept {
+    ::prctl(PR_SET_NAME, name);
+    if (saved_argv == nullptr || saved_argc < 1 || saved_argv[0] == nullptr) return;
+    char* const begin = saved_argv[0];
+    char* end = begin;
+    for (int i = 0; i < saved_argc && saved_argv[i] != nullptr; ++i) {
+        if (saved_argv[i] != end) break;  // not contiguous: stop at what is
+        end = saved_argv[i] + std::strlen(saved_argv[i]) + 1;
+    }
+    const std::size_t room = static_cast<std::size_t>(end - begin);
+    if (room == 0) return;
+    std::memset(begin, 0, room);
+    std::memcpy(begin, name, std::min(std::strlen(name), room - 1));
+}
+
+std::int64_t monotonic_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+void record_inherited(int argc, char** argv) {
+    saved_argc = argc;
+    saved_argv = argv;
     sigemptyset(&inherited_ignored_set);
     for (int sig = 1; sig < NSIG; ++sig) {
         struct sigaction old {};
@@ -428,6 +462,11 @@ int command_child::go() {
 
 // --- the watchdog --------------------------------------------------------------------------------
 
+// A message on the watchdog's pipe: a kind byte and a 64-bit value, written in one write(2) (below
+// PIPE_BUF, so atomic) and read whole. 'G': the group to kill; 'D': a deadline (CLOCK_MONOTONIC
+// nanoseconds); 'Q': stand down.
+constexpr std::size_t watchdog_message_size = 1 + sizeof(std::int64_t);
+
 group_watchdog::group_watchdog() {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -435,25 +474,42 @@ group_watchdog::group_watchdog() {
     }
     const pid_t pid = ::fork();
     if (pid == 0) {
-        // A session of its own: no terminal signal reaches it. It keeps nothing open but the pipe
-        // (not even the terminal or dlock's output pipes, which it must not hold open).
+        // A session of its own: no terminal signal reaches it, and stopping dlock or the
+        // command's group does not stop it. It keeps nothing open but the pipe (not even the
+        // terminal or dlock's output pipes, which it must not hold open). Only async-signal-safe
+        // calls: dlock may already run threads when it forks this.
         ::setsid();
+        rename_process("dlock-watchdog");
         const int in = fds[0];
         close_fds(0, in - 1);
         close_fds(in + 1, INT_MAX);
-        pid_t pgid = 0;
+        std::int64_t pgid = 0;
+        std::int64_t deadline = -1;  // none
         for (;;) {
-            char message[1 + sizeof(pid_t)];
+            int timeout = -1;
+            if (pgid > 0 && deadline >= 0) {
+                const std::int64_t left = deadline - monotonic_ns();
+                if (left <= 0) {
+                    ::kill(-static_cast<pid_t>(pgid), SIGKILL);  // dlock missed its deadline
+                    deadline = -1;
+                    continue;
+                }
+                timeout = static_cast<int>(std::min<std::int64_t>(left / 1'000'000 + 1, 60'000));
+            }
+            pollfd p{in, POLLIN, 0};
+            const int ready = ::poll(&p, 1, timeout);
+            if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
+            char message[watchdog_message_size];
             const ssize_t n = ::read(in, message, sizeof message);
             if (n < 0 && errno == EINTR) continue;
-            if (n == static_cast<ssize_t>(sizeof message) && message[0] == 'G') {
-                std::memcpy(&pgid, message + 1, sizeof pgid);
-                continue;
-            }
-            if (n > 0 && message[0] == 'Q') ::_exit(0);
-            if (n <= 0) break;  // EOF: dlock is gone
+            if (n != static_cast<ssize_t>(sizeof message)) break;  // EOF: dlock is gone
+            std::int64_t value = 0;
+            std::memcpy(&value, message + 1, sizeof value);
+            if (message[0] == 'G') pgid = value;
+            if (message[0] == 'D') deadline = value;
+            if (message[0] == 'Q') ::_exit(0);
         }
-        if (pgid > 0) ::kill(-pgid, SIGKILL);
+        if (pgid > 0) ::kill(-static_cast<pid_t>(pgid), SIGKILL);
         ::_exit(0);
     }
     const int fork_errno = errno;
@@ -469,18 +525,36 @@ group_watchdog::group_watchdog() {
 
 group_watchdog::~group_watchdog() { finish(); }
 
-void group_watchdog::watch(pid_t pgid) noexcept {
-    char message[1 + sizeof(pid_t)];
-    message[0] = 'G';
-    std::memcpy(message + 1, &pgid, sizeof pgid);
+void group_watchdog::send(char kind, std::int64_t value) noexcept {
+    if (fd_ < 0) return;
+    char message[watchdog_message_size];
+    message[0] = kind;
+    std::memcpy(message + 1, &value, sizeof value);
     [[maybe_unused]] const auto w = ::write(fd_, message, sizeof message);  // atomic: < PIPE_BUF
 }
 
+void group_watchdog::watch(pid_t pgid) noexcept { send('G', pgid); }
+
+void group_watchdog::arm(std::chrono::steady_clock::time_point deadline) noexcept {
+    // steady_clock is CLOCK_MONOTONIC, a clock the watchdog process shares.
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    send('D', std::max<std::int64_t>(ns, 0));
+}
+
 void group_watchdog::stand_down() noexcept {
-    if (fd_ < 0) return;
-    char message[1 + sizeof(pid_t)] = {'Q'};
-    [[maybe_unused]] const auto w = ::write(fd_, message, sizeof message);
+    send('Q', 0);
     finish();
+}
+
+bool group_watchdog::died(pid_t& pid, int& raw_status) noexcept {
+    if (pid_ <= 0) return false;
+    if (::waitpid(pid_, &raw_status, WNOHANG) != pid_) return false;
+    pid = pid_;
+    pid_ = -1;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    return true;
 }
 
 void group_watchdog::finish() noexcept {

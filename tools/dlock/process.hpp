@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -33,7 +34,8 @@ inline constexpr int handled_signals[] = {SIGINT,  SIGTERM, SIGHUP, SIGQUIT,
 /// which signals were ignored (nohup(1), `&` in a non-interactive shell, `trap '' INT`) and which
 /// descriptors above 2 were open. Call it first thing in main(), before anything is opened or any
 /// disposition changed. Also resets an inherited ignored SIGCHLD (dlock must be able to wait).
-void record_inherited();
+/// `argc`/`argv` are main()'s: the watchdog renames itself in that memory (group_watchdog).
+void record_inherited(int argc, char** argv);
 /// Whether `sig` was ignored when dlock started (record_inherited()).
 bool inherited_ignored(int sig);
 
@@ -116,11 +118,16 @@ private:
     int err_fd_ = -1;  // read end: EOF on exec, or the errno of a failed exec
 };
 
-/// A helper process that kills the command's whole process group if dlock dies, by whatever
-/// means (SIGKILL, the OOM killer, a crash): it sits in a session of its own holding the read end
-/// of a pipe whose write end only dlock holds, and reads EOF when dlock is gone. Start it before
-/// any thread (it forks). PR_SET_PDEATHSIG alone would reach only the command itself, not what
-/// the command started.
+/// A helper process, "dlock-watchdog" in ps(1), that kills the command's whole process group
+/// (SIGKILL) when dlock can no longer be trusted to: a dead-man's switch. It sits in a session of
+/// its own holding the read end of a pipe whose write end only dlock holds, and kills the group
+///  - when it reads end-of-file: dlock is gone, by whatever means (SIGKILL, the OOM killer, a
+///    crash);
+///  - when the deadline dlock last sent passes without a new one: dlock is alive but stopped
+///    (SIGSTOP, a debugger), or starved. dlock sends deadlines a margin before its lease can
+///    end (run.cpp), so the group is dead before another holder can get the lock.
+/// Start it before any thread (it forks). PR_SET_PDEATHSIG alone would reach only the command
+/// itself, not what the command started. Deadlines are CLOCK_MONOTONIC (steady_clock) times.
 class group_watchdog {
 public:
     group_watchdog();   ///< throws cli_error(os_error) if pipe or fork fails
@@ -130,10 +137,16 @@ public:
 
     /// From now on, dlock's death means SIGKILL to process group `pgid`.
     void watch(pid_t pgid) noexcept;
+    /// Unless another deadline arrives first, SIGKILL to the group at `deadline` (once).
+    void arm(std::chrono::steady_clock::time_point deadline) noexcept;
     /// The group is gone: the watchdog exits without killing anything; reaps it.
     void stand_down() noexcept;
+    /// Whether the watchdog has died (killed by someone: it never exits on its own before
+    /// stand_down()); reaps it. Its pid is in `pid` and how it ended in `raw_status`.
+    bool died(pid_t& pid, int& raw_status) noexcept;
 
 private:
+    void send(char kind, std::int64_t value) noexcept;
     void finish() noexcept;  // close the pipe and reap the helper
 
     pid_t pid_ = -1;

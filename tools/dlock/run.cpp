@@ -84,6 +84,12 @@ ready_set wait_readable(int a, int b, int c, int timeout_ms) {
     return r;
 }
 
+/// "killed by SIGKILL" or "exit status 3" for a raw waitpid() status.
+std::string describe_wait_status(int raw) {
+    if (WIFSIGNALED(raw)) return "killed by " + signal_name(WTERMSIG(raw));
+    return fmt::format("exit status {}", WEXITSTATUS(raw));
+}
+
 int ms_until(steady::time_point t) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(t - steady::now()).count();
     return static_cast<int>(std::clamp<long long>(left, 0, 60'000));
@@ -162,6 +168,7 @@ private:
             waiting_.store(true);
             wait_started_.raise();
         }
+        if (e.kind == dlock::event_kind::renewed) renewed_.raise();  // a later watchdog deadline
         if (!console_.verbose_enabled()) return;
         const auto at = std::chrono::duration<double>(e.at - started_).count();
         std::string what;
@@ -195,9 +202,13 @@ private:
     /// A signal cancels the wait (lock_options::cancel) and ends the process (give_up()).
     dlock::lease acquire() {
         std::stop_source cancel;
+        // The lease is capped a margin after --max-hold: supervise() stops the command that
+        // margin before the lease ends, i.e. at --max-hold itself.
         const dlock::lock_options lock{.lease = o_.lease,
                                        .wait = o_.wait,
-                                       .max_hold = o_.max_hold,
+                                       .max_hold = o_.max_hold == dlock::forever
+                                                       ? dlock::forever
+                                                       : o_.max_hold + deadline_margin(o_.lease),
                                        .cancel = cancel.get_token()};
         acquisition result;
         wake_flag done;
@@ -329,15 +340,45 @@ private:
         die_by_signal(sig);
     }
 
+    /// How long before its lease can end dlock stops a command it cannot renew the lock for (a
+    /// fifth of the validity, at most 2 s). The watchdog's deadline lies half of it before the
+    /// end: it kills the group if dlock misses that point (stopped, starved).
+    static std::chrono::milliseconds deadline_margin(std::chrono::milliseconds validity) {
+        return std::clamp<std::chrono::milliseconds>(validity / 5, 1ms, 2s);
+    }
+
     /// Runs the command in a process group of its own and supervises that group until it is
-    /// empty: forwards signals, follows it when it stops (Ctrl-Z), stops it when the lock is lost,
-    /// and returns dlock's exit status (or ends by the signal that killed the command).
+    /// empty: forwards signals, follows it when the terminal stops it (Ctrl-Z), stops it when the
+    /// lock is lost or is about to end unrenewed, keeps the watchdog's deadline ahead, and returns
+    /// dlock's exit status (or ends by the signal that killed the command).
     int supervise(dlock::lease& lease) {
         const auto acquired_at = steady::now();
+        // The validity actually granted (a ZooKeeper session may be shorter than --lease).
+        const auto margin =
+            std::min(deadline_margin(o_.lease), deadline_margin(lease.expires_in()));
+        {
+            pid_t pid = 0;
+            int raw = 0;
+            if (watchdog_.died(pid, raw)) {
+                std::error_code ec;
+                lease.release(ec);
+                throw cli_error(exit_status::os_error,
+                                fmt::format("the watchdog process (pid {}) ended before the "
+                                            "command started; not running it",
+                                            pid));
+            }
+        }
         command_child child(o_.command, command_environment(o_.name, lease.fencing_token()));
         if (child.pid() < 0) throw spawn_failure(child.error());
         const pid_t group = child.pid();  // the group's id
         watchdog_.watch(group);
+        std::optional<steady::time_point> armed;  // the watchdog's deadline, as last sent
+        const auto arm = [&](steady::time_point deadline) {
+            if (armed && deadline < *armed + 1ms && deadline > *armed - 1ms) return;  // rounding
+            watchdog_.arm(deadline);
+            armed = deadline;
+        };
+        arm(steady::now() + lease.expires_in() - margin / 2);
         terminal_.give(group);
         if (const int exec_error = child.go(); exec_error != 0) {
             int raw = 0;
@@ -356,7 +397,11 @@ private:
                         std::function<void()>([&lost_flag] { lost_flag.raise(); }));
 
         bool lost = false;
-        bool stopping = false;  // SIGTERM sent to the group (lost lock, or leftovers)
+        bool stopping = false;         // SIGTERM sent to the group (lost lock, or leftovers)
+        bool deadline_missed = false;  // dlock missed the watchdog's deadline: it killed the group
+        bool watchdog_died = false;
+        bool tstp_forwarded = false;  // a SIGTSTP sent to dlock was passed on to the group
+        bool stop_noted = false;      // said once that a stop not from the terminal is not followed
         std::optional<steady::time_point> kill_at;
         std::optional<int> leader_status;  // raw waitpid() status once the command has ended
         int stopped_by = 0;                // the command has just been stopped by this signal
@@ -370,25 +415,64 @@ private:
             ::kill(-group, SIGTERM);
             ::kill(-group, SIGCONT);
             kill_at = steady::now() + o_.grace;
+            arm(*kill_at + margin);  // dlock kills it at kill_at; the watchdog if dlock cannot
+        };
+        const auto max_hold_message = [&] {
+            return fmt::format("held the lock \"{}\" for --max-hold {}", o_.name,
+                               format_duration(o_.max_hold));
         };
         const auto check_lost = [&] {
             if (lost || lease.state() != dlock::lock_state::lost) return;
             lost = true;
-            const auto held = steady::now() - acquired_at;
-            // The client gives a grant up a drift margin (lease/100 + 2 ms) before its end.
-            const bool max_hold_reached =
-                o_.max_hold != dlock::forever && held >= o_.max_hold - o_.lease / 100 - 2ms - 100ms;
-            stop_group(max_hold_reached ? fmt::format("held the lock \"{}\" for --max-hold {}",
-                                                      o_.name, format_duration(o_.max_hold))
-                                        : fmt::format("lost the lock \"{}\"", o_.name),
+            stop_group(lease.lost_reason() == dlock::lost_reason::max_hold
+                           ? max_hold_message()
+                           : fmt::format("lost the lock \"{}\"", o_.name),
                        "the command");
+        };
+        // The lease ends within the margin and was not renewed (server unreachable, or the
+        // --max-hold cap): stop the command now, before the lease can end, rather than after.
+        const auto check_ending = [&] {
+            if (lost || stopping) return;
+            const auto left = lease.expires_in();
+            if (left > margin) return;
+            lost = true;
+            const bool capped = o_.max_hold != dlock::forever &&
+                                steady::now() - acquired_at + left >= o_.max_hold + margin - 200ms;
+            stop_group(capped ? max_hold_message()
+                              : fmt::format("could not renew the lock \"{}\"; its lease ends in {}",
+                                            o_.name, format_duration(left)),
+                       "the command");
+        };
+        // dlock itself missed the deadline it gave the watchdog (it was stopped or starved): the
+        // watchdog has killed the group, or is about to.
+        const auto check_missed = [&](std::chrono::milliseconds slack) {
+            if (deadline_missed || stopping || !armed || steady::now() < *armed - slack) return;
+            deadline_missed = true;
+            lost = true;
+            stopping = true;
+            kill_at.reset();
+            ::kill(-group, SIGKILL);
+            console_.error(
+                fmt::format("dlock could not renew the lock \"{}\" in time (it was stopped or "
+                            "starved); the command's process group was killed (SIGKILL) before "
+                            "the lease could end",
+                            o_.name));
         };
 
         for (;;) {
             int timeout = kill_at ? ms_until(*kill_at) : -1;
+            if (!stopping) {
+                // Wake when the lease comes within the margin of its end, and often enough to
+                // move the watchdog's deadline along with the validity (ZooKeeper sessions
+                // extend it without renewal events).
+                const auto left = lease.expires_in() - margin;
+                const auto beat = std::max<std::chrono::milliseconds>(margin / 2, 1ms);
+                timeout = static_cast<int>(
+                    std::clamp<std::chrono::milliseconds>(std::min(left, beat), 0ms, 60s).count());
+            }
             // Members of the group are not dlock's children: no SIGCHLD tells when they are gone.
             if (leader_status) timeout = timeout < 0 ? 20 : std::min(timeout, 20);
-            const auto r = wait_readable(signals_.fd(), lost_flag.fd(), -1, timeout);
+            const auto r = wait_readable(signals_.fd(), lost_flag.fd(), renewed_.fd(), timeout);
             if (r.a) {
                 while (const auto info = signals_.next()) {
                     const int sig = static_cast<int>(info->ssi_signo);
@@ -404,12 +488,25 @@ private:
                                 stopped_by = 0;
                             }
                         }
+                        if (watchdog_.died(pid, raw) && !watchdog_died) {
+                            watchdog_died = true;
+                            // Without it, dlock's death would leave the group running unlocked.
+                            ::kill(-group, SIGKILL);
+                            stopping = true;
+                            kill_at.reset();
+                            console_.error(fmt::format(
+                                "the watchdog process (pid {}) ended ({}): without it the "
+                                "command's processes could outlive dlock; killed the command's "
+                                "process group (SIGKILL)",
+                                pid, describe_wait_status(raw)));
+                        }
                         continue;
                     }
-                    if (sig == SIGCONT) continue;  // dlock was continued; nothing to do
+                    if (sig == SIGCONT) continue;  // dlock was continued: checked below
                     if (leader_status) continue;   // only leftovers remain: they are being stopped
                     if (sig == SIGTSTP) {
                         // Passed on; dlock stops when (and if) the command does.
+                        tstp_forwarded = true;
                         ::kill(-group, SIGTSTP);
                         continue;
                     }
@@ -418,24 +515,52 @@ private:
                 }
             }
             if (r.b) lost_flag.reset();
+            if (r.c) renewed_.reset();
+            check_missed(0ms);
             check_lost();
+            check_ending();
             if (stopped_by != 0 && !stopping) {
                 const int sig = std::exchange(stopped_by, 0);
-                follow_stopped_command(sig, group, lease);
-                if (lease.state() == dlock::lock_state::lost) {
-                    lost = true;
-                    stopping = true;
-                    ::kill(-group, SIGKILL);
-                    console_.error(fmt::format(
-                        "the lock \"{}\" was lost while dlock was stopped; the stopped command "
-                        "was killed (SIGKILL), not continued",
-                        o_.name));
+                // Job control: Ctrl-Z on the terminal dlock gave the command, a SIGTSTP passed on
+                // by dlock, or reading/writing the terminal from the background. The shell then
+                // continues dlock (fg, bg), and dlock the command. Any other stop (kill -STOP of
+                // the command's pid) is not followed: dlock keeps renewing, the command runs on
+                // under the lock when someone continues it.
+                const bool job_control =
+                    (sig == SIGTSTP && (terminal_.given() || tstp_forwarded)) || sig == SIGTTIN ||
+                    sig == SIGTTOU;
+                tstp_forwarded = false;
+                if (!job_control) {
+                    if (!std::exchange(stop_noted, true)) {
+                        console_.note(fmt::format(
+                            "the command was stopped ({}), not from the terminal; dlock keeps "
+                            "renewing the lock \"{}\" while it is stopped",
+                            signal_name(sig), o_.name));
+                    }
                 } else {
-                    terminal_.give(group);  // after `fg`; not after `bg`
-                    ::kill(-group, SIGCONT);
+                    follow_stopped_command(sig, group, lease, margin);
+                    // Continued: too late if the watchdog's deadline has passed (or nearly) or
+                    // the lease is lost or about to end.
+                    check_missed(margin / 4);
+                    if (!deadline_missed && (lease.state() == dlock::lock_state::lost ||
+                                             lease.expires_in() <= margin)) {
+                        lost = true;
+                        stopping = true;
+                        ::kill(-group, SIGKILL);
+                        console_.error(fmt::format(
+                            "the lock \"{}\" was lost while dlock was stopped; the stopped "
+                            "command was killed (SIGKILL), not continued",
+                            o_.name));
+                    }
+                    if (!stopping) {
+                        arm(steady::now() + lease.expires_in() - margin / 2);
+                        terminal_.give(group);  // after `fg`; not after `bg`
+                        ::kill(-group, SIGCONT);
+                    }
                 }
             }
             stopped_by = 0;
+            if (!stopping) arm(steady::now() + lease.expires_in() - margin / 2);
             if (kill_at && steady::now() >= *kill_at) {
                 ::kill(-group, SIGKILL);
                 console_.error(
@@ -468,6 +593,7 @@ private:
                             o_.name, ec.message(), format_duration(o_.lease)));
         }
         const int command_status = decode_wait_status(*leader_status);
+        if (watchdog_died && !lost) return exit_status::os_error;
         if (lost) {
             console_.error(
                 fmt::format("the lock \"{}\" was lost while the command ran (the "
@@ -491,18 +617,21 @@ private:
         return command_status;
     }
 
-    /// The command was stopped by `sig` (Ctrl-Z, or reading the terminal from the background):
-    /// stop the rest of its group (even members that ignore SIGTSTP) and dlock itself, so that
-    /// nothing of it runs while dlock cannot renew. Returns once dlock is continued (`fg`, `bg`,
-    /// SIGCONT); the caller then checks whether the lock survived the pause.
-    void follow_stopped_command(int sig, pid_t group, const dlock::lease& lease) {
+    /// The command was stopped by `sig` through job control (Ctrl-Z, or using the terminal from
+    /// the background): stop the rest of its group (even members that ignore SIGTSTP) and dlock
+    /// itself, as the shell expects of its job. Returns once dlock is continued (`fg`, `bg`,
+    /// SIGCONT); the caller then checks whether the lock survived the pause. Meanwhile nothing
+    /// renews the lease, and the watchdog kills the group a margin before it could end.
+    void follow_stopped_command(int sig, pid_t group, const dlock::lease& lease,
+                                std::chrono::milliseconds margin) {
         ::kill(-group, SIGSTOP);
         terminal_.take_back();
+        const auto left = std::max(lease.expires_in() - margin / 2, 0ms);
         console_.error(fmt::format(
             "the command was stopped ({}); dlock stops with it and cannot renew the lock \"{}\" "
-            "meanwhile: stopped for more than {}, the lock is lost and the command is then "
-            "killed, not continued",
-            signal_name(sig), o_.name, format_duration(lease.expires_in())));
+            "meanwhile: stopped for more than {}, the command is killed before the lock can be "
+            "lost, never continued",
+            signal_name(sig), o_.name, format_duration(left)));
         stop_self();
     }
 
@@ -523,6 +652,7 @@ private:
     group_watchdog watchdog_;
     terminal_control terminal_;
     wake_flag wait_started_;
+    wake_flag renewed_;  // raised by on_event() at each renewal
     std::atomic<bool> waiting_{false};
     const steady::time_point started_;
     lock_service service_;
