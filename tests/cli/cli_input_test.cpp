@@ -679,7 +679,20 @@ TEST(CliZk, LeaseIsRefusedNotIgnored) {
 #endif
     expect_one_line(r, "zk --lease");
     const auto help = run_cli({"run", "--help"});
-    EXPECT_NE(help.out.find("refused on zk://"), std::string::npos) << help.out;
+    EXPECT_NE(help.out.find("refused on zk://, where the session timeout decides"),
+              std::string::npos)
+        << help.out;
+#if DLOCK_HAS_ZOOKEEPER
+    // --key-prefix, the other Redis-only option, is refused too rather than ignored.
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"run", "--key-prefix", "p", "--url", zk, "n", "--", "true"},
+             {"status", "--key-prefix", "p", "--url", zk, "n"}}) {
+        const auto k = run_cli(args);
+        EXPECT_EQ(k.status, unavailable) << k.err;
+        EXPECT_NE(k.err.find("--key-prefix does not apply to zk://"), std::string::npos) << k.err;
+        expect_one_line(k, joined(args));
+    }
+#endif
 }
 
 }  // namespace

@@ -151,7 +151,9 @@ struct server_args {
                         "Read the server's password from FILE (first line), so it\n"
                         "is not in the process list (also: $DLOCK_PASSWORD)")
             ->type_name("FILE");
-        cmd->add_option("--key-prefix", key_prefix, "Prefix of the lock's Redis keys")
+        cmd->add_option("--key-prefix", key_prefix,
+                        "Prefix of the lock's Redis keys (refused on zk://, whose\n"
+                        "URL names a base path instead)")
             ->type_name("TEXT")
             ->default_str("dlock");
     }
@@ -256,6 +258,12 @@ server_options server_args::resolve(const CLI::App* cmd) const {
         full = with_password(full, read_password_file(password_file));
     } else if (const std::string password = env_value("DLOCK_PASSWORD"); !password.empty()) {
         full = with_password(full, password);
+    }
+    if (cmd->get_option("--key-prefix")->count() > 0 && parse_service_url(full).zk) {
+        // Not ignored silently: ZooKeeper locks live under the URL's base path.
+        throw cli_error(exit_status::unavailable,
+                        "--key-prefix does not apply to zk://: a ZooKeeper lock lives under the "
+                        "URL's base path (zk://host:port/base)");
     }
     return {full, key_prefix};
 }
