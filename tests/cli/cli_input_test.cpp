@@ -6,6 +6,9 @@
 #include <dlock/redis/client.hpp>
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <shared_mutex>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -647,6 +650,52 @@ TEST(CliAcl, AMinimalAclUserRunsEveryKindOnEveryRedisScheme) {
         EXPECT_EQ(s.status, ok) << s.err;
         expect_no_secret(s, "redlock status", pw);
     }
+}
+
+TEST(CliAcl, EveryLockTypeOfTheLibraryRunsAsTheMinimalUser) {
+    const std::string pw = "Acl5ecretPw";
+    dlock::test::redis_server server;
+    add_locker(server, pw);
+    dlock::redis::client client(
+        {.url = "redis://locker:" + pw + "@127.0.0.1:" + std::to_string(server.port())});
+    const auto name = [](const char* kind) { return dlock::test::unique_name(kind); };
+    {
+        dlock::mutex m(client, name("m"));
+        std::unique_lock lock(m);
+        EXPECT_GT(m.fencing_token(), 0u);
+    }
+    {
+        dlock::fair_mutex m(client, name("f"));
+        std::unique_lock lock(m);
+    }
+    {
+        dlock::recursive_mutex m(client, name("r"));
+        std::unique_lock outer(m);
+        std::unique_lock inner(m);
+    }
+    {
+        dlock::shared_mutex m(client, name("s"));
+        { std::shared_lock reader(m); }
+        std::unique_lock writer(m);
+    }
+    {
+        dlock::counting_semaphore sem(client, name("sem"), 2);
+        sem.acquire();
+        EXPECT_TRUE(sem.try_acquire());
+        sem.release();
+        sem.release();
+    }
+    // Waiting and being woken (SUBSCRIBE, PUBLISH from the release script) as that user too.
+    // (The delay only makes the waiter likely to wait; the check holds either way.)
+    const auto shared = name("wait");
+    auto held = client.acquire(shared, {.wait = 10s});
+    std::jthread releaser([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        held.release();
+    });
+    dlock::mutex second(client, shared);
+    EXPECT_TRUE(second.try_lock_for(20s));
+    second.unlock();
 }
 
 TEST(CliAcl, StatusWatchRunsAsTheMinimalUser) {
