@@ -489,6 +489,10 @@ TEST(CliMessages, NameTheRightCause) {
     r = run_cli({"run", "--url", replica.url(), dlock::test::unique_name("ro"), "--", "true"});
     EXPECT_EQ(r.status, server_error) << r.err;
     EXPECT_NE(r.err.find("is a read-only replica"), std::string::npos) << r.err;
+    // The library's own message names it too (not only the CLI's wording around it).
+    EXPECT_NE(r.err.find("this server is a read-only replica (locks need the primary)"),
+              std::string::npos)
+        << r.err;
     expect_one_line(r, "replica");
 
     // An ACL user that may not run EVALSHA: the permission, not the password.
