@@ -142,6 +142,13 @@ void script_error(const script_call& call, const reply& r, const connection& con
                                    where + "unexpected " + to_string(r.type) + " reply");
     }
     // Script errors arrive wrapped ("ERR Error running script ... WRONGTYPE ..."), so search.
+    // A replica refuses the script's first write with READONLY (whatever wraps it): that, not
+    // the key's type, is the cause to name.
+    if (r.text.find("READONLY") != std::string::npos) {
+        return dlock::detail::fail(
+            ec, errc::server_error,
+            where + "this server is a read-only replica (locks need the primary): " + r.text);
+    }
     if (r.text.find("WRONGTYPE") != std::string::npos) {
         return dlock::detail::fail(ec, errc::unexpected_reply, where + r.text);
     }

@@ -6,6 +6,9 @@
 #include <dlock/redis/client.hpp>
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <shared_mutex>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -486,6 +489,10 @@ TEST(CliMessages, NameTheRightCause) {
     r = run_cli({"run", "--url", replica.url(), dlock::test::unique_name("ro"), "--", "true"});
     EXPECT_EQ(r.status, server_error) << r.err;
     EXPECT_NE(r.err.find("is a read-only replica"), std::string::npos) << r.err;
+    // The library's own message names it too (not only the CLI's wording around it).
+    EXPECT_NE(r.err.find("this server is a read-only replica (locks need the primary)"),
+              std::string::npos)
+        << r.err;
     expect_one_line(r, "replica");
 
     // An ACL user that may not run EVALSHA: the permission, not the password.
@@ -649,6 +656,52 @@ TEST(CliAcl, AMinimalAclUserRunsEveryKindOnEveryRedisScheme) {
     }
 }
 
+TEST(CliAcl, EveryLockTypeOfTheLibraryRunsAsTheMinimalUser) {
+    const std::string pw = "Acl5ecretPw";
+    dlock::test::redis_server server;
+    add_locker(server, pw);
+    dlock::redis::client client(
+        {.url = "redis://locker:" + pw + "@127.0.0.1:" + std::to_string(server.port())});
+    const auto name = [](const char* kind) { return dlock::test::unique_name(kind); };
+    {
+        dlock::mutex m(client, name("m"));
+        std::unique_lock lock(m);
+        EXPECT_GT(m.fencing_token(), 0u);
+    }
+    {
+        dlock::fair_mutex m(client, name("f"));
+        std::unique_lock lock(m);
+    }
+    {
+        dlock::recursive_mutex m(client, name("r"));
+        std::unique_lock outer(m);
+        std::unique_lock inner(m);
+    }
+    {
+        dlock::shared_mutex m(client, name("s"));
+        { std::shared_lock reader(m); }
+        std::unique_lock writer(m);
+    }
+    {
+        dlock::counting_semaphore sem(client, name("sem"), 2);
+        sem.acquire();
+        EXPECT_TRUE(sem.try_acquire());
+        sem.release();
+        sem.release();
+    }
+    // Waiting and being woken (SUBSCRIBE, PUBLISH from the release script) as that user too.
+    // (The delay only makes the waiter likely to wait; the check holds either way.)
+    const auto shared = name("wait");
+    auto held = client.acquire(shared, {.wait = 10s});
+    std::jthread releaser([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        held.release();
+    });
+    dlock::mutex second(client, shared);
+    EXPECT_TRUE(second.try_lock_for(20s));
+    second.unlock();
+}
+
 TEST(CliAcl, StatusWatchRunsAsTheMinimalUser) {
     const std::string pw = "Acl5ecretPw";
     dlock::test::redis_server server;
@@ -679,7 +732,20 @@ TEST(CliZk, LeaseIsRefusedNotIgnored) {
 #endif
     expect_one_line(r, "zk --lease");
     const auto help = run_cli({"run", "--help"});
-    EXPECT_NE(help.out.find("refused on zk://"), std::string::npos) << help.out;
+    EXPECT_NE(help.out.find("refused on zk://, where the session timeout decides"),
+              std::string::npos)
+        << help.out;
+#if DLOCK_HAS_ZOOKEEPER
+    // --key-prefix, the other Redis-only option, is refused too rather than ignored.
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"run", "--key-prefix", "p", "--url", zk, "n", "--", "true"},
+             {"status", "--key-prefix", "p", "--url", zk, "n"}}) {
+        const auto k = run_cli(args);
+        EXPECT_EQ(k.status, unavailable) << k.err;
+        EXPECT_NE(k.err.find("--key-prefix does not apply to zk://"), std::string::npos) << k.err;
+        expect_one_line(k, joined(args));
+    }
+#endif
 }
 
 }  // namespace

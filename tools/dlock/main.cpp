@@ -53,9 +53,12 @@ const char* const main_footer = R"(Examples:
   dlock status nightly-report --json       held? lease left, fencing counter, waiters
 
 The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
-  redis://[user:password@]host[:port][/db]    one Redis server (also unix:///path/to.sock)
+  redis://[user:password@]host[:port][/db]    one Redis server
+  unix://[user:password@]/path/to.sock        one Redis server on a Unix socket
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
+Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
+$DLOCK_PASSWORD to a password in the URL (every user can read command lines).
 
 Exit statuses (besides these, `dlock run` exits with the command's own status, or ends by the
 signal that killed the command):
@@ -150,16 +153,20 @@ struct server_args {
 
     void add_to(CLI::App* cmd) {
         cmd->add_option("--url", url,
-                        "redis://[user:password@]host[:port][/db], unix:///path/to.sock,\n"
-                        "redlock://host:port,host:port,host:port\n"
+                        "redis://[user:password@]host[:port][/db],\n"
+                        "unix://[user:password@]/path/to.sock,\n"
+                        "redlock://[user:password@]host:port,host:port,host:port\n"
                         "or zk://host:port,host:port[/base]\n"
                         "(default: $DLOCK_URL, else redis://127.0.0.1:6379)")
             ->type_name("URL");
         cmd->add_option("--password-file", password_file,
                         "Read the server's password from FILE (first line), so it\n"
-                        "is not in the process list (also: $DLOCK_PASSWORD)")
+                        "is not in the process list (also: $DLOCK_PASSWORD); an ACL\n"
+                        "user goes in the URL: redis://user:@host")
             ->type_name("FILE");
-        cmd->add_option("--key-prefix", key_prefix, "Prefix of the lock's Redis keys")
+        cmd->add_option("--key-prefix", key_prefix,
+                        "Prefix of the lock's Redis keys (refused on zk://, whose\n"
+                        "URL names a base path instead)")
             ->type_name("TEXT")
             ->default_str("dlock");
     }
@@ -273,6 +280,12 @@ server_options server_args::resolve(const CLI::App* cmd) const {
         full = with_password(full, read_password_file(password_file));
     } else if (const std::string password = env_value("DLOCK_PASSWORD"); !password.empty()) {
         full = with_password(full, password);
+    }
+    if (cmd->get_option("--key-prefix")->count() > 0 && parse_service_url(full).zk) {
+        // Not ignored silently: ZooKeeper locks live under the URL's base path.
+        throw cli_error(exit_status::unavailable,
+                        "--key-prefix does not apply to zk://: a ZooKeeper lock lives under the "
+                        "URL's base path (zk://host:port/base)");
     }
     return {full, key_prefix};
 }

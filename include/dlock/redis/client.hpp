@@ -31,9 +31,12 @@ namespace dlock::redis {
 inline constexpr std::size_t max_name_length = 1024;
 
 struct client_options {
-    /// `redis://[user[:password]@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`.
-    /// Percent-escapes are decoded in user and password. `rediss://` is rejected with
-    /// errc::unsupported: this build has no TLS transport.
+    /// `redis://[user[:password]@]host[:port][/db]` or `unix://[user[:password]@]/path/to/socket`,
+    /// either with an optional query `?db=N&user=NAME&password=SECRET` (redis-py's spelling;
+    /// `username=` too). A user is an ACL user (AUTH user password). Schemes are
+    /// case-insensitive. Percent-escapes are decoded in user, password and socket path. Any other
+    /// query option is errc::invalid_argument. `rediss://` is rejected with errc::unsupported:
+    /// this build has no TLS transport. The ACL rights dlock needs: docs/cli.md, "Redis ACL".
     std::string url = "redis://127.0.0.1:6379";
     /// Bound on establishing a connection (TCP connect plus AUTH and SELECT).
     std::chrono::milliseconds connect_timeout = 1s;
@@ -49,8 +52,8 @@ struct client_options {
     std::function<void(std::error_code, std::string_view what)> error_handler{};
 };
 
-/// `url` with any password replaced by "***", for logs and messages (error messages of this
-/// library already redact URLs).
+/// `url` with any password, and every query value but db/user/username, replaced by "***", for
+/// logs and messages (error messages of this library already redact URLs); dlock::redact_url.
 std::string redact_url(std::string_view url);
 
 class client final : public dlock::backend {

@@ -29,7 +29,8 @@ namespace dlock::redlock {
 
 struct client_options {
     /// One `redis://[user[:password]@]host[:port][/db]` (or unix://) URL per independent master.
-    /// Typically 3 or 5; the quorum is N/2+1.
+    /// Typically 3 or 5; the quorum is N/2+1. 1 or 2 URLs are accepted, but then every server
+    /// is needed for a grant: no fault tolerance (docs/redlock.md).
     std::vector<std::string> urls{};
     /// Bound on establishing a connection to one server.
     std::chrono::milliseconds connect_timeout = 1s;
