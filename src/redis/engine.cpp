@@ -369,6 +369,21 @@ void engine::notify(const lock_event& event) noexcept {
     dlock::detail::notify_observer(config_.observer, config_.error_handler, event);
 }
 
+void engine::report_node_failure(std::string_view name, std::uint64_t token, const script_batch& b,
+                                 std::string_view why) noexcept {
+    if (servers_.size() == 1) return;
+    try {
+        const auto server = b.conn->settings().endpoint.describe();
+        lock_event e{event_kind::node_failed, name, token,
+                     b.ec ? b.ec : make_error_code(errc::server_error), steady::now()};
+        e.server = server;
+        e.detail = why.empty() ? std::string_view(b.error) : why;
+        notify(e);
+    } catch (...) {
+        // Out of memory: the failure is still in the call's own message.
+    }
+}
+
 reply engine::command(const std::vector<std::string>& args, std::error_code& ec) noexcept {
     ec.clear();
     try {
@@ -678,6 +693,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             if (b.error.empty()) b.error = dlock::detail::message_for(b.ec);
             if (!out.error) out.error = b.ec;
             out.failures += (out.failures.empty() ? "" : "; ") + b.error;
+            report_node_failure(name, 0, b);
             continue;
         }
         const auto& r = b.replies.front();
@@ -1103,6 +1119,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 if (!ec) ec = b.ec;
                 failures += (failures.empty() ? "" : "; ") + b.error;
                 votes.push_back(quorum::owner_vote::failed);
+                report_node_failure(lease.name(), lease.fencing_token(), b);
             } else {
                 votes.push_back(quorum::owner_vote_of(b.replies.front().integer));
             }
@@ -1208,6 +1225,12 @@ steady::time_point engine::renew_due(steady::time_point now) {
         std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
         std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
         std::vector<std::shared_ptr<lease_core>> went_uncertain;
+        struct refusal {
+            std::shared_ptr<lease_core> lease;
+            std::size_t server;
+            std::string why;
+        };
+        std::vector<refusal> refused;  // a server's error reply to one lease's renewal
         {
             dlock::detail::lock_guard lock(registry_mutex_);
             std::vector<quorum::owner_vote> votes;
@@ -1224,6 +1247,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                         why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +
                                ": " + r.text;
                         votes.push_back(quorum::owner_vote::failed);
+                        refused.push_back({lease, k, r.text});
                         continue;
                     }
                     votes.push_back(quorum::owner_vote_of(r.integer));
@@ -1260,6 +1284,17 @@ steady::time_point engine::renew_due(steady::time_point now) {
         }
         for (const auto& lease : renewed) {
             notify({event_kind::renewed, lease->name(), lease->fencing_token(), {}, steady::now()});
+        }
+        if (!interrupted) {
+            for (const auto& b : batches) {
+                if (!b.ec) continue;
+                for (const auto& d : due)
+                    report_node_failure(d.lease->name(), d.lease->fencing_token(), b);
+            }
+        }
+        for (const auto& r : refused) {
+            report_node_failure(r.lease->name(), r.lease->fencing_token(), batches[r.server],
+                                r.why);
         }
         for (const auto& lease : went_uncertain) lease->report_renewal_failed();
         for (const auto& [lease, why] : failed) {
