@@ -29,6 +29,12 @@ enum class event_kind {
     /// The watchdog could not confirm the lease (held -> uncertain), once per episode; a renewed
     /// or lost event follows.
     renewal_failed,
+    /// Redlock: one of the servers gave no usable answer to one vote on this lock (an acquire
+    /// attempt, a renewal, a release): unreachable, timed out, refused (e.g. authentication),
+    /// an error reply, or a server whose vote does not count. The call itself may still have
+    /// succeeded on a quorum: the quorum is degraded. `server` names it, `detail` says why,
+    /// `error` is the code. One event per server per vote; never for a single server.
+    node_failed,
 };
 
 struct lock_event {
@@ -47,6 +53,10 @@ struct lock_event {
     bool handed_off = false;
     /// acquired and gave_up: this acquire call emitted wait_started before (it waited in line).
     bool waited = false;
+    /// node_failed: the server ("host:port" or the socket path; never a password) and why it
+    /// failed (the failure's message). Empty for the other kinds.
+    std::string_view server{};
+    std::string_view detail{};
 };
 
 // Each grant's acquired event is followed by exactly one of released or lost (a release that finds

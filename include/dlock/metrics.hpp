@@ -100,8 +100,19 @@ struct family_snapshot {
     std::uint64_t losses_by(lost_reason reason) const noexcept;
 };
 
+/// One Redlock server's failed votes (node_failed events), whatever the lock.
+struct node_snapshot {
+    std::string server;  ///< as the event names it ("host:port")
+    std::uint64_t failures = 0;
+};
+
 struct metrics_snapshot {
     std::vector<family_snapshot> families;  ///< sorted by family label
+    /// Servers that failed a vote at least once, sorted by server (at most
+    /// metrics_options::max_families of them; later ones count as "~other").
+    std::vector<node_snapshot> nodes{};
+    /// The server's failures (0 when it never failed).
+    std::uint64_t node_failures(std::string_view server) const noexcept;
     /// The family's snapshot, or nullptr if it has seen no event.
     const family_snapshot* find(std::string_view family) const noexcept;
 };
@@ -158,6 +169,7 @@ struct metric_effects {
     bool error = false;
     int holders_delta = 0;
     int waiters_delta = 0;
+    bool node_failure = false;  ///< counted per server (event.server), not per family
 };
 metric_effects effects_of(const lock_event& event) noexcept;
 /// Validates options (see metrics::metrics); throws dlock::error.

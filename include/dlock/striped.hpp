@@ -18,6 +18,10 @@
 // Stripe count: the first use records N on the server under the name "<base>/#stripes"
 // (backend::record_once); a striped object opened over the same base with another N fails with
 // errc::invalid_argument naming both counts, instead of silently mapping keys to other stripes.
+// Every grant of a stripe is checked again against the record (one more record_once round trip
+// after the acquire): if the record no longer says N, the grant is released and the acquire
+// fails with errc::invalid_argument, so an object that verified its count once cannot keep
+// taking stripes after the record changed (Redlock servers restarted without their data).
 // Redis, Redlock (a majority of the servers) and ZooKeeper (a persistent node) record it; a
 // backend without a record store (errc::unsupported) is not checked. The record's name is the
 // longest name a striped object uses: the base may be at most the backend's name limit minus 9.
@@ -47,6 +51,41 @@
 #include <dlock/shared_mutex.hpp>
 
 namespace dlock {
+
+namespace detail {
+/// Checks that `service` records `count` stripes for `base` (records it on first use). False with
+/// `ec` set (and its message) when it records another count or cannot be asked; true when the
+/// backend keeps no records (errc::unsupported).
+bool check_stripe_count(backend& service, const std::string& base, std::size_t count,
+                        std::error_code& ec) noexcept;
+
+/// dlock::striped's view of its backend: forwards every call to `inner`, and checks the stripe
+/// count (check_stripe_count) after each grant, releasing the grant when the check fails.
+class stripe_count_backend final : public backend {
+public:
+    stripe_count_backend(backend& inner, std::string base, std::size_t count)
+        : inner_(inner), base_(std::move(base)), count_(count) {}
+    [[nodiscard]] lease acquire_until(std::string_view name, const lock_request& request,
+                                      const lock_options& options,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      std::error_code& ec) noexcept override;
+    using backend::acquire_until;
+    using backend::inspect;
+    using backend::set_permits;
+    void set_permits(std::string_view name, std::uint32_t permits,
+                     std::error_code& ec) noexcept override;
+    [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
+    [[nodiscard]] std::unique_ptr<lock_watch> watch(std::string_view name,
+                                                    std::error_code& ec) noexcept override;
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept override;
+
+private:
+    backend& inner_;
+    std::string base_;
+    std::size_t count_;
+};
+}  // namespace detail
 
 /// FNV-1a, 64 bits, of `bytes`: striped's key -> stripe hash.
 constexpr std::uint64_t fnv1a_64(std::string_view bytes) noexcept {
@@ -87,7 +126,11 @@ public:
     /// Validates (errc::invalid_argument): `stripes` in [1, max_stripes], `base` not empty and
     /// free of '{' and '}', and `options` (through Lock's constructor). Contacts no server.
     striped(backend& service, std::string base, std::size_t stripes, lock_options options = {})
-        : service_(service), base_(std::move(base)), count_(stripes), options_(std::move(options)) {
+        : service_(service),
+          base_(std::move(base)),
+          count_(stripes),
+          options_(std::move(options)),
+          checked_(service_, base_, stripes) {
         if (stripes < 1 || stripes > max_stripes) {
             throw error(errc::invalid_argument, "striped \"" + base_ + "\": stripes (" +
                                                     std::to_string(stripes) +
@@ -101,7 +144,7 @@ public:
         }
         locks_.reserve(stripes);
         for (std::size_t i = 0; i < stripes; ++i)
-            locks_.push_back(std::make_unique<Lock>(service_, stripe_name(i), options_));
+            locks_.push_back(std::make_unique<Lock>(checked_, stripe_name(i), options_));
     }
     striped(const striped&) = delete;
     striped& operator=(const striped&) = delete;
@@ -124,7 +167,7 @@ public:
 
     /// The lock guarding `key`. The first call (of get, stripe or lock_all) checks the stripe
     /// count on the server (see above) and throws dlock::error if it differs or the server
-    /// cannot be reached (a later call checks again).
+    /// cannot be reached (a later call checks again). Each grant of the lock checks it again.
     Lock& get(std::string_view key) { return stripe(stripe_of(key)); }
 
     /// Stripe `i` (< size(), else errc::invalid_argument); checks the count like get().
@@ -151,7 +194,8 @@ public:
     /// Takes the stripes of every key (each distinct stripe once, in stripe order) as one
     /// multi_lock, blocking until all are held. Throws as multi_lock::lock() (nothing is held
     /// then), and errc::invalid_argument for an empty `keys`. The returned object holds them
-    /// until it is destroyed or unlocked.
+    /// until it is destroyed or unlocked; it locks through this object (each stripe's grant
+    /// checks the count), so it must not outlive it.
     [[nodiscard]] std::unique_ptr<multi_lock> lock_all(const std::vector<std::string>& keys) {
         auto set = make_set(keys);
         set->lock();
@@ -174,23 +218,8 @@ public:
         std::lock_guard lock(verify_mutex_);
         if (verified_.load(std::memory_order_relaxed)) return;
         std::error_code ec;
-        const auto mine = std::to_string(locks_.size());
-        const auto recorded = service_.record_once(base_ + "/#stripes", mine, ec);
-        if (ec == errc::unsupported) {
-            verified_.store(true, std::memory_order_release);  // nothing to check against
-            return;
-        }
-        if (ec) {
-            throw error(ec, "striped \"" + base_ +
-                                "\": cannot record the stripe count: " + last_error_message(ec));
-        }
-        if (recorded != mine) {
-            throw error(errc::invalid_argument,
-                        "striped \"" + base_ + "\": opened with " + mine +
-                            " stripes, but the server records " + recorded +
-                            " for this base name (set at first use); every process must use the "
-                            "same count, or keys map to different stripes");
-        }
+        if (!detail::check_stripe_count(service_, base_, locks_.size(), ec))
+            throw error(ec, last_error_message(ec));
         verified_.store(true, std::memory_order_release);
     }
 
@@ -203,7 +232,7 @@ private:
         std::vector<lock_part> parts;
         for (const auto i : stripes_of(keys)) {
             parts.push_back(
-                lock_part{service_, stripe_name(i), lock_request{striped_kind<Lock>::value}});
+                lock_part{checked_, stripe_name(i), lock_request{striped_kind<Lock>::value}});
         }
         return std::make_unique<multi_lock>(std::move(parts), options_);
     }
@@ -212,6 +241,7 @@ private:
     std::string base_;
     std::size_t count_;
     lock_options options_;
+    detail::stripe_count_backend checked_;  // what the stripes lock through
     std::vector<std::unique_ptr<Lock>> locks_;
     std::mutex verify_mutex_;
     std::atomic<bool> verified_{false};

@@ -53,6 +53,7 @@ const char* to_string(event_kind kind) noexcept {
         case event_kind::error: return "error";
         case event_kind::gave_up: return "gave_up";
         case event_kind::renewal_failed: return "renewal_failed";
+        case event_kind::node_failed: return "node_failed";
     }
     return "unknown";
 }

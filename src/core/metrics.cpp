@@ -75,6 +75,19 @@ struct metrics::state {
     const metrics_options options;
     mutable std::shared_mutex table_mutex;
     std::map<std::string, std::unique_ptr<family_state>, std::less<>> families;
+    mutable std::mutex nodes_mutex;  // guards nodes
+    std::map<std::string, std::uint64_t, std::less<>> nodes;
+
+    void node_failed(std::string_view server) {
+        std::lock_guard lock(nodes_mutex);
+        auto it = nodes.find(server);
+        if (it == nodes.end()) {
+            const bool full = nodes.size() >= options.max_families;
+            it = nodes.try_emplace(full ? std::string(overflow_family) : std::string(server), 0)
+                     .first;
+        }
+        ++it->second;
+    }
 
     family_state& family_for(const std::string& label) {
         {
@@ -122,6 +135,13 @@ acquire_outcome outcome_of(std::error_code ec) noexcept {
 std::uint64_t family_snapshot::losses_by(lost_reason reason) const noexcept {
     for (std::size_t i = 0; i < loss_reasons.size(); ++i) {
         if (loss_reasons[i] == reason) return losses[i];
+    }
+    return 0;
+}
+
+std::uint64_t metrics_snapshot::node_failures(std::string_view server) const noexcept {
+    for (const auto& n : nodes) {
+        if (n.server == server) return n.failures;
     }
     return 0;
 }
@@ -175,6 +195,7 @@ metric_effects effects_of(const lock_event& event) noexcept {
             break;
         }
         case event_kind::error: e.error = true; break;
+        case event_kind::node_failed: e.node_failure = true; break;
     }
     e.counted = true;
     return e;
@@ -240,6 +261,10 @@ void metrics::record(const lock_event& event) noexcept {
     try {
         const auto e = detail::effects_of(event);
         if (!e.counted) return;
+        if (e.node_failure) {
+            state_->node_failed(event.server);
+            return;
+        }
         state_->family_for(state_->options.family(event.name)).apply(e);
     } catch (...) {
         // Out of memory, or a throwing mapper: this event is not counted.
@@ -267,6 +292,9 @@ metrics_snapshot metrics::snapshot() const {
         s.waiters = f->waiters;
         out.families.push_back(std::move(s));
     }
+    lock.unlock();
+    std::lock_guard nodes_lock(state_->nodes_mutex);
+    for (const auto& [server, failures] : state_->nodes) out.nodes.push_back({server, failures});
     return out;  // std::map: already sorted by label
 }
 
@@ -388,6 +416,15 @@ std::string render_openmetrics(const metrics_snapshot& snapshot, std::string_vie
     gauge("holders", "Grants held now.", [](const family_snapshot& f) { return f.holders; });
     gauge("waiters", "Acquire calls waiting now.",
           [](const family_snapshot& f) { return f.waiters; });
+    // Only once a server failed: a client of one server (or a healthy quorum) never has one.
+    if (!snapshot.nodes.empty()) {
+        w.header("node_failures", "counter",
+                 "Redlock votes a server failed to give (unreachable, timed out, refused).");
+    }
+    for (const auto& n : snapshot.nodes) {
+        out += base + "node_failures_total{server=\"" + detail::escape_label(n.server) + "\"} " +
+               std::to_string(n.failures) + "\n";
+    }
     out += "# EOF\n";
     return out;
 }

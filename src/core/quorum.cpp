@@ -29,6 +29,7 @@ acquire_tally tally_acquire(std::span<const acquire_vote> votes) {
             ++t.at_fence;
         } else {
             t.behind.push_back(i);
+            if (votes[i].what == acquire_vote::kind::granted) t.lagging.push_back(i);
         }
     }
     return t;
@@ -71,14 +72,38 @@ release_verdict decide_release(const owner_tally& t) noexcept {
     return release_verdict::failed;
 }
 
-std::optional<std::string> decide_record(std::span<const std::string> answers,
-                                         std::size_t servers) {
-    for (const auto& candidate : answers) {
-        std::size_t holding = 0;
-        for (const auto& a : answers) holding += a == candidate ? 1 : 0;
-        if (holding >= majority(servers)) return candidate;
+record_step decide_record(std::span<const record_read> reads, std::string_view mine) {
+    record_step step;
+    const auto servers = reads.size();
+    std::size_t answered = 0;
+    bool any_value = false;
+    for (const auto& r : reads) {
+        answered += r.answered ? 1 : 0;
+        any_value = any_value || (r.answered && r.stored);
     }
-    return std::nullopt;
+    if (answered < majority(servers)) return step;  // unreachable
+    for (const auto& candidate : reads) {
+        if (!candidate.answered || !candidate.stored) continue;
+        std::size_t holding = 0;
+        for (const auto& r : reads) holding += r.answered && r.stored == candidate.stored ? 1 : 0;
+        if (holding < majority(servers)) continue;
+        step.what = record_step::kind::agreed;
+        step.value = *candidate.stored;
+        for (std::size_t i = 0; i < servers; ++i) {
+            if (reads[i].answered && reads[i].stored != candidate.stored) step.to.push_back(i);
+        }
+        return step;
+    }
+    if (any_value) {
+        step.what = record_step::kind::undecided;
+        return step;
+    }
+    step.what = record_step::kind::first_write;
+    step.value = std::string(mine);
+    for (std::size_t i = 0; i < servers; ++i) {
+        if (reads[i].answered) step.to.push_back(i);
+    }
+    return step;
 }
 
 }  // namespace dlock::detail::quorum

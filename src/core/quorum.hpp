@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/renewal.hpp"
@@ -46,6 +47,10 @@ struct acquire_tally {
     /// where the fencing write-back runs. A failed server may have set our key after all, and
     /// the raise refuses where another owner holds the lock.
     std::vector<std::size_t> behind;
+    /// Of `behind`, the granting servers whose counter is below `fence` (restarted without their
+    /// data, or down during earlier grants). They are raised even when the fence is agreed, so
+    /// the highest counter is back on every answering server before another one can lose it.
+    std::vector<std::size_t> lagging;
 
     /// A majority set our key.
     bool majority_granted() const noexcept { return granting >= majority(servers); }
@@ -119,10 +124,38 @@ release_verdict decide_release(const owner_tally& t) noexcept;
 
 // ---- record_once ---------------------------------------------------------------------------
 
-/// The value a record holds across `servers` servers, from the answers of those that answered
-/// (each the value stored there: SET if absent, then read): the one value stored on at least a
-/// majority of all servers, or none. Never overwritten, such a value stays the only possible
-/// verdict: two values cannot each hold a majority, and every later majority of answers meets it.
-std::optional<std::string> decide_record(std::span<const std::string> answers, std::size_t servers);
+/// What one server said of a record: `stored` unset when it stores none. `answered` false: no
+/// usable answer (unreachable, error, or a server whose vote does not count).
+struct record_read {
+    bool answered = false;
+    std::optional<std::string> stored{};
+};
+
+/// The next step of record_once over `reads` (one per server, all N). docs/redlock.md, "Records".
+struct record_step {
+    enum class kind : std::uint8_t {
+        /// `value` is stored on a majority of ALL servers: it is the answer. `to`: the answering
+        /// servers that store another value or none (the write-back).
+        agreed,
+        /// No answering server stores anything and a majority answered: store `value` (the
+        /// caller's) on `to` (every answering server), if still absent there, then decide again.
+        first_write,
+        /// Fewer than a majority answered.
+        unreachable,
+        /// A majority answered, some store a value, but no value is on a majority: no answer is
+        /// safe (a lone value on a minority may be a survivor of restarts or a first write that
+        /// failed half-way; two values a race of first writers). Nothing is written.
+        undecided,
+    };
+    kind what = kind::unreachable;
+    std::string value{};
+    std::vector<std::size_t> to{};
+};
+
+/// The verdict on `reads` for a caller proposing `mine`. A value once on a majority stays the
+/// only possible `agreed` answer as long as, at every later call, one server that answers still
+/// stores it: no value is ever written where another one is seen unless a majority agrees on
+/// the value written, and a first write needs every answering server empty.
+record_step decide_record(std::span<const record_read> reads, std::string_view mine);
 
 }  // namespace dlock::detail::quorum

@@ -77,7 +77,12 @@ struct prometheus_metrics::state {
           waiters(prometheus::BuildGauge()
                       .Name("dlock_waiters")
                       .Help("Acquire calls waiting now.")
-                      .Register(registry)) {}
+                      .Register(registry)),
+          node_failures(prometheus::BuildCounter()
+                            .Name("dlock_node_failures_total")
+                            .Help("Redlock votes a server failed to give (unreachable, timed "
+                                  "out, refused).")
+                            .Register(registry)) {}
 
     const metrics_options options;
     prometheus::Family<prometheus::Counter>& acquires;
@@ -90,6 +95,7 @@ struct prometheus_metrics::state {
     prometheus::Family<prometheus::Counter>& errors;
     prometheus::Family<prometheus::Gauge>& holders;
     prometheus::Family<prometheus::Gauge>& waiters;
+    prometheus::Family<prometheus::Counter>& node_failures;
 
     std::shared_mutex table_mutex;
     std::map<std::string, family_series, std::less<>> families;
@@ -143,6 +149,11 @@ void prometheus_metrics::record(const lock_event& event) noexcept {
     try {
         const auto e = detail::effects_of(event);
         if (!e.counted) return;
+        if (e.node_failure) {
+            // One series per server: bounded by the servers the clients are configured with.
+            state_->node_failures.Add({{"server", std::string(event.server)}}).Increment();
+            return;
+        }
         const auto& s = state_->series_for(state_->options.family(event.name));
         if (e.has_outcome) s.acquires[static_cast<std::size_t>(e.outcome)]->Increment();
         if (e.has_wait) s.wait->Observe(e.wait_seconds);

@@ -369,6 +369,21 @@ void engine::notify(const lock_event& event) noexcept {
     dlock::detail::notify_observer(config_.observer, config_.error_handler, event);
 }
 
+void engine::report_node_failure(std::string_view name, std::uint64_t token, const script_batch& b,
+                                 std::string_view why) noexcept {
+    if (servers_.size() == 1) return;
+    try {
+        const auto server = b.conn->settings().endpoint.describe();
+        lock_event e{event_kind::node_failed, name, token,
+                     b.ec ? b.ec : make_error_code(errc::server_error), steady::now()};
+        e.server = server;
+        e.detail = why.empty() ? std::string_view(b.error) : why;
+        notify(e);
+    } catch (...) {
+        // Out of memory: the failure is still in the call's own message.
+    }
+}
+
 reply engine::command(const std::vector<std::string>& args, std::error_code& ec) noexcept {
     ec.clear();
     try {
@@ -490,8 +505,10 @@ std::string engine::record_once(std::string_view name, std::string_view value,
         const auto* script = find_script("record_once");
         if (!script) std::abort();  // the build embeds every src/redis/lua/*.lua
         const auto record = key(name) + ":record";
-        const auto call = one_call({script, {record}, {std::string(value)}});
-        auto run = run_on_every_server(call);
+        // Round 1 reads every server; a second round writes only where the verdict says
+        // (docs/redlock.md, "Records"): the agreed value back where it is missing, or the
+        // caller's value on first use.
+        auto run = run_on_every_server(one_call({script, {record}, {"", ""}}));
         auto& batches = run.batches;
         if (identities_pending_) {
             std::vector<connection*> answered(servers_.size(), nullptr);
@@ -503,53 +520,86 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                 if (c) until = std::max(until, c->default_deadline());
             check_identities(answered, until);
         }
-        std::vector<std::string> answers;
-        std::string said;  // what each server answered, for the error message
-        for (std::size_t i = 0; i < batches.size(); ++i) {
+        std::vector<quorum::record_read> reads(servers_.size());
+        std::vector<std::string> said(servers_.size());  // each server's answer, for messages
+        // Reads batches[i]'s reply into reads[i]; false (and `ec` set) when the only server
+        // failed.
+        const auto read = [&](std::size_t i) {
             auto& b = batches[i];
             const auto server = b.conn->settings().endpoint.describe();
-            if (!b.ec && b.replies.front().type != reply::kind::string) {
-                if (b.replies.front().is_error()) {
-                    script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
+            const auto& r = b.replies.empty() ? reply{} : b.replies.front();
+            if (!b.ec && r.type != reply::kind::string && !r.is_nil()) {
+                if (r.is_error()) {
+                    script_error(b.calls->front(), r, *b.conn, b.ec);
                 } else {
                     fail(b.ec, errc::unexpected_reply,
-                         "redis " + server + ": " + record + " answered " +
-                             to_string(b.replies.front().type) + " \"" + b.replies.front().text +
-                             "\"");
+                         "redis " + server + ": " + record + " answered " + to_string(r.type) +
+                             " \"" + r.text + "\"");
                 }
                 b.error = dlock::detail::message_for(b.ec);
             }
+            reads[i] = {};
             if (b.ec) {
                 if (servers_.size() == 1) {
                     fail(ec, b.ec, quoted + ": " + (b.error.empty() ? b.ec.message() : b.error));
-                    return {};
+                    return false;
                 }
-                said += (said.empty() ? "" : "; ") +
-                        (b.error.empty() ? "redis " + server + ": " + b.ec.message() : b.error);
-                continue;
+                said[i] = b.error.empty() ? "redis " + server + ": " + b.ec.message() : b.error;
+                return true;
             }
             if (!counts(i)) {
-                said += (said.empty() ? "" : "; ") +
-                        ("redis " + server + ": not counted (" + b.replies.front().text + ")");
-                continue;
+                said[i] = "redis " + server + ": not counted";
+                return true;
             }
-            answers.push_back(b.replies.front().text);
-            said += (said.empty() ? "" : "; ") +
-                    ("redis " + server + ": \"" + b.replies.front().text + "\"");
+            reads[i].answered = true;
+            if (!r.is_nil()) reads[i].stored = r.text;
+            said[i] = "redis " + server + ": " + (r.is_nil() ? "none" : "\"" + r.text + "\"");
+            return true;
+        };
+        for (std::size_t i = 0; i < batches.size(); ++i)
+            if (!read(i)) return {};
+        auto step = quorum::decide_record(reads, value);
+        if (step.what == quorum::record_step::kind::first_write ||
+            (step.what == quorum::record_step::kind::agreed && !step.to.empty())) {
+            // Compare-and-set: each server stores the value only if it still holds what it was
+            // seen holding, so a racing first writer or write-back is never overwritten.
+            std::vector<script_batch> writes;
+            for (const auto i : step.to) {
+                writes.push_back(
+                    {batches[i].conn,
+                     one_call({script, {record}, {step.value, reads[i].stored.value_or("")}}),
+                     batches[i].conn->default_deadline()});
+            }
+            run_everywhere(writes);
+            if (step.what == quorum::record_step::kind::agreed) {
+                // Already on a majority: the answer stands whatever the write-back did.
+                return step.value;
+            }
+            for (std::size_t k = 0; k < step.to.size(); ++k)
+                batches[step.to[k]] = std::move(writes[k]);
+            for (const auto i : step.to)
+                if (!read(i)) return {};
+            step = quorum::decide_record(reads, value);
         }
-        if (servers_.size() == 1) return answers.front();
-        if (auto agreed = quorum::decide_record(answers, servers_.size())) return *agreed;
-        const auto of = " of " + std::to_string(servers_.size()) + " servers (" + said + ")";
-        if (answers.size() < quorum()) {
-            fail(ec, errc::quorum_unreachable,
-                 quoted + ": fewer than a quorum (" + std::to_string(quorum()) + ") answered" + of);
-        } else {
-            // Only first writers racing with different values split the servers like this; no
-            // value can win by itself any more (each is stored, never overwritten).
+        if (step.what == quorum::record_step::kind::agreed) return step.value;
+        std::string all;
+        for (const auto& s : said) all += (all.empty() ? "" : "; ") + s;
+        const auto of = " of " + std::to_string(servers_.size()) + " servers (" + all + ")";
+        if (step.what == quorum::record_step::kind::undecided) {
+            // Never a guess: a value on a minority may be what is left of an agreed value after
+            // restarts without data, or a first write that failed half-way; two values are first
+            // writers that raced.
             fail(ec, errc::invalid_argument,
                  quoted + ": no value is stored on a quorum (" + std::to_string(quorum()) + ")" +
-                     of + ": first written concurrently with different values; delete " + record +
-                     " on every server, then use one value everywhere");
+                     of +
+                     ": servers restarted without their data, or first writers failed or raced; "
+                     "set " +
+                     record +
+                     " to the one right value on every server (or delete it "
+                     "everywhere while nothing uses it)");
+        } else {
+            fail(ec, errc::quorum_unreachable,
+                 quoted + ": fewer than a quorum (" + std::to_string(quorum()) + ") answered" + of);
         }
         return {};
     } catch (const std::bad_alloc&) {
@@ -643,6 +693,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             if (b.error.empty()) b.error = dlock::detail::message_for(b.ec);
             if (!out.error) out.error = b.ec;
             out.failures += (out.failures.empty() ? "" : "; ") + b.error;
+            report_node_failure(name, 0, b);
             continue;
         }
         const auto& r = b.replies.front();
@@ -662,14 +713,18 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     out.ticket = tally.ticket;
     if (tally.majority_granted()) {
         std::size_t raised = 0;
-        if (!tally.fence_agreed()) {
-            // Fencing write-back: the grant counts only once a quorum holds a counter >= token
-            // (docs/redlock.md, "Fencing tokens across independent counters").
+        // Fencing write-back: the grant counts only once a quorum holds a counter >= token
+        // (docs/redlock.md, "Fencing tokens across independent counters"). With the fence
+        // agreed, granting servers whose counter lags are still raised: otherwise, after servers
+        // restart empty one at a time, the highest counter could be left on a minority that the
+        // next quorum misses, and a token would go backwards.
+        const auto& raise_on = tally.fence_agreed() ? tally.lagging : tally.behind;
+        if (!raise_on.empty()) {
             std::vector<script_batch> raises;
             const auto raise = one_call({&raise_fence_script(),
                                          {key(name), fence(name)},
                                          {token, std::to_string(tally.fence)}});
-            for (const auto i : tally.behind) {
+            for (const auto i : raise_on) {
                 raises.push_back(
                     {batches[i].conn, raise, deadline_after(steady::now(), node_timeout)});
             }
@@ -1064,6 +1119,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 if (!ec) ec = b.ec;
                 failures += (failures.empty() ? "" : "; ") + b.error;
                 votes.push_back(quorum::owner_vote::failed);
+                report_node_failure(lease.name(), lease.fencing_token(), b);
             } else {
                 votes.push_back(quorum::owner_vote_of(b.replies.front().integer));
             }
@@ -1169,6 +1225,12 @@ steady::time_point engine::renew_due(steady::time_point now) {
         std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
         std::vector<std::pair<std::shared_ptr<lease_core>, std::string>> failed;  // lease, why
         std::vector<std::shared_ptr<lease_core>> went_uncertain;
+        struct refusal {
+            std::shared_ptr<lease_core> lease;
+            std::size_t server;
+            std::string why;
+        };
+        std::vector<refusal> refused;  // a server's error reply to one lease's renewal
         {
             dlock::detail::lock_guard lock(registry_mutex_);
             std::vector<quorum::owner_vote> votes;
@@ -1185,6 +1247,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                         why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +
                                ": " + r.text;
                         votes.push_back(quorum::owner_vote::failed);
+                        refused.push_back({lease, k, r.text});
                         continue;
                     }
                     votes.push_back(quorum::owner_vote_of(r.integer));
@@ -1221,6 +1284,17 @@ steady::time_point engine::renew_due(steady::time_point now) {
         }
         for (const auto& lease : renewed) {
             notify({event_kind::renewed, lease->name(), lease->fencing_token(), {}, steady::now()});
+        }
+        if (!interrupted) {
+            for (const auto& b : batches) {
+                if (!b.ec) continue;
+                for (const auto& d : due)
+                    report_node_failure(d.lease->name(), d.lease->fencing_token(), b);
+            }
+        }
+        for (const auto& r : refused) {
+            report_node_failure(r.lease->name(), r.lease->fencing_token(), batches[r.server],
+                                r.why);
         }
         for (const auto& lease : went_uncertain) lease->report_renewal_failed();
         for (const auto& [lease, why] : failed) {

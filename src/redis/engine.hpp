@@ -93,6 +93,10 @@ public:
     void release(dlock::detail::lease_core& lease, std::error_code& ec) noexcept override;
     void report_error(std::error_code ec, std::string_view what) noexcept override;
     void notify(const lock_event& event) noexcept override;
+    /// Several servers: a node_failed event for each server that failed one vote on lock `name`
+    /// (a batch whose `ec` is set; `why` overrides its message when not empty).
+    void report_node_failure(std::string_view name, std::uint64_t token, const script_batch& b,
+                             std::string_view why = {}) noexcept;
 
 private:
     struct server;

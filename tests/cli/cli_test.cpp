@@ -671,6 +671,81 @@ TEST_F(CliRedlock, NeedsAQuorumOfServers) {
     expect_one_line(r);
 }
 
+// A degraded quorum is said: one warning line per run (-v names the server and why, never a
+// password), and `dlock status` shows which servers answered and which did not.
+TEST_F(CliRedlock, ADegradedQuorumIsSaidOncePerRun) {
+    const auto name = dlock::test::unique_name("degraded");
+    const auto down = "127.0.0.1:" + std::to_string(servers_[2]->port());
+    servers_[2]->stop();
+    const auto warnings = [](const std::string& err) {
+        std::vector<std::string> out;
+        for (const auto& line : lines_of(err))
+            if (line.find("warning: Redlock is degraded") != std::string::npos) out.push_back(line);
+        return out;
+    };
+    // A lease short enough for renewals to fail on the stopped server during the command too.
+    auto r = run_cli({"run", "--lease", "600ms", "--url", url(), name, "--", "sleep", "0.5"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    auto w = warnings(r.err);
+    ASSERT_EQ(w.size(), 1u) << r.err;
+    EXPECT_TRUE(w.front().starts_with("dlock: warning: ")) << w.front();
+    EXPECT_NE(w.front().find("-v names it"), std::string::npos) << w.front();
+    EXPECT_EQ(w.front().find(down), std::string::npos) << "only -v names the server";
+
+    r = run_cli({"run", "-v", "--lease", "600ms", "--url", url(), name, "--", "sleep", "0.5"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    w = warnings(r.err);
+    ASSERT_EQ(w.size(), 1u) << r.err;
+    EXPECT_NE(w.front().find(down), std::string::npos) << w.front();
+    EXPECT_NE(w.front().find("refused"), std::string::npos) << "the cause: " << w.front();
+
+    r = run_cli({"status", "--url", url(), name});
+    EXPECT_EQ(r.err, "");
+    EXPECT_NE(
+        r.out.find("servers:             2 of 3 answered (degraded: redis://" + down + " did not"),
+        std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("server redis://" + down), std::string::npos) << r.out;
+    r = run_cli({"status", "--json", "--url", url(), name});
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["answered_servers"], 2);
+    EXPECT_TRUE(j["servers"][2].contains("error")) << r.out;
+    servers_[2]->start();
+    r = run_cli({"status", "--url", url(), name});
+    EXPECT_NE(r.out.find("servers:             all 3 answered"), std::string::npos) << r.out;
+    r = run_cli({"run", "--url", url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(warnings(r.err).empty()) << r.err;
+}
+
+// A server that refuses the client (another password than the others') degrades the quorum the
+// same way; the password is never printed.
+TEST(CliRedlockAuth, AServerRefusingAuthIsNamedWithoutThePassword) {
+    const std::string password = "s3cret-pw";
+    dlock::test::redis_server a({.extra_args = {"--requirepass", password}});
+    dlock::test::redis_server b({.extra_args = {"--requirepass", password}});
+    dlock::test::redis_server other({.extra_args = {"--requirepass", "another-pw"}});
+    const auto refusing = "127.0.0.1:" + std::to_string(other.port());
+    const auto u = "redlock://:" + password + "@127.0.0.1:" + std::to_string(a.port()) +
+                   ",127.0.0.1:" + std::to_string(b.port()) + "," + refusing;
+    const auto name = dlock::test::unique_name("auth");
+    auto r = run_cli({"run", "-v", "--url", u, name, "--", "true"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::size_t warned = 0;
+    for (const auto& line : lines_of(r.err)) {
+        if (line.find("warning: Redlock is degraded") == std::string::npos) continue;
+        ++warned;
+        EXPECT_NE(line.find(refusing), std::string::npos) << line;
+    }
+    EXPECT_EQ(warned, 1u) << r.err;
+    EXPECT_EQ(r.err.find(password), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find(password), std::string::npos) << r.out;
+    r = run_cli({"status", "--url", u, name});
+    EXPECT_NE(r.out.find("2 of 3 answered"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(password), std::string::npos) << r.out;
+    EXPECT_EQ(r.err.find(password), std::string::npos) << r.err;
+}
+
 TEST(CliDemoRedlock, StartsThreeServers) {
     const auto r =
         run_cli({"demo", "--backend", "redlock", "--workers", "2", "--stock", "10"}, {}, 60s);

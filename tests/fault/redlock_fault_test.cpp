@@ -173,6 +173,98 @@ TEST(RedlockFault, AppendFsyncAlwaysPreventsASecondHolder) {
     }
 }
 
+/// Tries to take the stripe of `key`: true when held, false when refused or held elsewhere
+/// (`why` gets a refusal's message).
+bool take_stripe(dlock::striped<dlock::mutex>& s, const std::string& key, std::string& why) {
+    try {
+        return s.get(key).try_lock();
+    } catch (const dlock::error& e) {
+        why = e.what();
+        return false;
+    }
+}
+
+// The stripe count recorded on all three servers; then two of them restart empty, one after the
+// other, each once every lease has passed (the delayed restart of docs/redlock.md). The count
+// survives on one server only. A 16-stripe opener must be refused, and the 8-stripe object that
+// verified its count before must not take the item's stripe while the new one holds it.
+TEST(RedlockFault, StripeCountSurvivesTwoServersRestartedEmptyOneAfterTheOther) {
+    dlock::test::redis_fleet fleet(3);
+    auto first = make_redlock(fleet);
+    const auto base = unique_name("stock");
+    const dlock::lock_options options{.lease = scaled(2s)};
+    dlock::striped<dlock::mutex> eight(first, base, 8, options);
+    { std::lock_guard held(eight.get("sku-42")); }  // records 8 on all three; released
+    for (const std::size_t i : {0, 1}) {
+        fleet[i].kill9();  // no lease alive: every grant was released
+        fleet[i].start();  // empty
+    }
+    auto second = make_redlock(fleet);
+    dlock::striped<dlock::mutex> sixteen(second, base, 16, options);
+    std::string why16, why8;
+    const bool sixteen_holds = take_stripe(sixteen, "sku-42", why16);
+    EXPECT_FALSE(sixteen_holds) << "a 16-stripe opener was accepted";
+    EXPECT_NE(why16, "") << "refused with a reason";
+    const bool eight_holds = take_stripe(eight, "sku-42", why8);
+    EXPECT_FALSE(eight_holds && sixteen_holds) << "two holders of one item";
+    if (sixteen_holds) sixteen.get("sku-42").unlock();
+    if (eight_holds) eight.get("sku-42").unlock();
+}
+
+// As above, but the 8-stripe object takes a stripe between the two restarts: its check writes
+// the count back to the server that lost it, so after the second restart 8 is still on a
+// majority. The 16-stripe opener is refused naming 8, and the 8-stripe object keeps working.
+TEST(RedlockFault, StripeCountIsWrittenBackToAServerRestartedEmpty) {
+    dlock::test::redis_fleet fleet(3);
+    auto first = make_redlock(fleet);
+    const auto base = unique_name("stock");
+    const dlock::lock_options options{.lease = scaled(2s)};
+    dlock::striped<dlock::mutex> eight(first, base, 8, options);
+    { std::lock_guard held(eight.get("sku-42")); }
+    fleet[0].kill9();
+    fleet[0].start();
+    { std::lock_guard held(eight.get("sku-7")); }  // its count check writes 8 back to server 0
+    fleet[1].kill9();
+    fleet[1].start();
+    auto second = make_redlock(fleet);
+    dlock::striped<dlock::mutex> sixteen(second, base, 16, options);
+    std::string why;
+    EXPECT_FALSE(take_stripe(sixteen, "sku-42", why)) << "a 16-stripe opener was accepted";
+    EXPECT_NE(why.find("records 8"), std::string::npos) << why;
+    std::string why8;
+    EXPECT_TRUE(take_stripe(eight, "sku-42", why8)) << why8;
+    eight.get("sku-42").unlock();
+    std::error_code ec;
+    EXPECT_EQ(second.record_once(base + "/#stripes", "16", ec), "8") << ec.message();
+}
+
+// Fencing tokens across servers restarted empty one at a time (each once every lease has
+// passed): a grant that finds a server's counter behind raises it even when the other two
+// already agree, so the highest counter is on every server again before the next restart.
+// Without that, after the second restart the highest counter lives on the third server only,
+// and a grant made while that one restarts hands out a lower token.
+TEST(RedlockFault, FenceTokensRiseAcrossServersRestartedEmptyOneAtATime) {
+    dlock::test::redis_fleet fleet(3);
+    auto redlock = make_redlock(fleet);
+    const auto name = unique_name();
+    std::uint64_t last = 0;
+    const auto take = [&] {
+        auto grant = redlock.acquire(name, {.lease = scaled(2s), .wait = scaled(2s)});
+        EXPECT_GT(grant.fencing_token(), last) << "tokens must strictly rise";
+        last = grant.fencing_token();
+    };
+    for (int i = 0; i < 5; ++i) take();
+    fleet[0].kill9();  // every grant was released: a delayed restart
+    fleet[0].start();
+    take();
+    fleet[1].kill9();
+    fleet[1].start();
+    fleet[2].stop();  // the third restart: the quorum is servers 0 and 1
+    take();
+    fleet[2].start();
+    take();
+}
+
 const bool redlock_counter =
     dlock::test::register_child("redlock_counter", [](const std::vector<std::string>& args) {
         // args: lock name, counter key, increments, then the server URLs (the counter lives on the

@@ -8,6 +8,7 @@
 #include <dlock/dlock.hpp>
 #include <dlock/metrics.hpp>
 #include <dlock/redis/client.hpp>
+#include <dlock/redlock/client.hpp>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "redis_fleet.hpp"
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
@@ -317,6 +319,63 @@ TEST(MetricsRedis, HoldersAndWaitersAreLive) {
     EXPECT_EQ(f.holders, 0);
     EXPECT_EQ(f.acquires_by(dlock::acquire_outcome::granted), 2u);
     EXPECT_EQ(f.releases, 2u);
+}
+
+// A degraded Redlock is counted: of five servers one is down and one refuses the client
+// (requirepass); each fails every vote (acquire, renewal, release) with a node_failed event that
+// names it and says why, and dlock_node_failures_total{server=...} counts them, while locking
+// goes on with the quorum of three.
+TEST(MetricsRedlock, EachServerFailingAVoteIsCounted) {
+    dlock::test::redis_fleet fleet(3);
+    dlock::test::redis_server locked({.extra_args = {"--requirepass", "s3cret-pw"}});
+    dlock::test::redis_server down;
+    down.stop();
+    const auto endpoint = [](const dlock::test::redis_server& s) {
+        return "127.0.0.1:" + std::to_string(s.port());
+    };
+    dlock::metrics stats;
+    std::mutex m;
+    std::map<std::string, std::vector<std::string>> failures;  // server -> each event's detail
+    auto urls = fleet.urls();
+    urls.push_back(locked.url());
+    urls.push_back(down.url());
+    dlock::redlock::client redlock(
+        {.urls = urls, .connect_timeout = 2s, .observer = [&](const dlock::lock_event& e) {
+             stats.record(e);
+             if (e.kind != dlock::event_kind::node_failed) return;
+             EXPECT_TRUE(e.error);
+             std::lock_guard lock(m);
+             failures[std::string(e.server)].push_back(std::string(e.detail));
+         }});
+    const auto name = unique_name("degraded");
+    {
+        auto held = redlock.acquire(name, {.lease = scaled(600ms)});
+        EXPECT_EQ(held.state(), dlock::lock_state::held) << "three of five still grant";
+        // At least one renewal round (every lease/3).
+        ASSERT_TRUE(
+            eventually([&] { return stats.snapshot().node_failures(endpoint(down)) >= 2; }, 10s));
+    }
+    const auto snap = stats.snapshot();
+    std::lock_guard lock(m);
+    ASSERT_EQ(failures.size(), 2u) << "only the two failing servers";
+    for (const auto* s : {&locked, &down}) {
+        const auto& events = failures[endpoint(*s)];
+        ASSERT_GE(events.size(), 3u) << endpoint(*s) << ": the acquire, a renewal, the release";
+        EXPECT_EQ(snap.node_failures(endpoint(*s)), events.size());
+        for (const auto& why : events) {
+            EXPECT_NE(why, "");
+            EXPECT_EQ(why.find("s3cret-pw"), std::string::npos) << why;
+        }
+    }
+    EXPECT_NE(failures[endpoint(locked)].front().find("NOAUTH"), std::string::npos)
+        << "the cause: " << failures[endpoint(locked)].front();
+    for (const auto& u : fleet.urls())
+        EXPECT_EQ(snap.node_failures(u.substr(std::string("redis://").size())), 0u);
+    const auto text = samples(stats.render());
+    EXPECT_EQ(number(text, "dlock_node_failures_total{server=\"" + endpoint(down) + "\"}"),
+              static_cast<double>(snap.node_failures(endpoint(down))));
+    EXPECT_EQ(number(text, "dlock_node_failures_total{server=\"" + endpoint(locked) + "\"}"),
+              static_cast<double>(snap.node_failures(endpoint(locked))));
 }
 
 }  // namespace

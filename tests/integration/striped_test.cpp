@@ -267,12 +267,25 @@ TEST(StripedCount, RedlockMajorityRules) {
     };
     std::error_code ec;
 
-    // A minority holding another value (written there by hand, as a raced first writer would).
+    // A minority holding another value (written there by hand, as a raced first writer would):
+    // the majority's value is the answer and is written back over it.
     const auto outvoted = unique_name("outvoted");
+    fleet()[0].command({"SET", key_of(outvoted), "4"});
+    fleet()[1].command({"SET", key_of(outvoted), "4"});
     fleet()[2].command({"SET", key_of(outvoted), "5"});
-    EXPECT_EQ(redlock->record_once(outvoted, "4", ec), "4");
-    EXPECT_FALSE(ec) << ec.message();
     EXPECT_EQ(redlock->record_once(outvoted, "5", ec), "4") << "the majority's value stays";
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(fleet()[2].command({"GET", key_of(outvoted)}), "4") << "written back";
+
+    // A value on a minority only, the others empty (a first write that failed half-way, or what
+    // restarts without data left of an agreed value): neither it nor the caller's value wins.
+    const auto lone = unique_name("lone");
+    fleet()[2].command({"SET", key_of(lone), "5"});
+    (void)redlock->record_once(lone, "4", ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    EXPECT_NE(dlock::last_error_message(ec).find("\"5\""), std::string::npos)
+        << dlock::last_error_message(ec);
+    EXPECT_EQ(fleet()[0].command({"EXISTS", key_of(lone)}), "0") << "nothing written";
 
     // Split three ways: no value on a majority, and no call can make one.
     const auto split = unique_name("split");
@@ -304,6 +317,32 @@ TEST(StripedCount, RedlockMajorityRules) {
     auto other = redlock_client();
     EXPECT_EQ(other->record_once(minority, "9", ec), "8");
     EXPECT_FALSE(ec) << ec.message();
+}
+
+// The count is checked at every grant of a stripe, not once per object: when the record says
+// another count (every server lost it and a 16-stripe opener recorded 16), an object that
+// verified 8 before is refused, holds nothing, and lock_all is refused the same way.
+TEST(StripedCount, EveryGrantChecksTheRecordAgain) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto base = unique_name("stock");
+    dlock::striped<dlock::mutex> eight(redis, base, 8, {.lease = 10s});
+    { std::lock_guard held(eight.get("sku-1")); }  // verified: 8
+    const auto record = redis.lock_key(base + "/#stripes") + ":record";
+    redis.command({"SET", record, "16"});
+    try {
+        const bool held = eight.get("sku-1").try_lock();
+        ADD_FAILURE() << "a stripe was granted on a record of 16 (held " << held << ")";
+        if (held) eight.get("sku-1").unlock();
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("records 16"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(redis.inspect(eight.stripe_name(eight.stripe_of("sku-1"))).held)
+        << "the refused grant was released";
+    EXPECT_THROW((void)eight.lock_all({"sku-1", "sku-2"}), dlock::error);
+    redis.command({"SET", record, "8"});
+    EXPECT_TRUE(eight.get("sku-1").try_lock()) << "the same count works again";
+    eight.get("sku-1").unlock();
 }
 
 TEST(Striped, FairAndSharedStripes) {

@@ -462,6 +462,21 @@ TEST(Quorum, AcquireFenceWriteBack) {
     EXPECT_FALSE(t.fence_agreed(1));
     EXPECT_EQ(q::decide_acquire(t, 1, t0, t0 + 1s), q::acquire_verdict::contended);
     EXPECT_EQ(q::decide_acquire(t, 2, t0, t0 + 1s), q::acquire_verdict::granted);
+    EXPECT_EQ(t.lagging, (std::vector<std::size_t>{1, 2})) << "the granting servers below it";
+}
+
+TEST(Quorum, AgreedFenceStillRaisesLaggingServers) {
+    // A server restarted empty grants with a counter of 1; the other two agree on 11. The grant
+    // needs no write-back, but the lagging server is raised, or its restarted neighbour would
+    // leave 11 on one server only.
+    const std::vector<vote> v{granted(1), granted(11), granted(11)};
+    const auto t = q::tally_acquire(v);
+    EXPECT_TRUE(t.fence_agreed());
+    EXPECT_EQ(t.fence, 11);
+    EXPECT_EQ(t.lagging, (std::vector<std::size_t>{0}));
+    const std::vector<vote> held_elsewhere{granted(11), granted(11), held(100)};
+    EXPECT_TRUE(q::tally_acquire(held_elsewhere).lagging.empty())
+        << "only granting servers lag; the others are raised only when the fence is not agreed";
 }
 
 TEST(Quorum, AcquireContendedAndUnreachable) {
@@ -651,20 +666,66 @@ TEST(CompositeGrant, RemoveTakesOnePartOutWithItsRelay) {
     EXPECT_EQ(g.lost_source(), fresh);
 }
 
-// record_once's verdict: a value counts only when a majority of ALL servers stores it.
+// record_once's verdict: a value counts only when a majority of ALL servers stores it; it is
+// written back where it is missing; a first write needs every answering server empty.
+namespace record {
+namespace quorum = dlock::detail::quorum;
+using kind = quorum::record_step::kind;
+quorum::record_read says(const char* stored) { return {true, std::string(stored)}; }
+const quorum::record_read empty{true, std::nullopt};
+const quorum::record_read down{false, std::nullopt};
+}  // namespace record
+
 TEST(QuorumRecord, MajorityOfAllServersDecides) {
-    namespace quorum = dlock::detail::quorum;
-    using v = std::vector<std::string>;
-    EXPECT_EQ(quorum::decide_record(v{"8"}, 1), "8");
-    EXPECT_EQ(quorum::decide_record(v{"8", "8", "8"}, 3), "8");
-    EXPECT_EQ(quorum::decide_record(v{"8", "5", "8"}, 3), "8") << "an outvoted minority";
-    EXPECT_EQ(quorum::decide_record(v{"8", "8"}, 3), "8") << "one server did not answer";
-    EXPECT_EQ(quorum::decide_record(v{"8", "5", "6"}, 3), std::nullopt) << "split three ways";
-    EXPECT_EQ(quorum::decide_record(v{"8"}, 3), std::nullopt) << "fewer than a quorum answered";
+    using namespace record;
+    using reads = std::vector<quorum::record_read>;
+    using to = std::vector<std::size_t>;
+    auto step = quorum::decide_record(reads{says("8")}, "9");
+    EXPECT_EQ(step.what, kind::agreed);
+    EXPECT_EQ(step.value, "8");
+    EXPECT_EQ(step.to, to{});
+    step = quorum::decide_record(reads{says("8"), says("8"), says("8")}, "9");
+    EXPECT_EQ(step.what, kind::agreed);
+    EXPECT_EQ(step.to, to{});
+    step = quorum::decide_record(reads{says("8"), says("5"), says("8")}, "9");
+    EXPECT_EQ(step.what, kind::agreed) << "an outvoted minority";
+    EXPECT_EQ(step.value, "8");
+    EXPECT_EQ(step.to, to{1}) << "the outvoted value is overwritten";
+    step = quorum::decide_record(reads{says("8"), down, says("8")}, "9");
+    EXPECT_EQ(step.what, kind::agreed) << "one server did not answer";
+    EXPECT_EQ(step.to, to{}) << "nothing is written where nobody answered";
+    step = quorum::decide_record(reads{empty, says("8"), says("8")}, "9");
+    EXPECT_EQ(step.what, kind::agreed) << "a server restarted empty";
+    EXPECT_EQ(step.to, to{0}) << "gets the agreed value back";
+    step = quorum::decide_record(reads{says("8"), says("5"), says("6")}, "9");
+    EXPECT_EQ(step.what, kind::undecided) << "split three ways";
+    step = quorum::decide_record(reads{says("8"), down, down}, "9");
+    EXPECT_EQ(step.what, kind::unreachable) << "fewer than a quorum answered";
+    // Two servers restarted empty, one after the other, with no call in between: the value
+    // survives on one server only. A minority never wins, and the caller's value must not either.
+    step = quorum::decide_record(reads{empty, empty, says("8")}, "16");
+    EXPECT_EQ(step.what, kind::undecided);
+    EXPECT_EQ(step.to, to{}) << "nothing is written";
+    step = quorum::decide_record(reads{empty, says("8"), down}, "16");
+    EXPECT_EQ(step.what, kind::undecided);
+    // First use: every answering server empty (a minority may be down).
+    step = quorum::decide_record(reads{empty, empty, empty}, "16");
+    EXPECT_EQ(step.what, kind::first_write);
+    EXPECT_EQ(step.value, "16");
+    EXPECT_EQ(step.to, (to{0, 1, 2}));
+    step = quorum::decide_record(reads{empty, down, empty}, "16");
+    EXPECT_EQ(step.what, kind::first_write);
+    EXPECT_EQ(step.to, (to{0, 2}));
+    step = quorum::decide_record(reads{empty, down, down}, "16");
+    EXPECT_EQ(step.what, kind::unreachable);
     // Five servers: two of three answers agreeing is not a majority of five.
-    EXPECT_EQ(quorum::decide_record(v{"5", "5", "8"}, 5), std::nullopt);
-    EXPECT_EQ(quorum::decide_record(v{"5", "8", "5", "5"}, 5), "5");
-    EXPECT_EQ(quorum::decide_record(v{}, 3), std::nullopt);
+    step = quorum::decide_record(reads{says("5"), says("5"), says("8"), down, down}, "9");
+    EXPECT_EQ(step.what, kind::undecided);
+    step = quorum::decide_record(reads{says("5"), says("8"), says("5"), says("5"), down}, "9");
+    EXPECT_EQ(step.what, kind::agreed);
+    EXPECT_EQ(step.value, "5");
+    EXPECT_EQ(step.to, to{1});
+    EXPECT_EQ(quorum::decide_record(reads{}, "9").what, kind::unreachable);
 }
 
 }  // namespace

@@ -186,6 +186,42 @@ TEST(MetricsTest, ExactTextOfOneFamily) {
     EXPECT_EQ(m.render(), expected);
 }
 
+// node_failed events are counted per server, never per family or lock name, and rendered as
+// dlock_node_failures_total{server=...} once a server failed.
+TEST(MetricsTest, NodeFailuresAreCountedPerServer) {
+    dlock::metrics m({.max_families = 2});
+    const auto failed = [&](std::string_view server, std::string_view name) {
+        auto e = ev(event_kind::node_failed, name);
+        e.server = server;
+        e.detail = "connect failed: Connection refused";
+        m.record(e);
+    };
+    failed("127.0.0.1:6380", "a/1");
+    failed("127.0.0.1:6380", "b/2");
+    failed("127.0.0.1:6381", "a/1");
+    auto snap = m.snapshot();
+    EXPECT_TRUE(snap.families.empty()) << "no family counts a server's failure";
+    EXPECT_EQ(snap.node_failures("127.0.0.1:6380"), 2u);
+    EXPECT_EQ(snap.node_failures("127.0.0.1:6381"), 1u);
+    EXPECT_EQ(snap.node_failures("127.0.0.1:6382"), 0u);
+    failed("127.0.0.1:6382", "a/1");  // past max_families: "~other"
+    snap = m.snapshot();
+    ASSERT_EQ(snap.nodes.size(), 3u);
+    EXPECT_EQ(snap.node_failures("~other"), 1u);
+    const auto text = m.render();
+    EXPECT_NE(text.find("# TYPE dlock_node_failures counter\n"
+                        "# HELP dlock_node_failures Redlock votes a server failed to give "
+                        "(unreachable, timed out, refused).\n"
+                        "dlock_node_failures_total{server=\"127.0.0.1:6380\"} 2\n"
+                        "dlock_node_failures_total{server=\"127.0.0.1:6381\"} 1\n"
+                        "dlock_node_failures_total{server=\"~other\"} 1\n"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("a/1"), std::string::npos) << "a lock name never becomes a label";
+    EXPECT_EQ(dlock::metrics().render().find("node_failures"), std::string::npos)
+        << "no series before a server failed";
+}
+
 TEST(MetricsTest, EmptySnapshotIsJustTheMetadataAndEof) {
     dlock::metrics m;
     const auto text = m.render();

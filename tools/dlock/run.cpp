@@ -152,6 +152,8 @@ public:
 
     int run() {
         dlock::lease lease = acquire();
+        holding_.store(true);
+        warn_degraded();  // a server that failed the acquire's vote
         if (lease.state() == dlock::lock_state::lost) {
             // The grant's reply came back after its own lease had passed (a very slow server).
             throw cli_error(exit_status::lock_lost,
@@ -163,12 +165,42 @@ public:
     }
 
 private:
+    /// A degraded Redlock still grants on its quorum: said once per run, once the lock is held
+    /// (a failed acquire says what failed in its own message) (docs/cli.md).
+    void warn_degraded() {
+        std::string first;
+        {
+            std::lock_guard lock(degraded_mutex_);
+            if (degraded_.empty() || degraded_warned_) return;
+            degraded_warned_ = true;
+            first = degraded_;
+        }
+        const auto quorum = fmt::format("the lock holds while a quorum ({} of {}) answers",
+                                        service_.quorum(), service_.server_urls().size());
+        console_.error(console_.verbose_enabled()
+                           ? fmt::format("warning: Redlock is degraded: {}; {}", first, quorum)
+                           : fmt::format("warning: Redlock is degraded: a server failed a vote; "
+                                         "{} (-v names it)",
+                                         quorum));
+    }
+
     void on_event(const dlock::lock_event& e) {
         if (e.kind == dlock::event_kind::wait_started) {
             waiting_.store(true);
             wait_started_.raise();
         }
         if (e.kind == dlock::event_kind::renewed) renewed_.raise();  // a later watchdog deadline
+        if (e.kind == dlock::event_kind::node_failed) {
+            {
+                std::lock_guard lock(degraded_mutex_);
+                if (degraded_.empty()) {
+                    degraded_ = fmt::format("server {} failed a vote on \"{}\" ({})", e.server,
+                                            e.name, e.detail);
+                }
+            }
+            if (holding_.load()) warn_degraded();
+            return;
+        }
         if (!console_.verbose_enabled()) return;
         const auto at = std::chrono::duration<double>(e.at - started_).count();
         std::string what;
@@ -194,6 +226,7 @@ private:
             case dlock::event_kind::error:
                 what = fmt::format("error on \"{}\": {}", e.name, e.error.message());
                 break;
+            case dlock::event_kind::node_failed: return;  // the warning above
         }
         console_.verbose(fmt::format("[{:7.3f}s] {}", at, what));
     }
@@ -654,6 +687,10 @@ private:
     wake_flag wait_started_;
     wake_flag renewed_;  // raised by on_event() at each renewal
     std::atomic<bool> waiting_{false};
+    std::atomic<bool> holding_{false};  // acquire() returned the lease
+    std::mutex degraded_mutex_;         // guards the two below
+    std::string degraded_;              // the first node_failed event, as the warning names it
+    bool degraded_warned_ = false;      // the degraded-Redlock warning was printed
     const steady::time_point started_;
     lock_service service_;
 };

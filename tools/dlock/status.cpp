@@ -189,6 +189,9 @@ nlohmann::json json_view(const view_context& c, const dlock::lock_info& info) {
     if (c.service.is_redlock()) {
         j["quorum"] = info.quorum;
         j["held_on_servers"] = info.held_on;
+        std::size_t answered = 0;
+        for (const auto& sv : info.servers) answered += sv.error.empty() ? 1 : 0;
+        j["answered_servers"] = answered;
         j["servers"] = nlohmann::json::array();
         for (std::size_t i = 0; i < info.servers.size(); ++i) {
             const auto& s = info.servers[i];
@@ -218,6 +221,22 @@ std::string overall_state(const view_context& c, const dlock::lock_info& info) {
                        info.servers.size(), info.quorum);
 }
 
+/// Redlock: how many servers answered; a degraded quorum names those that did not, and why.
+std::string answered_text(const view_context& c, const dlock::lock_info& info) {
+    std::size_t answered = 0;
+    std::string failed;
+    for (std::size_t i = 0; i < info.servers.size(); ++i) {
+        if (info.servers[i].error.empty()) {
+            ++answered;
+            continue;
+        }
+        failed += fmt::format("{}{}", failed.empty() ? "" : ", ", server_url(c, info, i));
+    }
+    if (failed.empty()) return fmt::format("all {} answered", info.servers.size());
+    return fmt::format("{} of {} answered (degraded: {} did not; see below)", answered,
+                       info.servers.size(), failed);
+}
+
 /// The human view, one line per field.
 std::string text_view(const view_context& c, const dlock::lock_info& info) {
     const std::string counter_text =
@@ -231,6 +250,8 @@ std::string text_view(const view_context& c, const dlock::lock_info& info) {
                                                           ? "none (no lock state under this name)"
                                                           : dlock::to_string(info.type));
     out += fmt::format("  state:               {}\n", overall_state(c, info));
+    if (c.service.is_redlock())
+        out += fmt::format("  servers:             {}\n", answered_text(c, info));
     out += fmt::format("  waiters:             {} queued\n", info.waiters);
     out += fmt::format("  fencing counter:     {}\n", counter_text);
     if (!c.zk) {
