@@ -33,7 +33,10 @@ using dlock::test::unique_name;
 /// The idle period of these tests: short, so the keys go within the test. The leases are short
 /// too, since the counter is kept at least as long as the lease of its latest grant.
 constexpr auto idle = 300ms;
-constexpr auto lease = 500ms;
+constexpr auto lease = 1s;
+/// Redlock's bound per server and attempt: the default for a 1 s lease (5 ms) is too tight for a
+/// loaded test machine (a first EVAL, a scheduling delay) and would fail an attempt for no reason.
+std::chrono::milliseconds node_timeout() { return scaled(200ms); }
 
 /// Takes and releases `name` once with each lock kind's object `kind` names, and returns the
 /// fencing token of that grant.
@@ -102,7 +105,8 @@ TEST(KeyExpiry, NamesLockedOnceLeaveNoKeysAfterTheIdlePeriod) {
 // The same on Redlock: every server's counter goes (the write-back keeps its own expiry).
 TEST(KeyExpiry, RedlockServersKeepNoKeysAfterTheIdlePeriod) {
     redis_server a, b, c;
-    dlock::redlock::client redlock({.urls = {a.url(), b.url(), c.url()}, .idle_expiry = idle});
+    dlock::redlock::client redlock(
+        {.urls = {a.url(), b.url(), c.url()}, .node_timeout = node_timeout(), .idle_expiry = idle});
     for (int i = 0; i < 20; ++i) EXPECT_GT(lock_once(redlock, "mutex", unique_name("redlock")), 0u);
     for (const redis_server* s : {&a, &b, &c}) {
         EXPECT_TRUE(eventually([&] { return dbsize(*s) == 0; }, 10s))
@@ -134,7 +138,8 @@ TEST(KeyExpiry, TokensRiseAcrossTheCounterExpiry) {
 // Redlock: a counter that expired on every server still gives a higher token.
 TEST(KeyExpiry, RedlockTokensRiseAcrossTheCounterExpiry) {
     redis_server a, b, c;
-    dlock::redlock::client redlock({.urls = {a.url(), b.url(), c.url()}, .idle_expiry = idle});
+    dlock::redlock::client redlock(
+        {.urls = {a.url(), b.url(), c.url()}, .node_timeout = node_timeout(), .idle_expiry = idle});
     const auto name = unique_name("redlock");
     const auto first = lock_once(redlock, "mutex", name);
     for (const redis_server* s : {&a, &b, &c}) {
