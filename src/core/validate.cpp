@@ -69,4 +69,11 @@ void validate_lock_options(const lock_options& o, std::error_code& ec) noexcept 
     }
 }
 
+std::string permits_mismatch(std::string_view quoted, std::uint64_t recorded, std::uint64_t asked) {
+    return std::string(quoted) + ": the semaphore has " + std::to_string(recorded) +
+           " permits on the server, not the " + std::to_string(asked) +
+           " asked for; it counts as a semaphore of " + std::to_string(recorded) +
+           " (set_permits changes it)";
+}
+
 }  // namespace dlock::detail

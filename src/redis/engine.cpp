@@ -54,7 +54,7 @@ std::string new_token(lock_kind kind, const std::string& client) {
 /// The reply of an acquire script: {1, fencing token} or {0, holder's remaining ms}, and for a
 /// queued kind's waiter {0, ms, ticket}.
 bool is_acquire_reply(const reply& r) noexcept {
-    return r.type == reply::kind::array && (r.elements.size() == 2 || r.elements.size() == 3) &&
+    return r.type == reply::kind::array && r.elements.size() >= 2 && r.elements.size() <= 4 &&
            std::all_of(r.elements.begin(), r.elements.end(),
                        [](const reply& e) { return e.type == reply::kind::integer; });
 }
@@ -173,8 +173,11 @@ struct engine::attempt_outcome {
     std::size_t holding = 0;      // servers where someone else holds the lock
     std::int64_t holder_ms = -1;  // smallest remaining lease among holding servers; -1 unknown
     std::uint64_t ticket = 0;     // queued kinds: our queue entry's ticket (0: none reported)
-    std::error_code error;        // the first failure (all of it when there is one server)
-    std::string failures;         // every failed server and why
+    // A semaphore whose number of permits on the server is not the request's limit: that number
+    // (semaphore_acquire.lua's 4-element reply); 0 when they agree.
+    std::int64_t recorded_limit = 0;
+    std::error_code error;  // the first failure (all of it when there is one server)
+    std::string failures;   // every failed server and why
 };
 
 engine::engine(engine_config config)
@@ -187,6 +190,7 @@ engine::engine(engine_config config)
     };
     positive(config_.connect_timeout, "connect_timeout");
     positive(config_.command_timeout, "command_timeout");
+    positive(config_.idle_expiry, "idle_expiry");
     if (config_.node_timeout) positive(*config_.node_timeout, "node_timeout");
     if (!(config_.drift.ratio >= 0.0 && config_.drift.ratio < 0.5) ||
         config_.drift.floor < std::chrono::milliseconds::zero()) {
@@ -422,7 +426,9 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
         pooled conn(*servers_.front());
         // The same KEYS as the semaphore's other scripts: one hash slot, one layout.
         const script_call call{
-            script, keys(*protocol, name), {std::to_string(permits), channel(name)}};
+            script,
+            keys(*protocol, name),
+            {std::to_string(permits), channel(name), ms_text(config_.idle_expiry)}};
         const auto r = run_script(*conn.get(), call, ec);
         if (!ec && r.type != reply::kind::integer) script_error(call, r, *conn.get(), ec);
     } catch (const std::bad_alloc&) {
@@ -636,12 +642,12 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     std::vector<script_batch> batches;
     conns.reserve(servers_.size());
     batches.reserve(servers_.size());
-    const auto call =
-        one_call({protocol.acquire,
-                  keys(protocol, name),
-                  {token, ms_text(lease), std::to_string(request.count),
-                   std::to_string(request.limit), ms_text(waiter_liveness), channel(name),
-                   request.reenter ? "1" : "0", std::to_string(ticket_floor), waiter}});
+    const auto call = one_call(
+        {protocol.acquire,
+         keys(protocol, name),
+         {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
+          ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
+          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s, deadline);
         if (!conns.back()) {
@@ -697,6 +703,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             continue;
         }
         const auto& r = b.replies.front();
+        if (r.elements.size() == 4) out.recorded_limit = r.elements[3].integer;
         if (r.elements[0].integer == 1) {
             votes[i] = {quorum::acquire_vote::kind::granted, r.elements[1].integer};
         } else {
@@ -723,7 +730,8 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
             std::vector<script_batch> raises;
             const auto raise = one_call({&raise_fence_script(),
                                          {key(name), fence(name)},
-                                         {token, std::to_string(tally.fence)}});
+                                         {token, std::to_string(tally.fence),
+                                          ms_text(config_.idle_expiry), ms_text(lease)}});
             for (const auto i : raise_on) {
                 raises.push_back(
                     {batches[i].conn, raise, deadline_after(steady::now(), node_timeout)});
@@ -763,7 +771,9 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
         std::error_code ec;
         const auto r = run_script(
             *conn.get(),
-            {protocol.leave, keys(protocol, name), {token, channel(name), ms_text(handoff_lease)}},
+            {protocol.leave,
+             keys(protocol, name),
+             {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}},
             ec);
         if (ec) {
             report_error(ec, "leaving the queue of \"" + std::string(name) +
@@ -782,7 +792,9 @@ void engine::release_everywhere(const lock_protocol& protocol, std::string_view 
     const auto deadline = deadline_after(
         steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
     const auto call = one_call(
-        {protocol.release, keys(protocol, name), {token, channel(name), ms_text(handoff_lease)}});
+        {protocol.release,
+         keys(protocol, name),
+         {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}});
     for (auto& s : servers_) {
         conns.emplace_back(*s);
         batches.push_back({conns.back().get(), call, deadline});
@@ -923,8 +935,9 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         using dlock::detail::attempt_report;
         dlock::detail::acquire_policy policy(options, deadline);
         const std::string quoted = "lock \"" + std::string(name) + "\"";
-        std::string failure;     // why the latest attempt failed, if it did
-        std::uint64_t seen = 0;  // the notification generation read before the latest attempt
+        std::string failure;          // why the latest attempt failed, if it did
+        std::uint64_t seen = 0;       // the notification generation read before the latest attempt
+        bool limit_reported = false;  // a semaphore's other number on the server, said once
         for (auto step = policy.start();;) {
             if (step.what == action::give_up) {
                 if (failure.empty()) failure = policy.give_up_message(step, quoted);
@@ -1004,6 +1017,15 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             if (protocol->queued || !waiter.empty()) leave.armed = true;
             const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout,
                                         highest_ticket, deadline, waiter);
+            if (result.recorded_limit > 0 && !limit_reported) {
+                // Not an error: the server's number decides, and this caller may have been
+                // started before an operator changed it. Said once per acquire call.
+                limit_reported = true;
+                report_error(
+                    make_error_code(errc::invalid_argument),
+                    dlock::detail::permits_mismatch(
+                        quoted, static_cast<std::uint64_t>(result.recorded_limit), request.limit));
+            }
             if (result.granted) {
                 if (waiting) waiting->granted();
                 auto lease =
@@ -1094,10 +1116,10 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 }
             }
         }
-        const auto call = one_call(
-            {protocol->release,
-             keys(*protocol, lease.name()),
-             {lease.token(), channel(lease.name()), ms_text(handoff_lease), whole ? "1" : "0"}});
+        const auto call = one_call({protocol->release,
+                                    keys(*protocol, lease.name()),
+                                    {lease.token(), channel(lease.name()), ms_text(handoff_lease),
+                                     whole ? "1" : "0", ms_text(config_.idle_expiry)}});
         for (auto& s : servers_) {
             conns.emplace_back(*s);
             auto* conn = conns.back().get();
@@ -1202,9 +1224,10 @@ steady::time_point engine::renew_due(steady::time_point now) {
         calls->reserve(due.size());
         for (const auto& d : due) {
             const auto* protocol = protocol_for(d.lease->kind());
-            calls->push_back({protocol->renew,
-                              keys(*protocol, d.lease->name()),
-                              {d.lease->token(), ms_text(d.request)}});
+            calls->push_back(
+                {protocol->renew,
+                 keys(*protocol, d.lease->name()),
+                 {d.lease->token(), ms_text(d.request), ms_text(config_.idle_expiry)}});
         }
         std::vector<script_batch> batches;
         bool cut_short = false;  // some batch's own bound lies past `latest`

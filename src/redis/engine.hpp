@@ -46,6 +46,9 @@ struct engine_config {
     std::string key_prefix;
     dlock::observer observer{};
     std::function<void(std::error_code, std::string_view)> error_handler{};
+    /// client_options::idle_expiry: how long a name's fence counter (and a semaphore's number of
+    /// permits) outlives the name's last grant (src/redis/lua/lib/fence.lua).
+    std::chrono::milliseconds idle_expiry{std::chrono::hours(24)};
 };
 
 class engine final : public dlock::detail::lease_owner,

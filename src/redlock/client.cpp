@@ -30,7 +30,8 @@ private:
                                             {o.drift_ratio, o.drift_floor},
                                             o.key_prefix,
                                             o.observer,
-                                            o.error_handler};
+                                            o.error_handler,
+                                            o.idle_expiry};
         if (o.urls.empty())
             throw error(errc::invalid_argument, "Redlock needs at least one server URL");
         for (const auto& url : o.urls) {
@@ -55,6 +56,7 @@ client_options options_from(
         o.key_prefix = first.key_prefix;
         o.observer = first.observer;
         o.error_handler = first.error_handler;
+        o.idle_expiry = first.idle_expiry;
     }
     return o;
 }

@@ -436,6 +436,11 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
                 if (recoverable(rc)) continue;
                 return failed(code_for(rc), quoted + ": reading its permits: " + zk_text(rc));
             }
+            if (a.permits != a.limit && !a.permits_reported) {
+                a.permits_reported = true;
+                report_error(make_error_code(errc::invalid_argument),
+                             dlock::detail::permits_mismatch(quoted, a.permits, a.limit));
+            }
         }
         if (const int rc = s->create_protected(ours, acl()); rc != ZOK) {
             if (rc == ZNONODE) {

@@ -112,7 +112,8 @@ private:
         steady::time_point deadline;
         std::shared_ptr<session> s{};
         protected_node ours{};
-        std::uint64_t permits = 0;  // the semaphore's number of permits, read by each attempt
+        std::uint64_t permits = 0;      // the semaphore's number of permits, read by each attempt
+        bool permits_reported = false;  // a number other than `limit` was reported (once)
         std::vector<std::string> children{};
         steady::time_point sent{};  // the latest getChildren's send time
         standing where{};           // what it found

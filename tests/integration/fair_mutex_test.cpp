@@ -138,9 +138,7 @@ TEST(FairMutex, HandOffValidityOfAFixedLeaseIsCappedByIt) {
     dlock::test::handoff_validity_is_capped("fair", {.lease = 1s, .renew = false}, 1s);
 }
 
-TEST(FairMutex, KeysOfAnUnusedNameExpireButTheFencingCounter) {
-    dlock::test::keys_of_an_unused_name_expire("fair");
-}
+TEST(FairMutex, KeysOfAnUnusedNameExpire) { dlock::test::keys_of_an_unused_name_expire("fair"); }
 
 TEST(FairMutex, RefreshCostDoesNotGrowWithTheQueue) {
     dlock::test::refresh_cost_does_not_grow_with_the_queue("fair");

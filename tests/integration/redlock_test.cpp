@@ -110,19 +110,23 @@ TEST(Redlock, FencingStaysMonotonicWhenCountersDiverge) {
     const auto name = unique_name();
     const auto fence = probe.fence_key(name);
     // History the servers disagree about: one counter far ahead (it granted while others were
-    // down).
-    fleet()[0].command({"SET", fence, "100"});
+    // down), also ahead of the servers' clocks, which seed the others (a token is
+    // max(counter + 1, the server's clock in microseconds); 5e15 us is the year 2128).
+    constexpr long long ahead = 5'000'000'000'000'000;
+    fleet()[0].command({"SET", fence, std::to_string(ahead)});
     std::uint64_t first = 0;
     {
         auto grant = redlock.acquire(name, {.wait = 0s});
         first = grant.fencing_token();
-        EXPECT_EQ(first, 101u) << "the largest counter in the quorum";
+        EXPECT_EQ(first, static_cast<std::uint64_t>(ahead + 1))
+            << "the largest counter in the quorum";
     }
     for (std::size_t i = 1; i < fleet().size(); ++i) {
-        EXPECT_GE(std::stoll(fleet()[i].command({"GET", fence})), 101)
+        EXPECT_GE(std::stoll(fleet()[i].command({"GET", fence})), ahead + 1)
             << "written back to server " << i;
     }
-    // Now a quorum without the server that was ahead: a naive "max of this quorum" would say 2.
+    // Now a quorum without the server that was ahead: a naive "max of this quorum" would be the
+    // other servers' clocks, below `first`.
     fleet()[0].pause();
     {
         auto grant = redlock.acquire(name, {.wait = scaled(2s)});

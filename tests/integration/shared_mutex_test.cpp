@@ -375,9 +375,7 @@ TEST(SharedMutex, WriterHandOffValidityIsCappedByMaxHold) {
     dlock::test::handoff_validity_is_capped("write", {.lease = 30s, .max_hold = 1s}, 1s);
 }
 
-TEST(SharedMutex, KeysOfAnUnusedNameExpireButTheFencingCounter) {
-    dlock::test::keys_of_an_unused_name_expire("write");
-}
+TEST(SharedMutex, KeysOfAnUnusedNameExpire) { dlock::test::keys_of_an_unused_name_expire("write"); }
 
 TEST(SharedMutex, WriterRefreshCostDoesNotGrowWithTheQueue) {
     dlock::test::refresh_cost_does_not_grow_with_the_queue("write");

@@ -177,6 +177,8 @@ int main(int argc, char** argv) {
     const auto idle_max = a.num("idle-max-ms", 50);
     const auto wait_max = a.num("wait-max-ms", 4000);
     const auto cmd_timeout = std::chrono::milliseconds(a.num("command-timeout-ms", 300));
+    // Redis and Redlock: how long a name's fence counter outlives its last grant.
+    const auto idle_expiry = std::chrono::milliseconds(a.num("idle-expiry-ms", 24 * 3600 * 1000));
     std::mt19937_64 rng(static_cast<std::uint64_t>(a.num("seed", 1)));
     log_file out(a.get("out", "/dev/stdout"));
 
@@ -188,13 +190,17 @@ int main(int argc, char** argv) {
     auto quiet = [](std::error_code, std::string_view) {};
     std::unique_ptr<dlock::backend> backend;
     if (backend_name == "redis") {
-        backend = std::make_unique<dlock::redis::client>(dlock::redis::client_options{
-            .url = a.get("url"), .command_timeout = cmd_timeout, .error_handler = quiet});
+        backend = std::make_unique<dlock::redis::client>(
+            dlock::redis::client_options{.url = a.get("url"),
+                                         .command_timeout = cmd_timeout,
+                                         .error_handler = quiet,
+                                         .idle_expiry = idle_expiry});
     } else if (backend_name == "redlock") {
         backend = std::make_unique<dlock::redlock::client>(
             dlock::redlock::client_options{.urls = split(a.get("url"), ','),
                                            .command_timeout = cmd_timeout,
-                                           .error_handler = quiet});
+                                           .error_handler = quiet,
+                                           .idle_expiry = idle_expiry});
 #if DLOCK_HAS_ZOOKEEPER
     } else if (backend_name == "zk") {
         backend = std::make_unique<dlock::zk::client>(dlock::zk::client_options{

@@ -582,7 +582,10 @@ class RedisPhase(Phase):
         self.proxy = Proxy(self.server.port)
         self.proxy.start()
         url, fence = self.server.url(), self.fence.url()
-        base = {"lease-ms": 1000, "hold-min-ms": 5, "hold-max-ms": 150, "wait-max-ms": 6000}
+        # A short idle expiry: a name's fence counter goes whenever the name has had no grant for
+        # a lease (a paused server, killed holders), and TOKEN checks that tokens still rise.
+        base = {"lease-ms": 1000, "hold-min-ms": 5, "hold-max-ms": 150, "wait-max-ms": 6000,
+                "idle-expiry-ms": 200}
         # Waiters of the hand-off kinds wait long, so that a pause does not end their wait.
         handoff = dict(base, **{"wait-max-ms": 20000})
         self.add_group("fair", ["fair"] * 4, "redis", url, fence, handoff)
@@ -693,7 +696,7 @@ class RedlockPhase(Phase):
             s.start()
         url = ",".join(s.url() for s in self.servers)
         base = {"lease-ms": self.lease_ms, "hold-min-ms": 5, "hold-max-ms": 150,
-                "wait-max-ms": 3000}
+                "wait-max-ms": 3000, "idle-expiry-ms": 200}
         self.add_group("mutex", ["mutex"] * 4, "redlock", url, self.fence.url(), base)
         self.add_group("fixed", ["mutex"] * 3, "redlock", url, self.fence.url(),
                        dict(base, renew=0))

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -70,6 +71,12 @@ struct status_options {
     bool watch = false;  ///< stay and show each change until Ctrl-C
 };
 
+struct set_permits_options {
+    server_options server{};
+    std::string name{};
+    std::uint32_t permits = 1;
+};
+
 struct demo_options {
     std::optional<std::string> url{};  ///< unset: start private redis-servers
     int workers = 4;
@@ -87,6 +94,8 @@ struct demo_worker_options {
 
 int run_command(const run_options& options);
 int status_command(const status_options& options);
+/// `dlock set-permits NAME N`: dlock::backend::set_permits; silent on success.
+int set_permits_command(const set_permits_options& options);
 int demo_command(const demo_options& options);
 int demo_worker_command(const demo_worker_options& options);
 

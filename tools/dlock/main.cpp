@@ -112,6 +112,14 @@ waiter on ZooKeeper);
 "subscribed clients" counts client connections subscribed to the lock's release channel: each
 waiting process counts once, however many of its threads wait.)";
 
+const char* const set_permits_footer = R"(Examples:
+  dlock set-permits api-slots 5            let 5 holders of "api-slots" in at once
+
+The semaphore's number is recorded on the server by its first user (dlock run --permits N);
+later users with another number wait as the recorded semaphore, and dlock run says so. Holders
+keep their permits when the number shrinks below them: no new permit is granted until fewer are
+held than the new number. Growing it wakes the waiters at once. Not on redlock://.)";
+
 const char* const completion_footer = R"(Examples:
   source <(dlock completion bash)                  in ~/.bashrc
   dlock completion zsh > "${fpath[1]}/_dlock"      then restart zsh)";
@@ -517,6 +525,42 @@ private:
     bool watch_ = false;
 };
 
+/// `dlock set-permits`.
+class set_permits_subcommand {
+public:
+    explicit set_permits_subcommand(CLI::App& app)
+        : cmd_(app.add_subcommand("set-permits", "Change the number of permits of a semaphore")) {
+        cmd_->allow_extras();
+        cmd_->footer(set_permits_footer);
+        set_usage(cmd_, "dlock set-permits [OPTIONS] NAME N");
+        cmd_->add_option("NAME", name_, "The semaphore's name")->type_name("");
+        cmd_->add_option("N", permits_, "Its new number of permits (1-1000000)")->type_name("");
+        server_.add_to(cmd_);
+    }
+
+    bool parsed() const { return cmd_->parsed(); }
+
+    int execute() {
+        reject_extras(cmd_);
+        require_name(cmd_, name_);
+        if (cmd_->get_option("N")->count() == 0) {
+            throw cli_error(exit_status::usage,
+                            "set-permits: missing the number of permits N (see dlock set-permits "
+                            "--help)");
+        }
+        check_range("set-permits N", permits_, 1, 1'000'000);
+        return set_permits_command({.server = server_.resolve(cmd_),
+                                    .name = name_,
+                                    .permits = static_cast<std::uint32_t>(permits_)});
+    }
+
+private:
+    CLI::App* cmd_;
+    server_args server_;
+    std::string name_;
+    int permits_ = 0;
+};
+
 /// `dlock demo`.
 class demo_subcommand {
 public:
@@ -648,6 +692,7 @@ int dispatch(int argc, char** argv) {
     // Each binds its own options; none may move once made. The order is --help's.
     run_subcommand run(app);
     status_subcommand status(app);
+    set_permits_subcommand set_permits(app);
     demo_subcommand demo(app);
     completion_subcommand completion(app);
     // The manual page, generated from these definitions at build time (hidden).
@@ -664,8 +709,8 @@ int dispatch(int argc, char** argv) {
     if (!args.empty() && !args.front().starts_with("-") && !is_command(args.front())) {
         throw cli_error(
             exit_status::usage,
-            fmt::format("unknown command \"{}\" (expected run, status, demo or completion; see "
-                        "dlock --help)",
+            fmt::format("unknown command \"{}\" (expected run, status, set-permits, demo or "
+                        "completion; see dlock --help)",
                         args.front()));
     }
     args = run.split(std::move(args));
@@ -690,6 +735,7 @@ int dispatch(int argc, char** argv) {
     reject_extras(&app);
     if (run.parsed()) return run.execute();
     if (status.parsed()) return status.execute();
+    if (set_permits.parsed()) return set_permits.execute();
     if (demo.parsed()) return demo.execute();
     if (completion.parsed()) return completion.execute(app);
     if (man->parsed()) {

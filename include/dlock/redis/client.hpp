@@ -50,6 +50,13 @@ struct client_options {
     /// Failures with no caller to throw to: a failed unlock() or destructor release, a renewal
     /// error, an exception escaping a callback. Unset: one line on stderr.
     std::function<void(std::error_code, std::string_view what)> error_handler{};
+    /// How long a lock name's server state outlives the name's last grant: its fence counter
+    /// (and a semaphore's number of permits) expire this long after the last grant (or the last
+    /// holder), so names used once do not stay in Redis for ever. Fencing tokens still rise
+    /// across that expiry: a new counter starts at the server's clock in microseconds, so this is
+    /// also how far the server's clock may step back across an expiry (docs/redis-lock.md,
+    /// "Fencing tokens and key expiry"). Must be > 0; every client of a name should use the same.
+    std::chrono::milliseconds idle_expiry = std::chrono::hours(24);
 };
 
 /// `url` with any password, and every query value but db/user/username, replaced by "***", for

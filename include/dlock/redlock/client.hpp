@@ -48,6 +48,10 @@ struct client_options {
     std::string key_prefix = "dlock";
     dlock::observer observer{};
     std::function<void(std::error_code, std::string_view what)> error_handler{};
+    /// As in dlock::redis::client_options: how long a name's fence counters (on every server)
+    /// outlive its last grant; the servers' clocks may differ (and step back) by less than this
+    /// (docs/redlock.md, "Fencing tokens across independent counters").
+    std::chrono::milliseconds idle_expiry = std::chrono::hours(24);
 };
 
 class client final : public dlock::backend {

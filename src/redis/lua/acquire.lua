@@ -4,7 +4,8 @@
 -- free lock is reserved for), KEYS[7] the waiter id the latest wake-up went to (KEYS[3..7] may
 -- be absent); ARGV[1] owner token, ARGV[2] lease in ms, ARGV[5] waiter liveness ms, ARGV[9]
 -- waiter id (<kind>:<client>.<random>; empty or absent: the caller does not register, e.g. a
--- first attempt, try_lock() or Redlock).
+-- first attempt, try_lock() or Redlock), ARGV[10] the fence counter's idle period in ms
+-- (lib/fence.lua).
 -- Returns {1, fencing token} when granted, {0, ms} when not: held (ms: the holder's remaining
 -- lease, -1: no expiry), or free but reserved as another waiter's turn (the turn counts as held
 -- for everyone but its waiter, try_lock() included; ms: the turn's remaining time for a caller
@@ -14,6 +15,7 @@
 -- idempotent); a grant takes it off, and ends its turn and its woken mark.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/fence.lua
 --@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::mutex')
 if refused then return refused end
@@ -47,11 +49,9 @@ if turn and turn ~= waiter then
   if waiter and (redis.call('ZRANK', KEYS[3], waiter) or 0) > 1 then reply[2] = -1 end
   return reply
 end
--- INCR before SET: if the counter is unusable nothing has been taken yet.
-local fence = redis.pcall('INCR', KEYS[2])
-if type(fence) == 'table' and fence.err then
-  return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-end
+-- The token before SET: if the counter is unusable nothing has been taken yet.
+local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2])
+if not fence then return bad end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if waiter then
   redis.call('ZREM', KEYS[3], waiter)

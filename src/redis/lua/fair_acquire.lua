@@ -3,13 +3,15 @@
 -- waiter token -> ticket, its arrival number), KEYS[4] liveness (ZSET waiter token -> deadline,
 -- server ms), KEYS[5] arrival counter.
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[5] waiter liveness ms, ARGV[6] release channel, ARGV[8]
--- the highest ticket this waiter was told so far (0: none).
+-- the highest ticket this waiter was told so far (0: none), ARGV[10] the fence counter's idle
+-- period in ms (lib/fence.lua).
 -- Returns {1, fencing token} when we own the lock, {0, holder's remaining ms (-1: none), our
 -- ticket} when we wait. Idempotent: a waiter calls it again to refresh its liveness, and it is the
 -- bounded re-check that finds a hand-off whose notification was lost. A hand-off publishes
 -- "granted <fence> <ticket> <token>": the ticket names the queue entry (so the refresh) it answers.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/fence.lua
 --@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::fair_mutex')
 if refused then return refused end
@@ -35,13 +37,14 @@ dlock_purge_dead(KEYS[3], KEYS[4], now)
 if not owner then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] or head[1] == ARGV[1] then
-    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[10])
     if bad then return bad end
     return {1, fence}
   end
   -- Free, but an earlier waiter is first (its holder expired without a release): hand it over
   -- now rather than at that waiter's next refresh.
-  local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[5], ARGV[6])
+  local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[5], ARGV[6],
+                           ARGV[10])
   if bad then return bad end
 end
 

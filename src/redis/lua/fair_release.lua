@@ -1,11 +1,13 @@
 -- Fair mutex: release with direct hand-off, and a waiter leaving the queue (docs/lock-family.md).
--- KEYS as fair_acquire.lua. ARGV[1] token, ARGV[2] release channel, ARGV[3] hand-off lease ms.
+-- KEYS as fair_acquire.lua. ARGV[1] token, ARGV[2] release channel, ARGV[3] hand-off lease ms,
+-- ARGV[5] the fence counter's idle period in ms (lib/fence.lua).
 -- The next live waiter becomes the owner here, with a fresh fencing token and a short lease, and
 -- is told on its client's hand-off channel with "granted <fencing token> <ticket> <its token>",
 -- the ticket of the queue entry granted (lib/queue.lua, dlock_publish_grant): one notification,
 -- one winner, no extra round trip. Without waiters the key goes and 'released' is published on the release channel.
 -- Returns 1 when we held the lock (it was released or handed over), 0 otherwise (a waiter that
 -- leaves the queue, or a grant already lost: nothing of anyone else's is touched).
+--@include lib/fence.lua
 --@include lib/queue.lua
 if redis.call('TYPE', KEYS[4]).ok == 'hash' then
   redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions
@@ -26,9 +28,9 @@ while true do
   end
   redis.call('ZREM', KEYS[3], head[1])
   if redis.call('ZREM', KEYS[4], head[1]) == 1 then
-    local fence = redis.call('INCR', KEYS[2])
-    redis.call('SET', KEYS[1], head[1], 'PX', ARGV[3])
-    dlock_publish_grant(ARGV[2], head[1], fence, head[2])
+    local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[3],
+                               ARGV[2], ARGV[5])
+    if bad then return bad end
     return 1
   end
   -- An entry without liveness (left half-way by an earlier version): skip it.

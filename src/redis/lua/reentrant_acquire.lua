@@ -2,12 +2,14 @@
 -- KEYS[1] lock hash {<owner token>: depth, fence: fencing token}, KEYS[2] fence counter.
 -- ARGV[1] owner token (32 hex chars, so it never collides with the field 'fence'), ARGV[2] lease
 -- in ms, ARGV[3..6] unused (count, limit, liveness_ms, release channel), ARGV[7] reenter: "1" =
--- the owner already holds it and must not take it anew.
+-- the owner already holds it and must not take it anew, ARGV[10] the fence counter's idle period
+-- in ms (lib/fence.lua).
 -- Returns {1, fencing token} when granted (depth 1, a new token) or re-entered (depth + 1, the
 -- grant's token); {0, -1} when a re-entry finds the owner's grant gone (the engine reports
 -- lock_lost); {0, holder's remaining ms (-1: no expiry)} when another owner holds it.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/fence.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::recursive_mutex')
 if refused then return refused end
 local held = redis.call('TYPE', KEYS[1]).ok
@@ -33,11 +35,9 @@ end
 if ARGV[7] == '1' then
   return {0, -1}  -- our grant expired or was deleted: re-entry never takes the lock anew
 end
--- INCR before HSET: if the counter is unusable nothing has been taken yet.
-local fence = redis.pcall('INCR', KEYS[2])
-if type(fence) == 'table' and fence.err then
-  return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-end
+-- The token before HSET: if the counter is unusable nothing has been taken yet.
+local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2])
+if not fence then return bad end
 redis.call('HSET', KEYS[1], ARGV[1], 1, 'fence', fence)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, fence}

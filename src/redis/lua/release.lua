@@ -8,6 +8,7 @@
 -- free lock is first reserved for it as its turn (KEYS[6], lib/queue.lua, dlock_mutex_turn_ms).
 -- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
 -- token (nothing is touched then).
+--@include lib/fence.lua
 --@include lib/queue.lua
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then

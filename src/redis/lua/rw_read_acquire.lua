@@ -2,12 +2,14 @@
 -- KEYS[1] writer (string: token, PX lease), KEYS[2] fence counter, KEYS[3] readers (ZSET reader
 -- token -> expiry, server ms), KEYS[4] waiting writers (ZSET token -> arrival number), KEYS[5]
 -- their liveness (ZSET token -> deadline, server ms), KEYS[6] arrival counter.
--- ARGV[1] reader token, ARGV[2] lease ms, ARGV[6] release channel.
+-- ARGV[1] reader token, ARGV[2] lease ms, ARGV[6] release channel, ARGV[10] the fence counter's
+-- idle period in ms (lib/fence.lua).
 -- Returns {1, fencing token} when admitted: no writer holds the lock and no live writer waits.
 -- Otherwise {0, ms}: re-check within ms (the writer's PTTL, or the time until the earliest
 -- waiting writer's liveness deadline; -1: unknown).
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/fence.lua
 --@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
 if refused then return refused end
@@ -33,11 +35,9 @@ if first[1] then
   return {0, math.max(1, tonumber(first[2]) - now + 1)}
 end
 
--- INCR before ZADD: if the counter is unusable nothing has been taken yet.
-local fence = redis.pcall('INCR', KEYS[2])
-if type(fence) == 'table' and fence.err then
-  return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-end
+-- The token before ZADD: if the counter is unusable nothing has been taken yet.
+local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2])
+if not fence then return bad end
 local lease = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[3], now + lease, ARGV[1])
 if redis.call('PTTL', KEYS[3]) < lease then

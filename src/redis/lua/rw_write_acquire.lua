@@ -4,7 +4,8 @@
 -- token -> expiry, server ms), KEYS[4] waiting writers (ZSET token -> arrival number), KEYS[5]
 -- their liveness (ZSET token -> deadline, server ms), KEYS[6] arrival counter.
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[5] waiter liveness ms, ARGV[6] release channel, ARGV[8]
--- the highest ticket this waiter was told so far (0: none).
+-- the highest ticket this waiter was told so far (0: none), ARGV[10] the fence counter's idle
+-- period in ms (lib/fence.lua).
 -- Returns {1, fencing token} when we own the lock, else {0, ms, ticket}: re-check within ms (the
 -- writer's PTTL, or the time until the last live share expires; -1: unknown); ticket names our
 -- queue entry, and a hand-off to it publishes "granted <fence> <ticket> <token>". Idempotent: a waiter
@@ -12,6 +13,7 @@
 -- hand-off whose notification was lost.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/fence.lua
 --@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
 if refused then return refused end
@@ -40,7 +42,7 @@ dlock_purge_dead(KEYS[4], KEYS[5], now)
 if not owner and redis.call('ZCARD', KEYS[3]) == 0 then
   local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not head or head == ARGV[1] then
-    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], ARGV[2])
+    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[10])
     if bad then return bad end
     return {1, fence}
   end

@@ -4,11 +4,17 @@
 -- KEYS[1] holders: ZSET grant token -> expiry (server ms); KEYS[2] fence counter;
 -- KEYS[3] counts: HASH grant token -> permits it holds; KEYS[4] limit: the number of permits.
 -- ARGV[1] grant token, ARGV[2] lease in ms, ARGV[3] count, ARGV[4] the limit to set when none is
--- set yet; ARGV[5..7] (liveness, release channel, re-enter) are unused: waiters are not queued.
+-- set yet; ARGV[5..9] (liveness, release channel, re-enter, ...) are unused: waiters are not
+-- queued; ARGV[10] the idle period in ms after which the fence counter (lib/fence.lua) and the
+-- limit (lib/semaphore.lua) go once no grant is live.
 -- Returns {1, fencing token} when granted, else {0, ms until the earliest held permit expires}
 -- (-1 when none is held, e.g. the limit was lowered below the count: wait for set_permits).
+-- When the limit recorded on the server differs from ARGV[4], the reply has two more elements,
+-- 0 and that limit ({granted, token or ms, 0, recorded limit}), so the client can say so.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
+--@include lib/fence.lua
+--@include lib/semaphore.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::counting_semaphore')
 if refused then return refused end
 for i, want in ipairs({'zset', 'string', 'hash', 'string'}) do
@@ -38,28 +44,33 @@ if not limit then
   return redis.error_reply('WRONGTYPE semaphore limit ' .. KEYS[4] .. ' is not a number')
 end
 
+-- The reply, with the recorded limit when it is not the one this caller assumed.
+local function answer(granted, value)
+  dlock_keep_limit(KEYS[1], KEYS[4], now, ARGV[10])
+  if limit ~= tonumber(ARGV[4]) then return {granted, value, 0, limit} end
+  return {granted, value}
+end
+
 local held = 0
 for _, permits in ipairs(redis.call('HVALS', KEYS[3])) do
   held = held + (tonumber(permits) or 0)
 end
 local count = tonumber(ARGV[3])
 if held + count <= limit then
-  -- INCR first: if the counter is unusable nothing has been taken yet.
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' and fence.err then
-    return redis.error_reply('WRONGTYPE fence counter ' .. KEYS[2] .. ': ' .. fence.err)
-  end
+  -- The token first: if the counter is unusable nothing has been taken yet.
+  local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2])
+  if not fence then return bad end
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   redis.call('HSET', KEYS[3], ARGV[1], count)
-  -- Both keys live as long as their longest grant: a semaphore whose holders all crashed leaves
-  -- only its limit and fence counter behind.
+  -- Both keys live as long as their longest grant; the limit and the fence counter that long
+  -- plus the idle period.
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', KEYS[1], last[2])
   redis.call('PEXPIREAT', KEYS[3], last[2])
-  return {1, fence}
+  return answer(1, fence)
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #first == 0 then
-  return {0, -1}
+  return answer(0, -1)
 end
-return {0, math.max(1, tonumber(first[2]) - now)}
+return answer(0, math.max(1, tonumber(first[2]) - now))

@@ -48,14 +48,14 @@ local function dlock_join_queue(queue, alive, arrivals, token, floor, now, liven
   return tonumber(ticket)
 end
 
--- Makes `token` the owner of lock key `owner` with a fresh fencing token (INCR `fence_key`) and a
--- lease of `lease_ms`, and takes it off the queue. Returns the fencing token, or nil and an error
--- reply when the fence counter is unusable (nothing is written then).
-local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms)
-  local fence = redis.pcall('INCR', fence_key)
-  if type(fence) == 'table' and fence.err then
-    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. fence.err)
-  end
+-- Makes `token` the owner of lock key `owner` with a fresh fencing token (lib/fence.lua,
+-- dlock_next_fence: the counter `fence_key` kept max(`idle_ms`, `lease_ms`)) and a lease of
+-- `lease_ms`, and takes it off the queue. Returns the fencing token, or nil and an error reply
+-- when the fence counter is unusable (nothing is written then). Scripts that include this file
+-- include lib/fence.lua before it.
+local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms, idle_ms)
+  local fence, bad = dlock_next_fence(fence_key, idle_ms, lease_ms)
+  if not fence then return nil, bad end
   redis.call('SET', owner, token, 'PX', lease_ms)
   redis.call('ZREM', queue, token)
   redis.call('ZREM', alive, token)
@@ -77,7 +77,7 @@ end
 -- winner.
 local function dlock_publish_grant(channel, token, fence, ticket)
   redis.call('PUBLISH', dlock_waiter_channel(channel, token),
-             'granted ' .. fence .. ' ' .. ticket .. ' ' .. token)
+             'granted ' .. dlock_fence_text(fence) .. ' ' .. ticket .. ' ' .. token)
 end
 
 -- dlock::mutex waiters (docs/redis-lock.md, "Waking one waiter"): they join their own queue with
@@ -142,8 +142,9 @@ end
 -- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
 -- tells it (dlock_publish_grant). Returns an error reply when the fence counter is unusable, else
 -- nil.
-local function dlock_hand_off(owner, fence_key, queue, alive, head, ticket, lease_ms, channel)
-  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms)
+local function dlock_hand_off(owner, fence_key, queue, alive, head, ticket, lease_ms, channel,
+                              idle_ms)
+  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms)
   if bad then return bad end
   dlock_publish_grant(channel, head, fence, ticket)
   return nil

@@ -1,0 +1,85 @@
+-- The fence counter of a lock name (docs/redis-lock.md, "Fencing tokens and key expiry"):
+-- composed into every script that grants or raises a fencing token at build time
+-- (cmake/embed_lua.cmake), so the rule lives here only.
+-- The counter is a string key that expires once the name is unused: every grant sets it to its
+-- token with an expiry of max(idle period, the grant's lease), so it outlives the grant it was
+-- issued for. A missing (new or expired) counter is seeded from the server's clock: a token is
+-- max(counter + 1, the server's TIME in microseconds). Tokens therefore rise strictly per name
+-- across the counter's expiry as long as the server's clock does not step back by more than the
+-- idle period (a Redlock write-back also carries other servers' clocks: their skew counts too).
+-- Microseconds stay below 2^53 (exact in Lua's doubles) until the year 2255.
+
+-- The server's time in microseconds.
+local function dlock_now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- A token as decimal text: Lua's own number-to-string conversion (%.14g) would write a token of
+-- sixteen digits with an exponent.
+local function dlock_fence_text(fence)
+  return string.format('%d', fence)
+end
+
+-- The value of counter `fence_key` (0 when absent), or nil and an error reply when it is not a
+-- whole number.
+local function dlock_read_fence(fence_key)
+  local current = redis.pcall('GET', fence_key)
+  if type(current) == 'table' and current.err then
+    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. current.err)
+  end
+  if not current then return 0 end
+  local value = tonumber(current)
+  if not value or value ~= math.floor(value) then
+    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ' holds "' ..
+                                  current .. '", not a number')
+  end
+  return value
+end
+
+-- How long counter writes keep the counter: max(`idle_ms`, `lease_ms`) (ARGV text or numbers);
+-- nil (no expiry, the behaviour before the counter had one) when `idle_ms` is missing.
+local function dlock_fence_keep(idle_ms, lease_ms)
+  local keep = tonumber(idle_ms)
+  if keep then keep = math.max(keep, tonumber(lease_ms) or 0) end
+  return keep
+end
+
+-- Stores `value` in counter `fence_key` for `keep` ms (nil: no expiry). Returns an error reply
+-- when the server refuses the write (e.g. a read-only replica), else nil.
+local function dlock_store_fence(fence_key, value, keep)
+  local done
+  if keep then
+    done = redis.pcall('SET', fence_key, dlock_fence_text(value), 'PX', keep)
+  else
+    done = redis.pcall('SET', fence_key, dlock_fence_text(value))
+  end
+  if type(done) == 'table' and done.err then
+    return redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. done.err)
+  end
+  return nil
+end
+
+-- The next fencing token of counter `fence_key`: max(counter + 1, the server's clock in us),
+-- stored for max(`idle_ms`, `lease_ms`). Returns it (a number), or nil and an error reply when
+-- the counter is unusable (nothing is written then).
+local function dlock_next_fence(fence_key, idle_ms, lease_ms)
+  local value, bad = dlock_read_fence(fence_key)
+  if not value then return nil, bad end
+  local fence = math.max(value + 1, dlock_now_us())
+  bad = dlock_store_fence(fence_key, fence, dlock_fence_keep(idle_ms, lease_ms))
+  if bad then return nil, bad end
+  return fence
+end
+
+-- Redlock's write-back: raises counter `fence_key` to `fence` when it is lower, and keeps it at
+-- least max(`idle_ms`, `lease_ms`) more. Returns nil, or an error reply when the counter is
+-- unusable.
+local function dlock_raise_fence(fence_key, fence, idle_ms, lease_ms)
+  local value, bad = dlock_read_fence(fence_key)
+  if not value then return bad end
+  local keep = dlock_fence_keep(idle_ms, lease_ms)
+  if value < fence then return dlock_store_fence(fence_key, fence, keep) end
+  if keep and redis.call('PTTL', fence_key) < keep then redis.call('PEXPIRE', fence_key, keep) end
+  return nil
+end
