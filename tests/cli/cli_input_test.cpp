@@ -229,6 +229,10 @@ TEST(CliFuzz, EveryCommandTimesEveryUrl) {
         std::set<int> demo = c.demo.empty() ? c.run : c.demo;
         if (demo.contains(ok)) demo.insert(demo_failed);  // a worker may fail: not this test's
         plan.push_back({{"demo", "--url", c.url, "--workers", "2", "--stock", "3"}, demo});
+        std::set<int> resize = c.run;
+        resize.insert(unavailable);  // a backend without semaphore resizing says so
+        plan.push_back(
+            {{"set-permits", "--url", c.url, dlock::test::unique_name("fuzz-sem"), "2"}, resize});
         plan.push_back({{"completion", "bash", "--url", c.url}, {usage}});
         plan.push_back({{"completion", c.url}, {usage}});
         plan.push_back({{"--url", c.url}, {usage}});

@@ -548,17 +548,17 @@ public:
                             "set-permits: missing the number of permits N (see dlock set-permits "
                             "--help)");
         }
-        check_range("set-permits N", permits_, 1, 1'000'000);
+        const int permits = parse_count("set-permits N", permits_, 1, 1'000'000);
         return set_permits_command({.server = server_.resolve(cmd_),
                                     .name = name_,
-                                    .permits = static_cast<std::uint32_t>(permits_)});
+                                    .permits = static_cast<std::uint32_t>(permits)});
     }
 
 private:
     CLI::App* cmd_;
     server_args server_;
     std::string name_;
-    int permits_ = 0;
+    std::string permits_;
 };
 
 /// `dlock demo`.
