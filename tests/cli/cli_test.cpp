@@ -46,7 +46,9 @@ constexpr int unreachable = 74;
 constexpr int conflict = 75;
 constexpr int auth_failed = 77;
 constexpr int lock_lost = 79;
+constexpr int max_hold = 124;
 constexpr int not_found = 127;
+constexpr int not_held = 3;  // dlock status
 
 std::string url() { return shared_redis().url(); }
 
@@ -373,7 +375,8 @@ TEST(CliRun, MaxHoldStopsTheCommand) {
     const auto started = std::chrono::steady_clock::now();
     const auto r = run_cli({"run", "--lease", "1s", "--max-hold", "800ms", "--url", url(), name,
                             "--", "sh", "-c", bounded_loop});
-    EXPECT_EQ(r.status, lock_lost) << r.err;
+    // Its own status, like timeout(1)'s 124: not the 79 of a lost lock.
+    EXPECT_EQ(r.status, max_hold) << r.err;
     EXPECT_GE(std::chrono::steady_clock::now() - started, 700ms);
     EXPECT_NE(r.err.find("--max-hold 800ms"), std::string::npos) << r.err;
 }
@@ -447,8 +450,9 @@ TEST(CliRun, ShowsAWaitingLineOnlyOnATerminal) {
 
 TEST(CliStatus, FreeAndHeld) {
     const auto name = dlock::test::unique_name("status");
+    // Scripts can ask "is it held?" as with `systemctl is-active`: 0 held, 3 not held.
     auto r = run_cli({"status", "--url", url(), name});
-    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.status, not_held) << r.err;
     EXPECT_NE(r.out.find("free"), std::string::npos) << r.out;
 
     holder held(name);
@@ -472,6 +476,7 @@ TEST(CliStatus, FreeAndHeld) {
 
     held.release();
     r = run_cli({"status", "--json", "--url", url(), name});
+    EXPECT_EQ(r.status, not_held) << r.err;
     const auto after = nlohmann::json::parse(r.out);
     EXPECT_EQ(after["held"], false);
     EXPECT_TRUE(after["lease_remaining_ms"].is_null());
@@ -481,15 +486,21 @@ TEST(CliStatus, NeverPrintsThePassword) {
     dlock::test::redis_server server({.extra_args = {"--requirepass", "s3cret"}});
     const std::string with_password = "redis://:s3cret@127.0.0.1:" + std::to_string(server.port());
     const auto r = run_cli({"status", "--json", "--url", with_password, "x"});
-    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.status, not_held) << r.err;
     EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
 }
 
-/// `dlock status --json` as an object (fails the test on a non-zero status).
+/// `dlock status --json` as an object (fails the test on a status other than held/not held, or
+/// one that disagrees with "held").
 nlohmann::json status_json(const std::string& u, const std::string& name) {
     const auto r = run_cli({"status", "--json", "--url", u, name});
-    EXPECT_EQ(r.status, 0) << r.err;
-    return r.status == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+    if (r.status != 0 && r.status != not_held) {
+        ADD_FAILURE() << "dlock status exited " << r.status << ": " << r.err;
+        return nlohmann::json::object();
+    }
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(r.status == 0, j["held"] == true) << r.out;
+    return j;
 }
 
 TEST(CliStatus, HeldSemaphore) {
@@ -548,7 +559,7 @@ TEST(CliStatus, ZooKeeperLock) {
     const auto zk = dlock::test::shared_zk().url("/dlock-cli");
     const auto name = dlock::test::unique_name("zk");
     auto r = run_cli({"status", "--url", zk, name});
-    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.status, not_held) << r.err;
     EXPECT_NE(r.out.find("state:               free"), std::string::npos) << r.out;
 
     dlock::zk::client holder({.url = zk});
@@ -702,6 +713,9 @@ TEST(CliBadInput, UsageErrors) {
         {{"run", "n", "--"}, usage, "missing the COMMAND"},
         {{"run", "--no-wait", "--"}, usage, "missing the lock NAME"},
         {{"run", "--", "n", "--"}, usage, "missing the COMMAND"},
+        // A dlock option after NAME is the command's word, and no command is named like that.
+        {{"run", "n", "--url", "redis://h", "--", "true"}, usage, "options go before NAME"},
+        {{"run", "n", "--url=redis://:pw@h", "true"}, usage, "COMMAND \"--url\" starts with"},
         {{"status"}, usage, "missing the lock NAME"},
         {{"run", "--wait", "10x", "n", "--", "true"}, usage, "--wait \"10x\": not a duration"},
         {{"run", "--wait", "-1s", "n", "--", "true"},

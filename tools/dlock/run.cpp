@@ -400,8 +400,9 @@ private:
         bool stopping = false;         // SIGTERM sent to the group (lost lock, or leftovers)
         bool deadline_missed = false;  // dlock missed the watchdog's deadline: it killed the group
         bool watchdog_died = false;
-        bool tstp_forwarded = false;  // a SIGTSTP sent to dlock was passed on to the group
-        bool stop_noted = false;      // said once that a stop not from the terminal is not followed
+        bool max_hold_reached = false;  // the command was stopped because of --max-hold
+        bool tstp_forwarded = false;    // a SIGTSTP sent to dlock was passed on to the group
+        bool stop_noted = false;  // said once that a stop not from the terminal is not followed
         std::optional<steady::time_point> kill_at;
         std::optional<int> leader_status;  // raw waitpid() status once the command has ended
         int stopped_by = 0;                // the command has just been stopped by this signal
@@ -424,9 +425,9 @@ private:
         const auto check_lost = [&] {
             if (lost || lease.state() != dlock::lock_state::lost) return;
             lost = true;
-            stop_group(lease.lost_reason() == dlock::lost_reason::max_hold
-                           ? max_hold_message()
-                           : fmt::format("lost the lock \"{}\"", o_.name),
+            max_hold_reached = lease.lost_reason() == dlock::lost_reason::max_hold;
+            stop_group(max_hold_reached ? max_hold_message()
+                                        : fmt::format("lost the lock \"{}\"", o_.name),
                        "the command");
         };
         // The lease ends within the margin and was not renewed (server unreachable, or the
@@ -438,6 +439,7 @@ private:
             lost = true;
             const bool capped = o_.max_hold != dlock::forever &&
                                 steady::now() - acquired_at + left >= o_.max_hold + margin - 200ms;
+            max_hold_reached = capped;
             stop_group(capped ? max_hold_message()
                               : fmt::format("could not renew the lock \"{}\"; its lease ends in {}",
                                             o_.name, format_duration(left)),
@@ -594,6 +596,13 @@ private:
         }
         const int command_status = decode_wait_status(*leader_status);
         if (watchdog_died && !lost) return exit_status::os_error;
+        if (lost && max_hold_reached) {
+            console_.error(fmt::format(
+                "the command held the lock \"{}\" for --max-hold {} and was stopped (the "
+                "command's own status: {}); exiting with {}",
+                o_.name, format_duration(o_.max_hold), command_status, exit_status::max_hold));
+            return exit_status::max_hold;
+        }
         if (lost) {
             console_.error(
                 fmt::format("the lock \"{}\" was lost while the command ran (the "

@@ -354,7 +354,7 @@ int status_command(const status_options& o) {
     } else {
         std::fputs(text_view(c, info).c_str(), stdout);
     }
-    return exit_status::ok;
+    return info.held ? exit_status::ok : exit_status::not_held;
 }
 
 }  // namespace dlock::cli
