@@ -319,6 +319,54 @@ TEST(CliRun, WaitsForTheHolderAndThenRuns) {
     EXPECT_EQ(r.out, "ran\n");
 }
 
+std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
+
+TEST(CliRun, WaitRidesOutAServerThatStopsAnswering) {
+    // A server that does not answer (SIGSTOP: it accepts connections but replies to nothing):
+    // within --wait, dlock tries again with back-off, and runs the command once it answers.
+    dlock::test::redis_server server;
+    const auto name = dlock::test::unique_name("stopped-server");
+    server.pause();
+    cli_process run(
+        {"run", "--wait", ms(scaled(60s)), "--url", server.url(), name, "--", "echo", "ran"});
+    const bool retried =
+        eventually([&] { return run.err().find("trying again") != std::string::npos; }, 20s);
+    server.resume();
+    EXPECT_TRUE(retried) << run.err();
+    const auto r = run.wait(60s);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "ran\n");
+}
+
+TEST(CliRun, WaitOnAnUnreachableServerSaysSoWith74Not75) {
+    const std::string nobody = "redis://127.0.0.1:" + std::to_string(dlock::test::free_port());
+    // Tried again until --wait runs out, then 74 (unreachable), not 75 (held by someone).
+    auto r = run_cli(
+        {"run", "--wait", "1s", "--connect-timeout", "100ms", "--url", nobody, "n", "--", "true"});
+    EXPECT_EQ(r.status, unreachable) << r.err;
+    EXPECT_NE(r.err.find("trying again until --wait 1.0s runs out"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("within --wait 1.0s)"), std::string::npos) << r.err;
+    // --no-wait (and no --wait at all): one attempt, no retries.
+    r = run_cli({"run", "--no-wait", "--url", nobody, "n", "--", "true"});
+    EXPECT_EQ(r.status, unreachable) << r.err;
+    EXPECT_EQ(r.err.find("trying again"), std::string::npos) << r.err;
+    expect_one_line(r);
+    // The timeouts apply to status too; a live server answers as usual.
+    r = run_cli({"status", "--connect-timeout", "2s", "--command-timeout", "2s", "--url", url(),
+                 dlock::test::unique_name("timeouts")});
+    EXPECT_EQ(r.status, not_held) << r.err;
+}
+
+#if DLOCK_HAS_ZOOKEEPER
+TEST(CliRun, CommandTimeoutIsRefusedOnZooKeeper) {
+    const auto r = run_cli(
+        {"run", "--command-timeout", "1s", "--url", "zk://127.0.0.1:1/x", "n", "--", "true"});
+    EXPECT_EQ(r.status, usage) << r.err;
+    EXPECT_NE(r.err.find("command timeout applies to Redis"), std::string::npos) << r.err;
+    expect_one_line(r);
+}
+#endif
+
 TEST(CliRun, SignalWhileWaitingGivesUp) {
     const auto name = dlock::test::unique_name("give-up");
     holder held(name);
@@ -713,6 +761,8 @@ TEST(CliBadInput, UsageErrors) {
         {{"run", "n", "--"}, usage, "missing the COMMAND"},
         {{"run", "--no-wait", "--"}, usage, "missing the lock NAME"},
         {{"run", "--", "n", "--"}, usage, "missing the COMMAND"},
+        {{"run", "--connect-timeout", "0", "n", "--", "true"}, usage, "must be greater than zero"},
+        {{"status", "--command-timeout", "soon", "n"}, usage, "--command-timeout \"soon\""},
         // A dlock option after NAME is the command's word, and no command is named like that.
         {{"run", "n", "--url", "redis://h", "--", "true"}, usage, "options go before NAME"},
         {{"run", "n", "--url=redis://:pw@h", "true"}, usage, "COMMAND \"--url\" starts with"},

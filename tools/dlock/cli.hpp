@@ -49,6 +49,8 @@ private:
 struct server_options {
     std::string url{};         ///< already defaulted from $DLOCK_URL
     std::string key_prefix{};  ///< client_options::key_prefix
+    std::optional<std::chrono::milliseconds> connect_timeout{};  ///< --connect-timeout
+    std::optional<std::chrono::milliseconds> command_timeout{};  ///< --command-timeout
 };
 
 struct run_options {
@@ -60,6 +62,8 @@ struct run_options {
     std::chrono::milliseconds wait{};      ///< dlock::forever = wait until granted
     std::chrono::milliseconds max_hold{};  ///< dlock::forever = no cap
     std::chrono::milliseconds grace{};
+    /// --wait was given (not 0): an unreachable server is tried again until it runs out.
+    bool retry_unreachable = false;
     int conflict_exit_code = exit_status::conflict;
     bool foreground = false;
     bool quiet = false;

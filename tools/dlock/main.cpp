@@ -154,6 +154,8 @@ struct server_args {
     std::string url;
     std::string password_file;
     std::string key_prefix = "dlock";
+    std::string connect_timeout;
+    std::string command_timeout;
 
     void add_to(CLI::App* cmd) {
         cmd->add_option("--url", url,
@@ -169,6 +171,12 @@ struct server_args {
         cmd->add_option("--key-prefix", key_prefix, "Prefix of the lock's Redis keys")
             ->type_name("TEXT")
             ->default_str("dlock");
+        cmd->add_option("--connect-timeout", connect_timeout,
+                        "Bound on connecting to a server (Redis, Redlock: 1s;\nZooKeeper: 2s)")
+            ->type_name("DURATION");
+        cmd->add_option("--command-timeout", command_timeout,
+                        "Bound on one request to a Redis server (default 1s;\nnot for zk://)")
+            ->type_name("DURATION");
     }
     server_options resolve(const CLI::App* cmd) const;
 };
@@ -287,7 +295,16 @@ server_options server_args::resolve(const CLI::App* cmd) const {
     } else if (const std::string password = env_value("DLOCK_PASSWORD"); !password.empty()) {
         full = with_password(full, password);
     }
-    return {full, key_prefix};
+    server_options out{full, key_prefix};
+    if (cmd->get_option("--connect-timeout")->count() > 0) {
+        out.connect_timeout =
+            parse_duration("--connect-timeout", connect_timeout, {.allow_zero = false});
+    }
+    if (cmd->get_option("--command-timeout")->count() > 0) {
+        out.command_timeout =
+            parse_duration("--command-timeout", command_timeout, {.allow_zero = false});
+    }
+    return out;
 }
 
 /// Overwrites passwords in dlock's own arguments (argv[1..count]) with '*', so that
@@ -441,6 +458,7 @@ private:
                          : parse_duration("--max-hold", max_hold_,
                                           {.allow_forever = true, .allow_zero = false});
         o.grace = parse_duration("--grace", grace_);
+        o.retry_unreachable = given("--wait") && o.wait > std::chrono::milliseconds::zero();
         o.conflict_exit_code = conflict_exit_code_;
         o.foreground = foreground_;
         o.quiet = quiet_;

@@ -345,7 +345,7 @@ int watch_status(const view_context& c) {
 }  // namespace
 
 int status_command(const status_options& o) {
-    lock_service service(o.server.url, o.server.key_prefix);
+    lock_service service(o.server);
     const view_context c = make_context(o, service);
     if (o.watch) return watch_status(c);
     const dlock::lock_info info = read_info(c);
