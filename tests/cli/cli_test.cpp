@@ -367,6 +367,32 @@ TEST(CliRun, CommandTimeoutIsRefusedOnZooKeeper) {
 }
 #endif
 
+TEST(CliRun, RepeatedWarningsArePrintedOnceWithACount) {
+    // The server dies mid-run: renewals fail every few milliseconds until the lease runs out.
+    // Each identical warning is printed once, then counted, not repeated line after line.
+    dlock::test::redis_server server;
+    const auto name = dlock::test::unique_name("server-killed");
+    const temp_dir dir;
+    cli_process run({"run", "--lease", ms(scaled(3s)), "--url", server.url(), name, "--", "sh",
+                     "-c", std::string("touch ") + (dir / "ready") + "; " + bounded_loop});
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
+        << run.err();
+    server.kill9();
+    const auto r = run.wait(30s);
+    EXPECT_EQ(r.status, lock_lost) << r.err;
+    std::size_t first = 0, counts = 0;
+    for (const auto& line : lines_of(r.err)) {
+        if (line.find("renewal of") == std::string::npos) continue;
+        if (line.find("(repeated ") != std::string::npos) {
+            ++counts;
+        } else {
+            ++first;
+        }
+    }
+    EXPECT_EQ(first, 1u) << r.err;
+    EXPECT_LE(counts, 1u) << r.err;
+}
+
 TEST(CliRun, SignalWhileWaitingGivesUp) {
     const auto name = dlock::test::unique_name("give-up");
     holder held(name);

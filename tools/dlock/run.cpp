@@ -160,7 +160,7 @@ public:
           service_(o_.server, {.observer = [this](const dlock::lock_event& e) { on_event(e); },
                                .error_handler =
                                    [this](std::error_code, std::string_view what) {
-                                       console_.error(fmt::format("warning: {}", what));
+                                       console_.warning(fmt::format("warning: {}", what));
                                    }}) {}
 
     int run() {
