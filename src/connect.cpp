@@ -175,6 +175,11 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                                                 std::to_string(options.connect_timeout->count()) +
                                                 " ms");
     }
+    if (options.command_timeout && options.command_timeout->count() <= 0) {
+        throw error(errc::invalid_argument, "command_timeout must be > 0, got " +
+                                                std::to_string(options.command_timeout->count()) +
+                                                " ms");
+    }
     switch (parsed.kind) {
 #if DLOCK_HAS_REDIS
         case service_kind::redis: {
@@ -182,6 +187,7 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                                     .observer = std::move(options.observer),
                                     .error_handler = std::move(options.error_handler)};
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
+            if (options.command_timeout) o.command_timeout = *options.command_timeout;
             if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
             return std::make_unique<redis::client>(std::move(o));
         }
@@ -190,6 +196,7 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                                       .observer = std::move(options.observer),
                                       .error_handler = std::move(options.error_handler)};
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
+            if (options.command_timeout) o.command_timeout = *options.command_timeout;
             if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
             return std::make_unique<redlock::client>(std::move(o));
         }
@@ -200,6 +207,11 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                 fail(errc::invalid_argument, full,
                      "a key prefix applies to Redis and Redlock; a zk:// URL names its base path "
                      "instead (zk://host:port/base)");
+            }
+            if (options.command_timeout) {
+                fail(errc::invalid_argument, full,
+                     "a command timeout applies to Redis and Redlock; on ZooKeeper the session "
+                     "timeout bounds every request");
             }
             zk::client_options o{.url = std::move(parsed.servers.front()),
                                  .observer = std::move(options.observer),

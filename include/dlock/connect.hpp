@@ -50,6 +50,11 @@ struct connect_options {
     /// Failures with no caller to throw to (a failed release in a destructor, a renewal error, an
     /// exception escaping a callback). Unset: one line on stderr.
     std::function<void(std::error_code, std::string_view what)> error_handler{};
+    /// Redis and Redlock: bound on one command round trip (redis::client_options and
+    /// redlock::client_options::command_timeout). Unset: the backend's default (1 s). Must be > 0.
+    /// ZooKeeper has no such bound (its session timeout governs), so setting it for zk:// is
+    /// errc::invalid_argument.
+    std::optional<std::chrono::milliseconds> command_timeout{};
 };
 
 /// Which backend a URL names.

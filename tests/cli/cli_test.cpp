@@ -46,7 +46,9 @@ constexpr int unreachable = 74;
 constexpr int conflict = 75;
 constexpr int auth_failed = 77;
 constexpr int lock_lost = 79;
+constexpr int max_hold = 124;
 constexpr int not_found = 127;
+constexpr int not_held = 3;  // dlock status
 
 std::string url() { return shared_redis().url(); }
 
@@ -317,6 +319,80 @@ TEST(CliRun, WaitsForTheHolderAndThenRuns) {
     EXPECT_EQ(r.out, "ran\n");
 }
 
+std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
+
+TEST(CliRun, WaitRidesOutAServerThatStopsAnswering) {
+    // A server that does not answer (SIGSTOP: it accepts connections but replies to nothing):
+    // within --wait, dlock tries again with back-off, and runs the command once it answers.
+    dlock::test::redis_server server;
+    const auto name = dlock::test::unique_name("stopped-server");
+    server.pause();
+    cli_process run(
+        {"run", "--wait", ms(scaled(60s)), "--url", server.url(), name, "--", "echo", "ran"});
+    const bool retried =
+        eventually([&] { return run.err().find("trying again") != std::string::npos; }, 20s);
+    server.resume();
+    EXPECT_TRUE(retried) << run.err();
+    const auto r = run.wait(60s);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "ran\n");
+}
+
+TEST(CliRun, WaitOnAnUnreachableServerSaysSoWith74Not75) {
+    const std::string nobody = "redis://127.0.0.1:" + std::to_string(dlock::test::free_port());
+    // Tried again until --wait runs out, then 74 (unreachable), not 75 (held by someone).
+    auto r = run_cli(
+        {"run", "--wait", "1s", "--connect-timeout", "100ms", "--url", nobody, "n", "--", "true"});
+    EXPECT_EQ(r.status, unreachable) << r.err;
+    EXPECT_NE(r.err.find("trying again until --wait 1.0s runs out"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("within --wait 1.0s)"), std::string::npos) << r.err;
+    // --no-wait (and no --wait at all): one attempt, no retries.
+    r = run_cli({"run", "--no-wait", "--url", nobody, "n", "--", "true"});
+    EXPECT_EQ(r.status, unreachable) << r.err;
+    EXPECT_EQ(r.err.find("trying again"), std::string::npos) << r.err;
+    expect_one_line(r);
+    // The timeouts apply to status too; a live server answers as usual.
+    r = run_cli({"status", "--connect-timeout", "2s", "--command-timeout", "2s", "--url", url(),
+                 dlock::test::unique_name("timeouts")});
+    EXPECT_EQ(r.status, not_held) << r.err;
+}
+
+#if DLOCK_HAS_ZOOKEEPER
+TEST(CliRun, CommandTimeoutIsRefusedOnZooKeeper) {
+    const auto r = run_cli(
+        {"run", "--command-timeout", "1s", "--url", "zk://127.0.0.1:1/x", "n", "--", "true"});
+    EXPECT_EQ(r.status, usage) << r.err;
+    EXPECT_NE(r.err.find("command timeout applies to Redis"), std::string::npos) << r.err;
+    expect_one_line(r);
+}
+#endif
+
+TEST(CliRun, RepeatedWarningsArePrintedOnceWithACount) {
+    // The server dies mid-run: renewals fail every few milliseconds until the lease runs out.
+    // Each identical warning is printed once, then counted, not repeated line after line.
+    dlock::test::redis_server server;
+    const auto name = dlock::test::unique_name("server-killed");
+    const temp_dir dir;
+    cli_process run({"run", "--lease", ms(scaled(3s)), "--url", server.url(), name, "--", "sh",
+                     "-c", std::string("touch ") + (dir / "ready") + "; " + bounded_loop});
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
+        << run.err();
+    server.kill9();
+    const auto r = run.wait(30s);
+    EXPECT_EQ(r.status, lock_lost) << r.err;
+    std::size_t first = 0, counts = 0;
+    for (const auto& line : lines_of(r.err)) {
+        if (line.find("renewal of") == std::string::npos) continue;
+        if (line.find("(repeated ") != std::string::npos) {
+            ++counts;
+        } else {
+            ++first;
+        }
+    }
+    EXPECT_EQ(first, 1u) << r.err;
+    EXPECT_LE(counts, 1u) << r.err;
+}
+
 TEST(CliRun, SignalWhileWaitingGivesUp) {
     const auto name = dlock::test::unique_name("give-up");
     holder held(name);
@@ -373,7 +449,8 @@ TEST(CliRun, MaxHoldStopsTheCommand) {
     const auto started = std::chrono::steady_clock::now();
     const auto r = run_cli({"run", "--lease", "1s", "--max-hold", "800ms", "--url", url(), name,
                             "--", "sh", "-c", bounded_loop});
-    EXPECT_EQ(r.status, lock_lost) << r.err;
+    // Its own status, like timeout(1)'s 124: not the 79 of a lost lock.
+    EXPECT_EQ(r.status, max_hold) << r.err;
     EXPECT_GE(std::chrono::steady_clock::now() - started, 700ms);
     EXPECT_NE(r.err.find("--max-hold 800ms"), std::string::npos) << r.err;
 }
@@ -447,8 +524,9 @@ TEST(CliRun, ShowsAWaitingLineOnlyOnATerminal) {
 
 TEST(CliStatus, FreeAndHeld) {
     const auto name = dlock::test::unique_name("status");
+    // Scripts can ask "is it held?" as with `systemctl is-active`: 0 held, 3 not held.
     auto r = run_cli({"status", "--url", url(), name});
-    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.status, not_held) << r.err;
     EXPECT_NE(r.out.find("free"), std::string::npos) << r.out;
 
     holder held(name);
@@ -472,6 +550,7 @@ TEST(CliStatus, FreeAndHeld) {
 
     held.release();
     r = run_cli({"status", "--json", "--url", url(), name});
+    EXPECT_EQ(r.status, not_held) << r.err;
     const auto after = nlohmann::json::parse(r.out);
     EXPECT_EQ(after["held"], false);
     EXPECT_TRUE(after["lease_remaining_ms"].is_null());
@@ -481,15 +560,21 @@ TEST(CliStatus, NeverPrintsThePassword) {
     dlock::test::redis_server server({.extra_args = {"--requirepass", "s3cret"}});
     const std::string with_password = "redis://:s3cret@127.0.0.1:" + std::to_string(server.port());
     const auto r = run_cli({"status", "--json", "--url", with_password, "x"});
-    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.status, not_held) << r.err;
     EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
 }
 
-/// `dlock status --json` as an object (fails the test on a non-zero status).
+/// `dlock status --json` as an object (fails the test on a status other than held/not held, or
+/// one that disagrees with "held").
 nlohmann::json status_json(const std::string& u, const std::string& name) {
     const auto r = run_cli({"status", "--json", "--url", u, name});
-    EXPECT_EQ(r.status, 0) << r.err;
-    return r.status == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+    if (r.status != 0 && r.status != not_held) {
+        ADD_FAILURE() << "dlock status exited " << r.status << ": " << r.err;
+        return nlohmann::json::object();
+    }
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(r.status == 0, j["held"] == true) << r.out;
+    return j;
 }
 
 TEST(CliStatus, HeldSemaphore) {
@@ -548,7 +633,7 @@ TEST(CliStatus, ZooKeeperLock) {
     const auto zk = dlock::test::shared_zk().url("/dlock-cli");
     const auto name = dlock::test::unique_name("zk");
     auto r = run_cli({"status", "--url", zk, name});
-    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.status, not_held) << r.err;
     EXPECT_NE(r.out.find("state:               free"), std::string::npos) << r.out;
 
     dlock::zk::client holder({.url = zk});
@@ -777,6 +862,11 @@ TEST(CliBadInput, UsageErrors) {
         {{"run", "n", "--"}, usage, "missing the COMMAND"},
         {{"run", "--no-wait", "--"}, usage, "missing the lock NAME"},
         {{"run", "--", "n", "--"}, usage, "missing the COMMAND"},
+        {{"run", "--connect-timeout", "0", "n", "--", "true"}, usage, "must be greater than zero"},
+        {{"status", "--command-timeout", "soon", "n"}, usage, "--command-timeout \"soon\""},
+        // A dlock option after NAME is the command's word, and no command is named like that.
+        {{"run", "n", "--url", "redis://h", "--", "true"}, usage, "options go before NAME"},
+        {{"run", "n", "--url=redis://:pw@h", "true"}, usage, "COMMAND \"--url\" starts with"},
         {{"status"}, usage, "missing the lock NAME"},
         {{"run", "--wait", "10x", "n", "--", "true"}, usage, "--wait \"10x\": not a duration"},
         {{"run", "--wait", "-1s", "n", "--", "true"},

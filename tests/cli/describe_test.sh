@@ -23,9 +23,12 @@ for cmd in run status demo completion; do
     grep -qF -- "$opt" <<<"$page" || fail "dlock $cmd --help lists $opt, the page does not"
   done
 done
-for word in DLOCK_URL DLOCK_PASSWORD "Exit status" "flock(1)"; do
+for word in DLOCK_URL DLOCK_PASSWORD "Exit status" "flock(1)" "EXIT STATUS" "124  --max-hold" \
+  "3  dlock status: the lock is not held"; do
   grep -qF -- "$word" <<<"$page" || fail "the page does not mention $word"
 done
+# An installed system has the page, not the source tree's docs.
+if grep -nE 'docs/|[a-z]\.md\b' <<<"$page"; then fail "the page points at files of the source tree"; fi
 
 # --- bash completion: what COMPREPLY a person gets after pressing Tab ---
 "$dlock" completion bash >"$tmp/dlock.bash" || fail "dlock completion bash exited $?"

@@ -126,7 +126,7 @@ TEST(StatusWatch, LiveViewInATerminalFollowsAcquireQueueHandOffAndEndsOnCtrlC) {
     // Another terminal takes the (fair) lock and keeps it while `cat` runs.
     t.new_window(1);
     ASSERT_TRUE(t.shows(1, "watch-test\\$")) << t.last();
-    t.type(1, dlock + " run --fair " + name + " --url " + url + " -- cat");
+    t.type(1, dlock + " run --fair --url " + url + " " + name + " -- cat");
     ASSERT_TRUE(t.shows(0, "state: +held, lease (2[0-9]|30)s left")) << t.last();
     EXPECT_TRUE(t.shows(0, "fencing counter: +1 ")) << t.last();
     EXPECT_TRUE(t.shows(0, "waiters: +0 queued")) << t.last();
@@ -143,7 +143,7 @@ TEST(StatusWatch, LiveViewInATerminalFollowsAcquireQueueHandOffAndEndsOnCtrlC) {
     // A third queues behind it.
     t.new_window(2);
     ASSERT_TRUE(t.shows(2, "watch-test\\$")) << t.last();
-    t.type(2, dlock + " run --fair " + name + " --url " + url + " -- cat");
+    t.type(2, dlock + " run --fair --url " + url + " " + name + " -- cat");
     ASSERT_TRUE(t.shows(0, "waiters: +1 queued")) << t.last();
     EXPECT_TRUE(t.shows(0, "fencing counter: +1 ")) << t.last();
 
@@ -272,7 +272,7 @@ TEST(StatusWatch, RedlockWatchSeesEveryServer) {
         << watch.out();
     // The servers change one after another; the view follows each: wait for where it ends.
     {
-        cli_process holder({"run", "rl", "--url", url, "--", "sleep", "60"});
+        cli_process holder({"run", "--url", url, "rl", "--", "sleep", "60"});
         EXPECT_TRUE(last_line_has(watch, "rl: held on 3 of 3 servers (quorum 2)")) << watch.out();
         holder.send(SIGTERM);
         holder.wait(10s);

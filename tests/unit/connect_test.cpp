@@ -156,6 +156,22 @@ TEST(Connect, CommonOptionsReachTheClient) {
     EXPECT_NE(zero.find("connect_timeout"), std::string::npos) << zero;
 }
 
+TEST(Connect, CommandTimeoutReachesTheRedisFamily) {
+    using namespace std::chrono_literals;
+    auto single = dlock::connect("redis://h:1", {.command_timeout = 300ms});
+    EXPECT_EQ(dynamic_cast<dlock::redis::client&>(*single).options().command_timeout, 300ms);
+    EXPECT_NE(dlock::connect("redlock://h:1,h:2,h:3", {.command_timeout = 300ms}), nullptr);
+    const auto zero =
+        error_of([] { (void)dlock::connect("redis://h:1", {.command_timeout = 0ms}); },
+                 dlock::errc::invalid_argument);
+    EXPECT_NE(zero.find("command_timeout"), std::string::npos) << zero;
+#if DLOCK_HAS_ZOOKEEPER
+    const auto zk = error_of([] { (void)dlock::connect("zk://h:1/x", {.command_timeout = 300ms}); },
+                             dlock::errc::invalid_argument);
+    EXPECT_NE(zk.find("command timeout applies to Redis"), std::string::npos) << zk;
+#endif
+}
+
 TEST(Connect, RedisUrlErrorsAreNeutralAndRedacted) {
     const auto message = error_of([] { (void)dlock::connect("redis://u:S3cretPw@h:99999"); },
                                   dlock::errc::invalid_argument);

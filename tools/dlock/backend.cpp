@@ -137,13 +137,22 @@ std::string fault_tolerance_warning(std::string_view url) {
 
 lock_service::lock_service(const std::string& url, const std::string& key_prefix,
                            service_callbacks cb)
-    : key_prefix_(key_prefix) {
+    : lock_service(server_options{.url = url, .key_prefix = key_prefix}, std::move(cb)) {}
+
+lock_service::lock_service(const server_options& server, service_callbacks cb)
+    : key_prefix_(server.key_prefix),
+      connect_timeout_(server.connect_timeout),
+      command_timeout_(server.command_timeout) {
+    const std::string& url = server.url;
+    const std::string& key_prefix = server.key_prefix;
     try {
         auto parsed = dlock::parse_service_url(url);
         kind_ = parsed.kind;
         urls_ = std::move(parsed.servers);
-        dlock::connect_options options{.observer = std::move(cb.observer),
-                                       .error_handler = std::move(cb.error_handler)};
+        dlock::connect_options options{.connect_timeout = server.connect_timeout,
+                                       .observer = std::move(cb.observer),
+                                       .error_handler = std::move(cb.error_handler),
+                                       .command_timeout = server.command_timeout};
         // A zk:// URL names its base path itself; --key-prefix is for the Redis family.
         if (kind_ != dlock::service_kind::zookeeper) options.key_prefix = key_prefix;
         backend_ = dlock::connect(url, std::move(options));
@@ -164,8 +173,10 @@ std::vector<dlock::redis::client*> lock_service::servers() {
     if (inspectors_.empty()) {
         for (const auto& u : urls_) {
             try {
-                inspectors_.push_back(std::make_unique<dlock::redis::client>(
-                    dlock::redis::client_options{.url = u, .key_prefix = key_prefix_}));
+                dlock::redis::client_options o{.url = u, .key_prefix = key_prefix_};
+                if (connect_timeout_) o.connect_timeout = *connect_timeout_;
+                if (command_timeout_) o.command_timeout = *command_timeout_;
+                inspectors_.push_back(std::make_unique<dlock::redis::client>(std::move(o)));
             } catch (const dlock::error& e) {
                 throw to_cli_error(e, u);
             }

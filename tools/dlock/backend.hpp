@@ -93,6 +93,9 @@ public:
     /// message: usage for a malformed URL or key prefix, unavailable for rediss://). Connects
     /// lazily; starts the clients' background threads.
     lock_service(const std::string& url, const std::string& key_prefix, service_callbacks cb = {});
+    /// The same, with --connect-timeout and --command-timeout (connect_options; a command timeout
+    /// on zk:// is a usage error).
+    explicit lock_service(const server_options& server, service_callbacks cb = {});
 
     dlock::backend& backend() noexcept { return *backend_; }
     bool is_redlock() const noexcept { return kind_ == dlock::service_kind::redlock; }
@@ -108,6 +111,8 @@ public:
 
 private:
     std::string key_prefix_;
+    std::optional<std::chrono::milliseconds> connect_timeout_;  // for the inspection clients
+    std::optional<std::chrono::milliseconds> command_timeout_;
     dlock::service_kind kind_ = dlock::service_kind::redis;
     std::vector<std::string> urls_;
     std::unique_ptr<dlock::backend> backend_;

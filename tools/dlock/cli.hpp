@@ -15,20 +15,23 @@ namespace dlock::cli {
 
 /// dlock's own exit statuses, sysexits(3)-style. `dlock run` otherwise exits with the command's
 /// status, or ends by the signal N that killed the command (a shell shows 128 + N). The table is
-/// repeated in `dlock --help` and docs/cli.md; keep the three in step.
+/// repeated in `dlock --help` (and so the manual page's EXIT STATUS) and docs/cli.md; keep the
+/// three in step.
 namespace exit_status {
 inline constexpr int ok = 0;
-inline constexpr int demo_failed = 1;       ///< demo: the locked run did not sell exactly the stock
-inline constexpr int usage = 64;            ///< EX_USAGE: bad command line or option value
-inline constexpr int unavailable = 69;      ///< EX_UNAVAILABLE: not in this build / not installed
-inline constexpr int internal = 70;         ///< EX_SOFTWARE: a bug in dlock
-inline constexpr int os_error = 71;         ///< EX_OSERR: fork, spawn, signalfd... failed
-inline constexpr int unreachable = 74;      ///< EX_IOERR: lock server unreachable or silent
-inline constexpr int conflict = 75;         ///< EX_TEMPFAIL: lock still held elsewhere at --wait
-inline constexpr int server_error = 76;     ///< EX_PROTOCOL: error reply or not a Redis server
-inline constexpr int auth_failed = 77;      ///< EX_NOPERM: credentials refused or missing
-inline constexpr int lock_lost = 79;        ///< lock lost while the command ran; it was stopped
-inline constexpr int cannot_execute = 126;  ///< the command exists but could not be executed
+inline constexpr int demo_failed = 1;    ///< demo: the locked run did not sell exactly the stock
+inline constexpr int not_held = 3;       ///< status: the lock is not held (systemctl is-active)
+inline constexpr int usage = 64;         ///< EX_USAGE: bad command line or option value
+inline constexpr int unavailable = 69;   ///< EX_UNAVAILABLE: not in this build / not installed
+inline constexpr int internal = 70;      ///< EX_SOFTWARE: a bug in dlock
+inline constexpr int os_error = 71;      ///< EX_OSERR: fork, spawn, signalfd... failed
+inline constexpr int unreachable = 74;   ///< EX_IOERR: lock server unreachable or silent
+inline constexpr int conflict = 75;      ///< EX_TEMPFAIL: lock still held elsewhere at --wait
+inline constexpr int server_error = 76;  ///< EX_PROTOCOL: error reply or not a Redis server
+inline constexpr int auth_failed = 77;   ///< EX_NOPERM: credentials refused or missing
+inline constexpr int lock_lost = 79;     ///< lock lost while the command ran; it was stopped
+inline constexpr int max_hold = 124;  ///< --max-hold reached; the command was stopped (timeout(1))
+inline constexpr int cannot_execute = 126;     ///< the command exists but could not be executed
 inline constexpr int command_not_found = 127;  ///< the command was not found on PATH
 }  // namespace exit_status
 
@@ -47,6 +50,8 @@ private:
 struct server_options {
     std::string url{};         ///< already defaulted from $DLOCK_URL
     std::string key_prefix{};  ///< client_options::key_prefix
+    std::optional<std::chrono::milliseconds> connect_timeout{};  ///< --connect-timeout
+    std::optional<std::chrono::milliseconds> command_timeout{};  ///< --command-timeout
 };
 
 struct run_options {
@@ -58,6 +63,8 @@ struct run_options {
     std::chrono::milliseconds wait{};      ///< dlock::forever = wait until granted
     std::chrono::milliseconds max_hold{};  ///< dlock::forever = no cap
     std::chrono::milliseconds grace{};
+    /// --wait was given (not 0): an unreachable server is tried again until it runs out.
+    bool retry_unreachable = false;
     int conflict_exit_code = exit_status::conflict;
     bool foreground = false;
     bool quiet = false;

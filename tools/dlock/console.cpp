@@ -3,6 +3,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -36,16 +38,46 @@ console::console(bool quiet, bool verbose)
       status_enabled_(!quiet && ::isatty(STDERR_FILENO) == 1),
       ansi_(terminal_is_ansi()) {}
 
-console::~console() { clear_status(); }
+console::~console() {
+    clear_status();
+    std::lock_guard lock(mutex_);
+    flush_repeats();
+}
 
 void console::error(std::string_view text) {
     std::lock_guard lock(mutex_);
+    flush_repeats();
     write_line(text);
+}
+
+void console::warning(std::string_view text) {
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    if (text == last_warning_) {
+        ++repeats_;
+        if (now - last_warning_at_ >= repeat_summary_every) {
+            flush_repeats();
+            last_warning_at_ = now;
+        }
+        return;
+    }
+    flush_repeats();
+    write_line(text);
+    last_warning_ = text;
+    last_warning_at_ = now;
+}
+
+void console::flush_repeats() {
+    if (repeats_ == 0) return;
+    write_line(fmt::format("{} (repeated {} more time{})", last_warning_, repeats_,
+                           repeats_ == 1 ? "" : "s"));
+    repeats_ = 0;
 }
 
 void console::note(std::string_view text) {
     if (quiet_) return;
     std::lock_guard lock(mutex_);
+    flush_repeats();
     write_line(text);
 }
 

@@ -3,6 +3,8 @@
 // Thread-safe: the client's observer and error handler print from its background thread.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -21,6 +23,13 @@ public:
 
     /// "dlock: <text>" — errors and warnings; always printed.
     void error(std::string_view text);
+    /// "dlock: <text>" — a warning that may come in bursts (a renewal retried every few
+    /// milliseconds while a server is down). Of a run of identical texts only the first is
+    /// printed; the others are counted and reported as "dlock: <text> (repeated N more times)"
+    /// before the next different warning, error or note, at least every repeat_summary_every, and
+    /// by the destructor. Always printed, like error().
+    void warning(std::string_view text);
+    static constexpr std::chrono::seconds repeat_summary_every{10};
     /// "dlock: <text>" — informational; not with --quiet.
     void note(std::string_view text);
     /// "dlock: <text>" — only with --verbose (and not with --quiet).
@@ -36,6 +45,7 @@ public:
 
 private:
     void write_line(std::string_view text);  // caller holds mutex_
+    void flush_repeats();                    // caller holds mutex_
     void erase_status();                     // caller holds mutex_
     void draw_status();                      // caller holds mutex_
 
@@ -46,6 +56,9 @@ private:
     const bool ansi_;  // the terminal understands "\033[K" (erase to end of line)
     std::string status_;
     bool status_shown_ = false;
+    std::string last_warning_;  // the warning printed last, and how often it came again since
+    std::size_t repeats_ = 0;
+    std::chrono::steady_clock::time_point last_warning_at_{};  // when it (or its count) was printed
 };
 
 }  // namespace dlock::cli

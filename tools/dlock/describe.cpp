@@ -97,7 +97,8 @@ std::string upper(std::string_view text) {
 
 }  // namespace
 
-std::string man_page(const CLI::App& app, std::string_view version) {
+std::string man_page(const CLI::App& app, std::string_view version, std::string_view notes,
+                     std::string_view exit_statuses) {
     std::ostringstream out;
     const std::string name = app.get_name();
     out << ".TH " << upper(name) << " 1 \"\" \"" << name << " " << version
@@ -130,7 +131,9 @@ std::string man_page(const CLI::App& app, std::string_view version) {
         preformatted(out, sub->get_footer());
     }
     out << ".SH NOTES\n";
-    preformatted(out, app.get_footer());
+    preformatted(out, notes);
+    out << ".SH EXIT STATUS\n";
+    preformatted(out, exit_statuses);
     out << ".SH ENVIRONMENT\n"
            ".TP\n.B DLOCK_URL\nThe lock service when \\fB\\-\\-url\\fR is not given.\n"
            ".TP\n.B DLOCK_PASSWORD\nThe server's password; read by "

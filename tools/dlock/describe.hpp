@@ -11,10 +11,12 @@
 namespace dlock::cli {
 
 /// The manual page dlock(1) in man(7) troff: NAME, SYNOPSIS, DESCRIPTION, one section per visible
-/// subcommand (its usage, options with defaults, and its `--help` footer), the main footer
-/// (examples, URLs, exit statuses), ENVIRONMENT and SEE ALSO. Subcommands and options whose group
-/// is empty (hidden) are left out.
-std::string man_page(const CLI::App& app, std::string_view version);
+/// subcommand (its usage, options with defaults, and its `--help` footer), NOTES (`notes`:
+/// examples, URLs), EXIT STATUS (`exit_statuses`), ENVIRONMENT and SEE ALSO. Subcommands and
+/// options whose group is empty (hidden) are left out. Nothing in it names a file of the source
+/// tree: an installed system has only the page.
+std::string man_page(const CLI::App& app, std::string_view version, std::string_view notes,
+                     std::string_view exit_statuses);
 
 /// A bash completion script (`source <(dlock completion bash)`): completes subcommand names, each
 /// subcommand's options, and file names after options that take a FILE.

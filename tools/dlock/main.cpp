@@ -58,23 +58,29 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
 Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
-$DLOCK_PASSWORD to a password in the URL (every user can read command lines).
+$DLOCK_PASSWORD to a password in the URL (every user can read command lines).)";
 
-Exit statuses (besides these, `dlock run` exits with the command's own status, or ends by the
-signal that killed the command):
+/// The exit statuses, for --help and the manual page's EXIT STATUS (cli.hpp's exit_status).
+const char* const exit_statuses =
+    R"(Exit statuses (`dlock run` otherwise exits with the command's own status, or ends
+by the signal that killed the command):
+    0  dlock status: the lock is held (and every command: success)
+    3  dlock status: the lock is not held (free)
    64  bad command line or option value (unknown option, bad duration, bad URL)
    69  not available in this build or on this backend (rediss://, etcd://; --fair,
-       --shared, --write, --permits on redlock://),
-       or redis-server not installed for `dlock demo`
-   70  internal error in dlock          71  operating-system error (signalfd, spawn)
+       --shared, --write, --permits, set-permits on redlock://; --lease, --key-prefix
+       on zk://; dlock demo on zk://), or redis-server not installed for `dlock demo`
+   70  internal error in dlock
+   71  operating-system error (signalfd, spawn; the watchdog process died)
    74  lock server unreachable or not answering in time (Redlock: no quorum)
    75  lock held by someone else when --wait / --no-wait ran out (see --conflict-exit-code)
    76  the lock server answered with an error, or is not a Redis server
-   77  the lock server refused the credentials (wrong or missing password)
+   77  the lock server refused the credentials (wrong or missing password), or
+       the ACL user lacks a permission dlock needs
    79  the lock was lost while the command ran; the command was stopped
+  124  --max-hold was reached; the command was stopped
   126  the command could not be executed          127  the command was not found
-    1  dlock demo: the locked run did not sell exactly the stock
-More: docs/cli.md.)";
+    1  dlock demo: the locked run did not sell exactly the stock)";
 
 const char* const run_footer = R"(Examples:
   dlock run deploy -- ./deploy.sh --env prod   wait as long as it takes, then deploy
@@ -99,7 +105,8 @@ is stopped: SIGTERM, then SIGKILL after --grace (SIGKILL at once if dlock was ki
 lock is released once the whole group has ended; killed by a signal, the command makes dlock
 end by it.
 Durations: 500ms, 10s, 1.5s, 2m, 1h30m; a plain number is seconds.
-Exit status: the command's; 75 if the lock was not had in time; others: dlock --help.)";
+Exit status: the command's; 75 if the lock was not had in time; 79 if it was lost and 124 if
+--max-hold was reached while the command ran (it was stopped); others: dlock --help.)";
 
 const char* const status_footer = R"(Examples:
   dlock status nightly-report
@@ -110,7 +117,8 @@ Every lock kind (mutex, fair, shared, semaphore, recursive) and every backend. "
 waiters queued on the server (fair and write locks, and mutex waiters on one Redis server, every
 waiter on ZooKeeper);
 "subscribed clients" counts client connections subscribed to the lock's release channel: each
-waiting process counts once, however many of its threads wait.)";
+waiting process counts once, however many of its threads wait.
+Exit status: 0 if the lock is held, 3 if it is not (free); others: dlock --help.)";
 
 const char* const set_permits_footer = R"(Examples:
   dlock set-permits api-slots 5            let 5 holders of "api-slots" in at once
@@ -158,6 +166,8 @@ struct server_args {
     std::string url;
     std::string password_file;
     std::string key_prefix = "dlock";
+    std::string connect_timeout;
+    std::string command_timeout;
 
     void add_to(CLI::App* cmd) {
         cmd->add_option("--url", url,
@@ -177,6 +187,12 @@ struct server_args {
                         "URL names a base path instead)")
             ->type_name("TEXT")
             ->default_str("dlock");
+        cmd->add_option("--connect-timeout", connect_timeout,
+                        "Bound on connecting to a server (Redis, Redlock: 1s;\nZooKeeper: 2s)")
+            ->type_name("DURATION");
+        cmd->add_option("--command-timeout", command_timeout,
+                        "Bound on one request to a Redis server (default 1s;\nnot for zk://)")
+            ->type_name("DURATION");
     }
     server_options resolve(const CLI::App* cmd) const;
 };
@@ -295,12 +311,18 @@ server_options server_args::resolve(const CLI::App* cmd) const {
                         "--key-prefix does not apply to zk://: a ZooKeeper lock lives under the "
                         "URL's base path (zk://host:port/base)");
     }
-    return {full, key_prefix};
+    server_options out{full, key_prefix};
+    if (cmd->get_option("--connect-timeout")->count() > 0) {
+        out.connect_timeout =
+            parse_duration("--connect-timeout", connect_timeout, {.allow_zero = false});
+    }
+    if (cmd->get_option("--command-timeout")->count() > 0) {
+        out.command_timeout =
+            parse_duration("--command-timeout", command_timeout, {.allow_zero = false});
+    }
+    return out;
 }
 
-/// Overwrites passwords in dlock's own arguments (argv[1..count]) with '*', so that
-/// /proc/<pid>/cmdline (the process list, readable by every user) stops showing them. Until this
-/// runs, right after the command line is parsed, they are visible.
 /// Prints fault_tolerance_warning(url), if any: once, right before the command starts (after
 /// every usage error could have been reported alone).
 void warn_about(const std::string& url) {
@@ -309,6 +331,9 @@ void warn_about(const std::string& url) {
     }
 }
 
+/// Overwrites passwords in dlock's own arguments (argv[1..count]) with '*', so that
+/// /proc/<pid>/cmdline (the process list, readable by every user) stops showing them. Until this
+/// runs, right after the command line is parsed, they are visible.
 void hide_passwords(char** argv, std::size_t count) {
     for (std::size_t i = 1; i <= count && argv[i] != nullptr; ++i) {
         for (const auto& [offset, length] : secret_spans(argv[i])) {
@@ -436,6 +461,13 @@ private:
                 exit_status::usage,
                 "run: missing the COMMAND: dlock run [OPTIONS] NAME -- COMMAND [ARGS...]");
         }
+        if (o.command.front().starts_with("-")) {
+            // No program is named like an option: most likely a dlock option given after NAME.
+            throw cli_error(exit_status::usage,
+                            fmt::format("run: the COMMAND \"{}\" starts with '-': dlock's options "
+                                        "go before NAME (dlock run [OPTIONS] NAME [--] COMMAND)",
+                                        o.command.front().substr(0, o.command.front().find('='))));
+        }
         o.lease = parse_duration("--lease", lease_, {.allow_zero = false});
         if (o.lease < dlock::min_lease || o.lease > dlock::max_lease) {
             throw cli_error(
@@ -459,6 +491,7 @@ private:
                          : parse_duration("--max-hold", max_hold_,
                                           {.allow_forever = true, .allow_zero = false});
         o.grace = parse_duration("--grace", grace_);
+        o.retry_unreachable = given("--wait") && o.wait > std::chrono::milliseconds::zero();
         o.conflict_exit_code =
             given("--conflict-exit-code")
                 ? parse_count("--conflict-exit-code", conflict_exit_code_, 0, 255)
@@ -686,7 +719,7 @@ int dispatch(int argc, char** argv) {
         "dlock: run commands under distributed locks, inspect locks, see what they prevent.",
         "dlock"};
     app.set_version_flag("--version", std::string(version));
-    app.footer(main_footer);
+    app.footer(std::string(main_footer) + "\n\n" + exit_statuses + "\nMore: man dlock.");
     set_usage(&app, "dlock [--help | --version] COMMAND [OPTIONS] ...");
     app.allow_extras();
     // Each binds its own options; none may move once made. The order is --help's.
@@ -739,7 +772,7 @@ int dispatch(int argc, char** argv) {
     if (demo.parsed()) return demo.execute();
     if (completion.parsed()) return completion.execute(app);
     if (man->parsed()) {
-        std::fputs(man_page(app, version).c_str(), stdout);
+        std::fputs(man_page(app, version, main_footer, exit_statuses).c_str(), stdout);
         return exit_status::ok;
     }
     if (worker.parsed()) return worker.execute();

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <cerrno>
 #include <cstdint>
@@ -90,6 +92,18 @@ std::string describe_wait_status(int raw) {
     return fmt::format("exit status {}", WEXITSTATUS(raw));
 }
 
+/// The pause before acquire attempt `attempt` + 1 after an unreachable server: 100 ms doubling up
+/// to 2 s, each drawn uniformly from its upper half (jitter, so that many waiting dlocks do not
+/// come back in step after an outage).
+steady::duration retry_delay(int attempt) {
+    const auto ceiling =
+        std::min<std::chrono::milliseconds>(100ms * (1LL << std::min(attempt - 1, 5)), 2s);
+    std::uint32_t random = 0;
+    if (::getrandom(&random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) random = 0;
+    const auto half = ceiling / 2;
+    return half + std::chrono::milliseconds(random % (half.count() + 1));
+}
+
 int ms_until(steady::time_point t) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(t - steady::now()).count();
     return static_cast<int>(std::clamp<long long>(left, 0, 60'000));
@@ -143,12 +157,11 @@ public:
           console_(options.quiet, options.verbose),
           signals_(watched_signals(), quiet_signals),
           started_(steady::now()),
-          service_(o_.server.url, o_.server.key_prefix,
-                   {.observer = [this](const dlock::lock_event& e) { on_event(e); },
-                    .error_handler =
-                        [this](std::error_code, std::string_view what) {
-                            console_.error(fmt::format("warning: {}", what));
-                        }}) {}
+          service_(o_.server, {.observer = [this](const dlock::lock_event& e) { on_event(e); },
+                               .error_handler =
+                                   [this](std::error_code, std::string_view what) {
+                                       console_.warning(fmt::format("warning: {}", what));
+                                   }}) {}
 
     int run() {
         dlock::lease lease = acquire();
@@ -249,12 +262,44 @@ private:
             dlock::lease lease;
             std::optional<dlock::error> error;
             std::string other;
-            try {
-                lease = service_.backend().acquire(o_.name, o_.request, lock);
-            } catch (const dlock::error& e) {
-                error = e;
-            } catch (const std::exception& e) {
-                other = e.what();
+            // With --wait, a server that cannot be reached is tried again (exponential back-off
+            // with jitter) until --wait runs out; each attempt waits for the rest of it.
+            const auto deadline =
+                o_.wait == dlock::forever ? steady::time_point::max() : started_ + o_.wait;
+            for (int attempt = 1;; ++attempt) {
+                dlock::lock_options options = lock;
+                if (o_.wait != dlock::forever) {
+                    options.wait = std::max(
+                        std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()),
+                        0ms);
+                }
+                try {
+                    lease = service_.backend().acquire(o_.name, o_.request, options);
+                    error.reset();
+                } catch (const dlock::error& e) {
+                    error = e;
+                } catch (const std::exception& e) {
+                    other = e.what();
+                }
+                if (!error || !o_.retry_unreachable ||
+                    status_for(error->code()) != exit_status::unreachable) {
+                    break;
+                }
+                const auto now = steady::now();
+                if (now >= deadline || cancel.get_token().stop_requested()) break;
+                unreachable_attempts_ = attempt;
+                if (attempt == 1) {
+                    console_.clear_status();
+                    console_.error(fmt::format("warning: {}; trying again until --wait {} runs out",
+                                               to_cli_error(*error, o_.server.url).what(),
+                                               format_duration(o_.wait)));
+                }
+                const auto pause = std::min<steady::duration>(retry_delay(attempt), deadline - now);
+                std::mutex m;
+                std::condition_variable_any cv;
+                std::unique_lock lk(m);
+                cv.wait_for(lk, cancel.get_token(), pause, [] { return false; });
+                if (cancel.get_token().stop_requested()) break;
             }
             std::lock_guard guard(result.mutex);
             result.lease = std::move(lease);
@@ -333,7 +378,14 @@ private:
                                    : "gave up after --wait " + format_duration(o_.wait)));
                 throw cli_error(o_.conflict_exit_code, "");
             }
-            throw to_cli_error(*result.error, o_.server.url);
+            auto failure = to_cli_error(*result.error, o_.server.url);
+            if (unreachable_attempts_ > 0 && failure.status() == exit_status::unreachable) {
+                // Not "held by someone else" (75): the server was not reachable until the end.
+                throw cli_error(failure.status(),
+                                fmt::format("{} (tried {} times within --wait {})", failure.what(),
+                                            unreachable_attempts_ + 1, format_duration(o_.wait)));
+            }
+            throw failure;
         }
         throw cli_error(exit_status::internal,
                         fmt::format("acquire failed: {}", result.other_failure));
@@ -433,8 +485,9 @@ private:
         bool stopping = false;         // SIGTERM sent to the group (lost lock, or leftovers)
         bool deadline_missed = false;  // dlock missed the watchdog's deadline: it killed the group
         bool watchdog_died = false;
-        bool tstp_forwarded = false;  // a SIGTSTP sent to dlock was passed on to the group
-        bool stop_noted = false;      // said once that a stop not from the terminal is not followed
+        bool max_hold_reached = false;  // the command was stopped because of --max-hold
+        bool tstp_forwarded = false;    // a SIGTSTP sent to dlock was passed on to the group
+        bool stop_noted = false;  // said once that a stop not from the terminal is not followed
         std::optional<steady::time_point> kill_at;
         std::optional<int> leader_status;  // raw waitpid() status once the command has ended
         int stopped_by = 0;                // the command has just been stopped by this signal
@@ -457,9 +510,9 @@ private:
         const auto check_lost = [&] {
             if (lost || lease.state() != dlock::lock_state::lost) return;
             lost = true;
-            stop_group(lease.lost_reason() == dlock::lost_reason::max_hold
-                           ? max_hold_message()
-                           : fmt::format("lost the lock \"{}\"", o_.name),
+            max_hold_reached = lease.lost_reason() == dlock::lost_reason::max_hold;
+            stop_group(max_hold_reached ? max_hold_message()
+                                        : fmt::format("lost the lock \"{}\"", o_.name),
                        "the command");
         };
         // The lease ends within the margin and was not renewed (server unreachable, or the
@@ -471,6 +524,7 @@ private:
             lost = true;
             const bool capped = o_.max_hold != dlock::forever &&
                                 steady::now() - acquired_at + left >= o_.max_hold + margin - 200ms;
+            max_hold_reached = capped;
             stop_group(capped ? max_hold_message()
                               : fmt::format("could not renew the lock \"{}\"; its lease ends in {}",
                                             o_.name, format_duration(left)),
@@ -627,6 +681,13 @@ private:
         }
         const int command_status = decode_wait_status(*leader_status);
         if (watchdog_died && !lost) return exit_status::os_error;
+        if (lost && max_hold_reached) {
+            console_.error(fmt::format(
+                "the command held the lock \"{}\" for --max-hold {} and was stopped (the "
+                "command's own status: {}); exiting with {}",
+                o_.name, format_duration(o_.max_hold), command_status, exit_status::max_hold));
+            return exit_status::max_hold;
+        }
         if (lost) {
             console_.error(
                 fmt::format("the lock \"{}\" was lost while the command ran (the "
@@ -685,7 +746,8 @@ private:
     group_watchdog watchdog_;
     terminal_control terminal_;
     wake_flag wait_started_;
-    wake_flag renewed_;  // raised by on_event() at each renewal
+    wake_flag renewed_;             // raised by on_event() at each renewal
+    int unreachable_attempts_ = 0;  // acquire attempts that failed on an unreachable server
     std::atomic<bool> waiting_{false};
     std::atomic<bool> holding_{false};  // acquire() returned the lease
     std::mutex degraded_mutex_;         // guards the two below

@@ -401,7 +401,7 @@ int watch_status(const view_context& c) {
 }  // namespace
 
 int status_command(const status_options& o) {
-    lock_service service(o.server.url, o.server.key_prefix);
+    lock_service service(o.server);
     const view_context c = make_context(o, service);
     if (o.watch) return watch_status(c);
     const dlock::lock_info info = read_info(c);
@@ -410,7 +410,7 @@ int status_command(const status_options& o) {
     } else {
         std::fputs(text_view(c, info).c_str(), stdout);
     }
-    return exit_status::ok;
+    return info.held ? exit_status::ok : exit_status::not_held;
 }
 
 }  // namespace dlock::cli
