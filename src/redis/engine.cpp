@@ -564,6 +564,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
             // Compare-and-set: each server stores the value only if it still holds what it was
             // seen holding, so a racing first writer or write-back is never overwritten.
             std::vector<script_batch> writes;
+            writes.reserve(step.to.size());
             for (const auto i : step.to) {
                 writes.push_back(
                     {batches[i].conn,
@@ -721,6 +722,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         const auto& raise_on = tally.fence_agreed() ? tally.lagging : tally.behind;
         if (!raise_on.empty()) {
             std::vector<script_batch> raises;
+            raises.reserve(raise_on.size());
             const auto raise = one_call({&raise_fence_script(),
                                          {key(name), fence(name)},
                                          {token, std::to_string(tally.fence)}});
