@@ -10,6 +10,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <deque>
+#include <thread>
 #include <exception>
 
 #include "core/acquire_policy.hpp"
@@ -514,100 +515,120 @@ std::string engine::record_once(std::string_view name, std::string_view value,
         // Round 1 reads every server; a second round writes only where the verdict says
         // (docs/redlock.md, "Records"): the agreed value back where it is missing, or the
         // caller's value on first use.
-        auto run = run_on_every_server(one_call({script, {record}, {"", ""}}));
-        auto& batches = run.batches;
-        if (identities_pending_) {
-            std::vector<connection*> answered(servers_.size(), nullptr);
-            for (std::size_t i = 0; i < batches.size(); ++i) {
-                if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
-            }
-            auto until = steady::now();
-            for (const auto* c : answered)
-                if (c) until = std::max(until, c->default_deadline());
-            check_identities(answered, until);
-        }
-        std::vector<quorum::record_read> reads(servers_.size());
-        std::vector<std::string> said(servers_.size());  // each server's answer, for messages
-        // Reads batches[i]'s reply into reads[i]; false (and `ec` set) when the only server
-        // failed.
-        const auto read = [&](std::size_t i) {
-            auto& b = batches[i];
-            const auto server = b.conn->settings().endpoint.describe();
-            const auto& r = b.replies.empty() ? reply{} : b.replies.front();
-            if (!b.ec && r.type != reply::kind::string && !r.is_nil()) {
-                if (r.is_error()) {
-                    script_error(b.calls->front(), r, *b.conn, b.ec);
-                } else {
-                    fail(b.ec, errc::unexpected_reply,
-                         "redis " + server + ": " + record + " answered " + to_string(r.type) +
-                             " \"" + r.text + "\"");
+        // A first writer racing us may have written some servers but not yet the others when we
+        // read: undecided for a moment. Such a race settles within its write round, so an
+        // undecided verdict is read again with back-off until one command timeout has passed.
+        auto retry_until = steady::time_point::min();
+        auto pause = std::chrono::milliseconds(1);
+        for (;;) {
+            auto run = run_on_every_server(one_call({script, {record}, {"", ""}}));
+            auto& batches = run.batches;
+            if (retry_until == steady::time_point::min())
+                retry_until = batches.front().conn->default_deadline();
+            if (identities_pending_) {
+                std::vector<connection*> answered(servers_.size(), nullptr);
+                for (std::size_t i = 0; i < batches.size(); ++i) {
+                    if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
                 }
-                b.error = dlock::detail::message_for(b.ec);
+                auto until = steady::now();
+                for (const auto* c : answered)
+                    if (c) until = std::max(until, c->default_deadline());
+                check_identities(answered, until);
             }
-            reads[i] = {};
-            if (b.ec) {
-                if (servers_.size() == 1) {
-                    fail(ec, b.ec, quoted + ": " + (b.error.empty() ? b.ec.message() : b.error));
-                    return false;
+            std::vector<quorum::record_read> reads(servers_.size());
+            std::vector<std::string> said(servers_.size());  // each server's answer, for messages
+            // Reads batches[i]'s reply into reads[i]; false (and `ec` set) when the only server
+            // failed.
+            const auto read = [&](std::size_t i) {
+                auto& b = batches[i];
+                const auto server = b.conn->settings().endpoint.describe();
+                const auto& r = b.replies.empty() ? reply{} : b.replies.front();
+                if (!b.ec && r.type != reply::kind::string && !r.is_nil()) {
+                    if (r.is_error()) {
+                        script_error(b.calls->front(), r, *b.conn, b.ec);
+                    } else {
+                        fail(b.ec, errc::unexpected_reply,
+                             "redis " + server + ": " + record + " answered " + to_string(r.type) +
+                                 " \"" + r.text + "\"");
+                    }
+                    b.error = dlock::detail::message_for(b.ec);
                 }
-                said[i] = b.error.empty() ? "redis " + server + ": " + b.ec.message() : b.error;
+                reads[i] = {};
+                if (b.ec) {
+                    if (servers_.size() == 1) {
+                        fail(ec, b.ec,
+                             quoted + ": " + (b.error.empty() ? b.ec.message() : b.error));
+                        return false;
+                    }
+                    said[i] = b.error.empty() ? "redis " + server + ": " + b.ec.message() : b.error;
+                    return true;
+                }
+                if (!counts(i)) {
+                    said[i] = "redis " + server + ": not counted";
+                    return true;
+                }
+                reads[i].answered = true;
+                if (!r.is_nil()) reads[i].stored = r.text;
+                said[i] = "redis " + server + ": " + (r.is_nil() ? "none" : "\"" + r.text + "\"");
                 return true;
-            }
-            if (!counts(i)) {
-                said[i] = "redis " + server + ": not counted";
-                return true;
-            }
-            reads[i].answered = true;
-            if (!r.is_nil()) reads[i].stored = r.text;
-            said[i] = "redis " + server + ": " + (r.is_nil() ? "none" : "\"" + r.text + "\"");
-            return true;
-        };
-        for (std::size_t i = 0; i < batches.size(); ++i)
-            if (!read(i)) return {};
-        auto step = quorum::decide_record(reads, value);
-        if (step.what == quorum::record_step::kind::first_write ||
-            (step.what == quorum::record_step::kind::agreed && !step.to.empty())) {
-            // Compare-and-set: each server stores the value only if it still holds what it was
-            // seen holding, so a racing first writer or write-back is never overwritten.
-            std::vector<script_batch> writes;
-            for (const auto i : step.to) {
-                writes.push_back(
-                    {batches[i].conn,
-                     one_call({script, {record}, {step.value, reads[i].stored.value_or("")}}),
-                     batches[i].conn->default_deadline()});
-            }
-            run_everywhere(writes);
-            if (step.what == quorum::record_step::kind::agreed) {
-                // Already on a majority: the answer stands whatever the write-back did.
-                return step.value;
-            }
-            for (std::size_t k = 0; k < step.to.size(); ++k)
-                batches[step.to[k]] = std::move(writes[k]);
-            for (const auto i : step.to)
+            };
+            for (std::size_t i = 0; i < batches.size(); ++i)
                 if (!read(i)) return {};
-            step = quorum::decide_record(reads, value);
+            auto step = quorum::decide_record(reads, value);
+            if (step.what == quorum::record_step::kind::first_write ||
+                (step.what == quorum::record_step::kind::agreed && !step.to.empty())) {
+                // Compare-and-set: each server stores the value only if it still holds what it was
+                // seen holding, so a racing first writer or write-back is never overwritten.
+                std::vector<script_batch> writes;
+                writes.reserve(step.to.size());
+                for (const auto i : step.to) {
+                    writes.push_back(
+                        {batches[i].conn,
+                         one_call({script, {record}, {step.value, reads[i].stored.value_or("")}}),
+                         batches[i].conn->default_deadline()});
+                }
+                run_everywhere(writes);
+                if (step.what == quorum::record_step::kind::agreed) {
+                    // Already on a majority: the answer stands whatever the write-back did.
+                    return step.value;
+                }
+                for (std::size_t k = 0; k < step.to.size(); ++k)
+                    batches[step.to[k]] = std::move(writes[k]);
+                for (const auto i : step.to)
+                    if (!read(i)) return {};
+                step = quorum::decide_record(reads, value);
+            }
+            if (step.what == quorum::record_step::kind::agreed) return step.value;
+            if (step.what == quorum::record_step::kind::undecided &&
+                steady::now() + pause < retry_until) {
+                run = {};  // return the connections before sleeping
+                std::this_thread::sleep_for(pause);
+                pause = std::min(pause * 2, std::chrono::milliseconds(50));
+                continue;
+            }
+            std::string all;
+            for (const auto& s : said) all += (all.empty() ? "" : "; ") + s;
+            const auto of = " of " + std::to_string(servers_.size()) + " servers (" + all + ")";
+            if (step.what == quorum::record_step::kind::undecided) {
+                // Never a guess: a value on a minority may be what is left of an agreed value after
+                // restarts without data, or a first write that failed half-way; two values are
+                // first writers that raced.
+                fail(
+                    ec, errc::invalid_argument,
+                    quoted + ": no value is stored on a quorum (" + std::to_string(quorum()) + ")" +
+                        of +
+                        ": servers restarted without their data, or first writers failed or raced; "
+                        "set " +
+                        record +
+                        " to the one right value on every server (or delete it "
+                        "everywhere while nothing uses it)");
+            } else {
+                fail(ec, errc::quorum_unreachable,
+                     quoted + ": fewer than a quorum (" + std::to_string(quorum()) + ") answered" +
+                         of);
+            }
+            return {};
         }
-        if (step.what == quorum::record_step::kind::agreed) return step.value;
-        std::string all;
-        for (const auto& s : said) all += (all.empty() ? "" : "; ") + s;
-        const auto of = " of " + std::to_string(servers_.size()) + " servers (" + all + ")";
-        if (step.what == quorum::record_step::kind::undecided) {
-            // Never a guess: a value on a minority may be what is left of an agreed value after
-            // restarts without data, or a first write that failed half-way; two values are first
-            // writers that raced.
-            fail(ec, errc::invalid_argument,
-                 quoted + ": no value is stored on a quorum (" + std::to_string(quorum()) + ")" +
-                     of +
-                     ": servers restarted without their data, or first writers failed or raced; "
-                     "set " +
-                     record +
-                     " to the one right value on every server (or delete it "
-                     "everywhere while nothing uses it)");
-        } else {
-            fail(ec, errc::quorum_unreachable,
-                 quoted + ": fewer than a quorum (" + std::to_string(quorum()) + ") answered" + of);
-        }
-        return {};
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
         return {};
@@ -728,6 +749,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         const auto& raise_on = tally.fence_agreed() ? tally.lagging : tally.behind;
         if (!raise_on.empty()) {
             std::vector<script_batch> raises;
+            raises.reserve(raise_on.size());
             const auto raise = one_call({&raise_fence_script(),
                                          {key(name), fence(name)},
                                          {token, std::to_string(tally.fence),

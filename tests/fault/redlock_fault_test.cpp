@@ -245,10 +245,12 @@ TEST(RedlockFault, StripeCountIsWrittenBackToAServerRestartedEmpty) {
 // and a grant made while that one restarts hands out a lower token.
 TEST(RedlockFault, FenceTokensRiseAcrossServersRestartedEmptyOneAtATime) {
     dlock::test::redis_fleet fleet(3);
-    auto redlock = make_redlock(fleet);
     const auto name = unique_name();
     std::uint64_t last = 0;
     const auto take = [&] {
+        // A new client each time: one whose pooled connection to a restarted server is stale
+        // would fail that server's vote once, and the grant would not reach it.
+        auto redlock = make_redlock(fleet);
         auto grant = redlock.acquire(name, {.lease = scaled(2s), .wait = scaled(2s)});
         EXPECT_GT(grant.fencing_token(), last) << "tokens must strictly rise";
         last = grant.fencing_token();

@@ -63,6 +63,31 @@ TEST(PrometheusMetrics, RegistryCarriesTheSameNumbers) {
     EXPECT_EQ(mine->releases, 1u);
 }
 
+// A Redlock server failing votes: counted per server in both, never per lock name.
+TEST(PrometheusMetrics, NodeFailuresPerServer) {
+    auto registry = std::make_shared<prometheus::Registry>();
+    dlock::prometheus_metrics adapter(*registry);
+    dlock::metrics own;
+    for (const auto* server : {"127.0.0.1:6380", "127.0.0.1:6380", "127.0.0.1:6381"}) {
+        dlock::lock_event e{dlock::event_kind::node_failed, "stock/sku-1", 0,
+                            make_error_code(dlock::errc::connection_failed),
+                            std::chrono::steady_clock::now()};
+        e.server = server;
+        e.detail = "connect failed: Connection refused";
+        adapter.record(e);
+        own.record(e);
+    }
+    const auto text = prometheus::TextSerializer().Serialize(registry->Collect());
+    const auto has = [&](const std::string& line) {
+        return ("\n" + text).find("\n" + line + "\n") != std::string::npos;
+    };
+    EXPECT_TRUE(has("# TYPE dlock_node_failures_total counter")) << text;
+    EXPECT_TRUE(has("dlock_node_failures_total{server=\"127.0.0.1:6380\"} 2")) << text;
+    EXPECT_TRUE(has("dlock_node_failures_total{server=\"127.0.0.1:6381\"} 1")) << text;
+    EXPECT_EQ(text.find("sku-1"), std::string::npos) << text;
+    EXPECT_EQ(own.snapshot().node_failures("127.0.0.1:6380"), 2u);
+}
+
 TEST(PrometheusMetrics, BadOptionsAreRejected) {
     prometheus::Registry registry;
     EXPECT_THROW(dlock::prometheus_metrics(registry, {.wait_buckets = {2, 1}}), dlock::error);

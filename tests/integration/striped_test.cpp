@@ -312,11 +312,12 @@ TEST(StripedCount, RedlockMajorityRules) {
     EXPECT_EQ(ec, dlock::errc::quorum_unreachable) << ec.message();
     fleet()[1].resume();
     fleet()[2].resume();
-    // The server that missed the first write got it now from nobody; the majority still rules,
-    // and a new client with another count is refused.
+    // The server that missed the first write: the majority still rules, a new client with
+    // another count is refused, and the call writes the value back to that server.
     auto other = redlock_client();
     EXPECT_EQ(other->record_once(minority, "9", ec), "8");
     EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(fleet()[2].command({"GET", key_of(minority)}), "8") << "written back";
 }
 
 // The count is checked at every grant of a stripe, not once per object: when the record says

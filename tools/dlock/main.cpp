@@ -381,7 +381,9 @@ public:
                        "Accepted for compatibility: the command always gets the\n"
                        "terminal while dlock has it");
         cmd_->add_flag("-q,--quiet", quiet_, "No progress line or notes");
-        cmd_->add_flag("-v,--verbose", verbose_, "Print lock events (acquired, renewed, lost...)");
+        cmd_->add_flag("-v,--verbose", verbose_,
+                       "Print lock events (acquired, renewed, lost...); name the server and cause "
+                       "in the degraded-Redlock warning");
         const char* kind = "Lock kind (default: exclusive)";
         cmd_->add_flag("--fair", fair_,
                        "First come, first served: waiters queue and the lock is\n"
