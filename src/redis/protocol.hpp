@@ -5,14 +5,16 @@
 // Calling convention (every script of a kind gets the same KEYS):
 //   KEYS     <prefix>:{name} followed by the kind's key suffixes (all in one hash slot).
 //   acquire  ARGV token, lease_ms, count, limit, liveness_ms, release_channel, reenter ("1"/"0"),
-//            ticket_floor
+//            ticket_floor, waiter (below), idle_ms (client_options::idle_expiry)
 //            -> {1, fencing token} granted, or {0, ms}: not granted, re-check within ms at the
 //            latest (-1: unknown). Queued kinds (re)register the waiter with a liveness deadline
 //            of now + liveness_ms and are idempotent, so the same call refreshes it; they answer
 //            {0, ms, ticket}, the ticket of the waiter's queue entry. A new entry's ticket is
 //            above ticket_floor (the highest ticket the waiter was told), so it never repeats.
+//            The semaphore adds two elements, 0 and its recorded limit, when that is not `limit`.
 //   release  ARGV token, release_channel, grant_lease_ms, whole ("1": the reentrant owner's last
-//            level after a re-entry of unknown outcome: every level goes; other kinds ignore it)
+//            level after a re-entry of unknown outcome: every level goes; other kinds ignore it),
+//            idle_ms
 //            -> 1 ours and released, 0 not ours.
 //            A hand-off (queued kinds) makes the next live waiter the owner with a lease of
 //            grant_lease_ms, removes its entry and PUBLISHes "granted <fencing token> <ticket>
@@ -26,7 +28,7 @@
 //            queued, the release first reserves the free lock for it for mutex_turn
 //            (<key>:mutex_turn = its id, PX) and also wakes the live waiter next in line;
 //            otherwise it sets <key>:mutex_woken to it (PX: its remaining liveness).
-//   renew    ARGV token, lease_ms -> 1 extended, 0 not ours.
+//   renew    ARGV token, lease_ms, idle_ms -> 1 extended, 0 not ours.
 //   acquire of the exclusive kind takes ARGV[9] too: a waiter id that joins (or refreshes) its
 //            place among the mutex waiters when the lock is held ('' : none), taken off by a grant.
 //            Its KEYS are <key>, :fence, :mutex_waiters, :mutex_alive, :mutex_arrivals,
@@ -43,7 +45,9 @@
 //            request may have reached the server; removes it from the queue and, if it was
 //            granted meanwhile, releases with hand-off. Returns 1 when it was granted.
 //   Queued kinds' queue keys expire 2 x liveness_ms after the last refresh; the fence counter
-//   of every kind never expires (tokens never restart).
+//   of every kind max(idle_ms, lease) after its last grant, and a new token is
+//   max(counter + 1, the server's clock in us), so tokens rise across that expiry
+//   (lua/lib/fence.lua, docs/redis-lock.md "Fencing tokens and key expiry").
 #pragma once
 
 #include <chrono>

@@ -116,12 +116,16 @@ TEST(CliRun, CommandGetsNameAndFencingToken) {
                                             "echo \"$DLOCK_NAME $DLOCK_FENCING_TOKEN\""};
     std::vector<std::string> args = {"run", "--url", url(), name, "--"};
     args.insert(args.end(), print.begin(), print.end());
+    // A counter above the server's clock in microseconds (the year 2128): grants count from it
+    // one by one (a token is max(counter + 1, the clock), docs/redis-lock.md).
+    dlock::redis::client redis({.url = url()});
+    redis.command({"SET", redis.fence_key(name), "5000000000000000"});
     // Inherited values are replaced, not passed through.
     const auto first = run_cli(args, {.env = {"DLOCK_NAME=stale", "DLOCK_FENCING_TOKEN=999"}});
     EXPECT_EQ(first.status, 0) << first.err;
-    EXPECT_EQ(first.out, name + " 1\n");
+    EXPECT_EQ(first.out, name + " 5000000000000001\n");
     const auto second = run_cli(args);
-    EXPECT_EQ(second.out, name + " 2\n");  // each grant's token is larger than the last
+    EXPECT_EQ(second.out, name + " 5000000000000002\n");  // each grant's token is larger
 }
 
 TEST(CliRun, EverythingAfterTheNameIsTheCommand) {
@@ -224,9 +228,12 @@ TEST(CliRun, UsesDlockUrlFromTheEnvironment) {
 
 TEST(CliRun, VerbosePrintsLockEvents) {
     const auto name = dlock::test::unique_name("verbose");
+    dlock::redis::client redis({.url = url()});
+    redis.command({"SET", redis.fence_key(name), "5000000000000000"});  // see above
     const auto r = run_cli({"run", "-v", "--url", url(), name, "--", "true"});
     EXPECT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.err.find("acquired \"" + name + "\" (fencing token 1)"), std::string::npos)
+    EXPECT_NE(r.err.find("acquired \"" + name + "\" (fencing token 5000000000000001)"),
+              std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("released"), std::string::npos) << r.err;
 }
@@ -717,6 +724,12 @@ protected:
 TEST_F(CliRedlock, RunAndStatus) {
     const auto name = dlock::test::unique_name("redlock");
     const temp_dir dir;
+    // Every server's counter above its clock in microseconds (the year 2128): the grant's token
+    // is the next number on all of them (a token is max(counter + 1, the clock)).
+    for (const auto& s : servers_) {
+        dlock::redis::client server({.url = s->url()});
+        server.command({"SET", server.fence_key(name), "5000000000000000"});
+    }
     const std::string script = "echo $DLOCK_FENCING_TOKEN; touch " + (dir / "ready") + "; " +
                                "while [ ! -e " + (dir / "done") + " ]; do sleep 0.02; done";
     cli_process run({"run", "--url", url(), name, "--", "sh", "-c", script});
@@ -733,7 +746,7 @@ TEST_F(CliRedlock, RunAndStatus) {
     EXPECT_EQ(j["held"], true);
     EXPECT_EQ(j["quorum"], 2);
     EXPECT_EQ(j["servers"].size(), 3u);
-    EXPECT_EQ(j["fencing_counter"], 1);
+    EXPECT_EQ(j["fencing_counter"], 5000000000000001);
     // Exclusion holds across the quorum.
     r = run_cli({"run", "--no-wait", "--url", url(), name, "--", "true"});
     EXPECT_EQ(r.status, conflict) << r.err;
@@ -741,7 +754,7 @@ TEST_F(CliRedlock, RunAndStatus) {
     std::ofstream(dir / "done").close();
     r = run.wait(10s);
     EXPECT_EQ(r.status, 0) << r.err;
-    EXPECT_EQ(r.out, "1\n");
+    EXPECT_EQ(r.out, "5000000000000001\n");
 }
 
 TEST_F(CliRedlock, NeedsAQuorumOfServers) {

@@ -122,13 +122,20 @@ TEST(StatusWatch, LiveViewInATerminalFollowsAcquireQueueHandOffAndEndsOnCtrlC) {
     EXPECT_TRUE(t.shows(0, "Ctrl-C ends")) << t.last();
     // The cursor is hidden while the view is drawn.
     EXPECT_EQ(t.run("display -p -t w:0 '#{cursor_flag}'"), "0\n");
+    // A counter above the server's clock in microseconds (the year 2128): grants count from it
+    // one by one (a token is max(counter + 1, the clock), docs/redis-lock.md).
+    {
+        dlock::redis::client redis({.url = url});
+        redis.command({"SET", redis.fence_key(name), "5000000000000000"});
+    }
+    EXPECT_TRUE(t.shows(0, "fencing counter: +5000000000000000 ")) << t.last();
 
     // Another terminal takes the (fair) lock and keeps it while `cat` runs.
     t.new_window(1);
     ASSERT_TRUE(t.shows(1, "watch-test\\$")) << t.last();
     t.type(1, dlock + " run --fair --url " + url + " " + name + " -- cat");
     ASSERT_TRUE(t.shows(0, "state: +held, lease (2[0-9]|30)s left")) << t.last();
-    EXPECT_TRUE(t.shows(0, "fencing counter: +1 ")) << t.last();
+    EXPECT_TRUE(t.shows(0, "fencing counter: +5000000000000001 ")) << t.last();
     EXPECT_TRUE(t.shows(0, "waiters: +0 queued")) << t.last();
     // The lease left counts down between changes (drawn locally, from the last read).
     const auto lease_shown = [&] {
@@ -145,18 +152,18 @@ TEST(StatusWatch, LiveViewInATerminalFollowsAcquireQueueHandOffAndEndsOnCtrlC) {
     ASSERT_TRUE(t.shows(2, "watch-test\\$")) << t.last();
     t.type(2, dlock + " run --fair --url " + url + " " + name + " -- cat");
     ASSERT_TRUE(t.shows(0, "waiters: +1 queued")) << t.last();
-    EXPECT_TRUE(t.shows(0, "fencing counter: +1 ")) << t.last();
+    EXPECT_TRUE(t.shows(0, "fencing counter: +5000000000000001 ")) << t.last();
 
-    // The holder ends (Ctrl-D ends its cat): the lock is handed to the waiter, token 2.
+    // The holder ends (Ctrl-D ends its cat): the lock is handed to the waiter, the next token.
     t.key(1, "C-d");
-    ASSERT_TRUE(t.shows(0, "fencing counter: +2 ")) << t.last();
+    ASSERT_TRUE(t.shows(0, "fencing counter: +5000000000000002 ")) << t.last();
     EXPECT_TRUE(t.shows(0, "waiters: +0 queued")) << t.last();
     EXPECT_TRUE(t.shows(0, "state: +held")) << t.last();
 
     // The waiter-turned-holder ends: free, the counter stays.
     t.key(2, "C-d");
     ASSERT_TRUE(t.shows(0, "state: +free")) << t.last();
-    EXPECT_TRUE(t.shows(0, "fencing counter: +2 ")) << t.last();
+    EXPECT_TRUE(t.shows(0, "fencing counter: +5000000000000002 ")) << t.last();
 
     // Ctrl-C ends the watch: exit status 0, the prompt back, the cursor shown again.
     t.key(0, "C-c");
@@ -196,8 +203,10 @@ TEST(StatusWatch, WithoutATerminalPrintsOneLinePerChange) {
     ASSERT_TRUE(has_lines(watch, 1)) << watch.out();
 
     dlock::redis::client client({.url = server.url()});
+    std::string token;  // the grant's fencing token, as the view shows the counter
     {
         auto held = client.acquire(name);
+        token = std::to_string(held.fencing_token());
         ASSERT_TRUE(has_lines(watch, 2)) << watch.out();
     }
     ASSERT_TRUE(has_lines(watch, 3)) << watch.out();
@@ -217,10 +226,13 @@ TEST(StatusWatch, WithoutATerminalPrintsOneLinePerChange) {
     EXPECT_NE(lines[0].find("job: free; fencing counter none; waiters 0"), std::string::npos)
         << lines[0];
     EXPECT_NE(lines[1].find("job: held, lease "), std::string::npos) << lines[1];
-    EXPECT_NE(lines[1].find("; fencing counter 1; waiters 0"), std::string::npos) << lines[1];
-    EXPECT_NE(lines[2].find("job: free; fencing counter 1;"), std::string::npos) << lines[2];
+    EXPECT_NE(lines[1].find("; fencing counter " + token + "; waiters 0"), std::string::npos)
+        << lines[1];
+    EXPECT_NE(lines[2].find("job: free; fencing counter " + token + ";"), std::string::npos)
+        << lines[2];
     EXPECT_NE(lines[3].find("job: held, lease "), std::string::npos) << lines[3];
-    EXPECT_NE(lines[4].find("job: free; fencing counter 1;"), std::string::npos) << lines[4];
+    EXPECT_NE(lines[4].find("job: free; fencing counter " + token + ";"), std::string::npos)
+        << lines[4];
 }
 
 TEST(StatusWatch, WithoutClientTrackingFallsBackToTheReleaseChannelAndSeesAcquires) {
@@ -231,11 +243,13 @@ TEST(StatusWatch, WithoutClientTrackingFallsBackToTheReleaseChannelAndSeesAcquir
     cli_process watch({"status", "--watch", "fb", "--url", server.url()});
     ASSERT_TRUE(has_lines(watch, 1)) << watch.out() << watch.err();
     dlock::redis::client client({.url = server.url()});
+    std::string token;
     {
         auto held = client.acquire("fb");
+        token = std::to_string(held.fencing_token());
         EXPECT_TRUE(last_line_has(watch, "fb: held, lease ")) << watch.out() << watch.err();
     }
-    EXPECT_TRUE(last_line_has(watch, "fb: free; fencing counter 1;")) << watch.out();
+    EXPECT_TRUE(last_line_has(watch, "fb: free; fencing counter " + token + ";")) << watch.out();
     watch.send(SIGINT);
     const auto r = watch.wait(10s);
     EXPECT_EQ(r.status, 0) << r.err;
@@ -248,6 +262,7 @@ TEST(StatusWatch, JsonWithoutATerminalIsOneObjectPerLine) {
     ASSERT_TRUE(has_lines(watch, 1)) << watch.out();
     dlock::redis::client client({.url = server.url()});
     auto held = client.acquire("j");
+    const auto token = std::to_string(held.fencing_token());
     ASSERT_TRUE(has_lines(watch, 2)) << watch.out();
     watch.send(SIGTERM);
     const auto r = watch.wait(10s);
@@ -256,7 +271,7 @@ TEST(StatusWatch, JsonWithoutATerminalIsOneObjectPerLine) {
     ASSERT_EQ(lines.size(), 2u) << r.out;
     EXPECT_NE(lines[0].find("\"held\":false"), std::string::npos) << lines[0];
     EXPECT_NE(lines[1].find("\"held\":true"), std::string::npos) << lines[1];
-    EXPECT_NE(lines[1].find("\"fencing_counter\":1"), std::string::npos) << lines[1];
+    EXPECT_NE(lines[1].find("\"fencing_counter\":" + token), std::string::npos) << lines[1];
 }
 
 TEST(StatusWatch, RedlockWatchSeesEveryServer) {
@@ -266,19 +281,23 @@ TEST(StatusWatch, RedlockWatchSeesEveryServer) {
         url += (url.back() == '/' ? "" : ",") + u.substr(std::string("redis://").size());
     }
     cli_process watch({"status", "--watch", "rl", "--url", url});
+    std::string token;  // the holder's fencing token, written back to every server
     ASSERT_TRUE(has_lines(watch, 1)) << watch.out() << watch.err();
     EXPECT_NE(watch.out().find("rl: free (held on 0 of 3 servers; quorum 2); fencing counter none"),
               std::string::npos)
         << watch.out();
     // The servers change one after another; the view follows each: wait for where it ends.
     {
-        cli_process holder({"run", "--url", url, "rl", "--", "sleep", "60"});
+        cli_process holder(
+            {"run", "--url", url, "rl", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN; sleep 60"});
         EXPECT_TRUE(last_line_has(watch, "rl: held on 3 of 3 servers (quorum 2)")) << watch.out();
+        EXPECT_TRUE(eventually([&] { return holder.out().ends_with("\n"); }, 10s));
+        token = holder.out().substr(0, holder.out().size() - 1);
         holder.send(SIGTERM);
         holder.wait(10s);
     }
-    EXPECT_TRUE(
-        last_line_has(watch, "rl: free (held on 0 of 3 servers; quorum 2); fencing counter 1"))
+    EXPECT_TRUE(last_line_has(
+        watch, "rl: free (held on 0 of 3 servers; quorum 2); fencing counter " + token))
         << watch.out();
     watch.send(SIGINT);
     const auto r = watch.wait(10s);

@@ -505,6 +505,31 @@ TEST(ZkSemaphore, PermitsAreServedFirstComeFirstServed) {
     EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
 }
 
+// A semaphore asked for with another number of permits than the node records counts as the
+// recorded one, and the error handler is told both numbers, once per acquire call.
+TEST(ZkSemaphore, APermitMismatchIsReportedWithBothNumbers) {
+    std::mutex guard;
+    std::vector<std::string> said;  // guarded by `guard`
+    dlock::zk::client zk({.url = shared_zk().url("/dlock-it"),
+                          .session_timeout = 4s,
+                          .connect_timeout = scaled(5s),
+                          .error_handler = [&](std::error_code, std::string_view what) {
+                              std::lock_guard lk(guard);
+                              said.emplace_back(what);
+                          }});
+    const auto name = dlock::test::unique_name("sem");
+    std::error_code ec;
+    auto two = permits(zk, name, 1, 2, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    auto five = permits(zk, name, 1, 5, 0ms, ec);
+    ASSERT_FALSE(ec) << "one of the recorded two is free: " << ec.message();
+    std::lock_guard lk(guard);
+    ASSERT_EQ(said.size(), 1u);
+    EXPECT_NE(said.front().find("has 2 permits on the server, not the 5 asked for"),
+              std::string::npos)
+        << said.front();
+}
+
 TEST(ZkSemaphore, SetPermitsWakesTheFirstWaiter) {
     auto zk = make_client();
     const auto name = dlock::test::unique_name("sem");

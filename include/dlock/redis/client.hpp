@@ -48,7 +48,9 @@ struct client_options {
     /// Lock events (acquired, renewed, released, lost, ...). Silent when unset.
     dlock::observer observer{};
     /// Failures with no caller to throw to: a failed unlock() or destructor release, a renewal
-    /// error, an exception escaping a callback. Unset: one line on stderr.
+    /// error, an exception escaping a callback; and a semaphore acquired with another number of
+    /// permits than the server records (errc::invalid_argument, both numbers; the acquire goes
+    /// on with the recorded one). Unset: one line on stderr.
     std::function<void(std::error_code, std::string_view what)> error_handler{};
     /// How long a lock name's server state outlives the name's last grant: its fence counter
     /// (and a semaphore's number of permits) expire this long after the last grant (or the last

@@ -47,7 +47,9 @@ struct client_options {
     /// Lock events (acquired, released, lost, ...). Silent when unset.
     dlock::observer observer{};
     /// Failures with no caller to throw to: a failed release in a destructor, an exception
-    /// escaping a callback. Unset: one line on stderr.
+    /// escaping a callback; and a semaphore acquired with another number of permits than the
+    /// node records (errc::invalid_argument, both numbers; the acquire goes on with the recorded
+    /// one). Unset: one line on stderr.
     std::function<void(std::error_code, std::string_view what)> error_handler{};
 };
 
