@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -19,6 +18,7 @@
 #include "core/status.hpp"
 #include "core/token.hpp"
 #include "core/validate.hpp"
+#include "redis/acquire_rules.hpp"
 #include "redis/inspect.hpp"
 #include "redis/watch.hpp"
 
@@ -57,36 +57,6 @@ bool is_acquire_reply(const reply& r) noexcept {
     return r.type == reply::kind::array && r.elements.size() >= 2 && r.elements.size() <= 4 &&
            std::all_of(r.elements.begin(), r.elements.end(),
                        [](const reply& e) { return e.type == reply::kind::integer; });
-}
-
-/// A hand-off message "granted <fencing token> <ticket> <waiter token>"; nullopt for anything
-/// else (including the forms of earlier versions, which a refresh then resolves).
-struct handoff_message {
-    std::uint64_t fence = 0;
-    std::uint64_t ticket = 0;
-    std::string_view token;
-};
-std::optional<handoff_message> parse_handoff(std::string_view m) {
-    constexpr std::string_view granted = "granted ";
-    if (!m.starts_with(granted)) return std::nullopt;
-    m.remove_prefix(granted.size());
-    const auto last = m.rfind(' ');
-    if (last == std::string_view::npos) return std::nullopt;
-    const auto token = m.substr(last + 1);
-    m = m.substr(0, last);
-    const auto space = m.find(' ');
-    if (space == std::string_view::npos || token.empty()) return std::nullopt;
-    const auto number = [](std::string_view text) -> std::optional<std::uint64_t> {
-        std::uint64_t v = 0;
-        const auto* end = text.data() + text.size();
-        const auto [p, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc() || p != end || text.empty()) return std::nullopt;
-        return v;
-    };
-    const auto fence = number(m.substr(0, space));
-    const auto ticket = number(m.substr(space + 1));
-    if (!fence || !ticket) return std::nullopt;
-    return handoff_message{*fence, *ticket, token};
 }
 
 }  // namespace
@@ -893,21 +863,13 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
         // this client's for `name` (the token up to its '.'), shared with our other waiters on
         // `name` and subscribed once: the subscriber hands each waiter its own grants.
         std::string token = new_token(request.kind, client_tag_);
-        const auto handoff_channel = channel(name) + ":" + token.substr(0, token.rfind('.'));
+        const auto handoff_channel = channel(name) + ":" + std::string(handoff_client(token));
         // Already subscribed (a hot lock: our last wait on it lingers): register before the first
         // attempt, so a grant published after it is caught and no second attempt is needed.
         if (protocol->queued && subscriber_->subscribed(handoff_channel)) {
             waiting.emplace(*subscriber_, handoff_channel, subscriber::wake_mode::all, token);
         }
-        // The hand-off rule (docs/lock-family.md): a "granted <fence> <ticket> <token>" is ours
-        // only if it names our token and its ticket is the one our latest refresh answered "not
-        // yet" with; the grant came after the server processed that refresh, so its validity counts
-        // from the refresh's send time, bounded by the hand-off lease and by our own lease
-        // (max_hold included).
-        std::uint64_t ticket = 0;          // of the latest "not yet" reply; 0: none yet
-        std::uint64_t highest_ticket = 0;  // sent with each refresh: a new entry gets a higher one
-        auto refreshed_at = steady::time_point::min();           // that refresh's send time
-        auto refresh_lease = std::chrono::milliseconds::zero();  // the lease it asked for
+        handoff_ticket ticket;  // the hand-off rule (acquire_rules.hpp)
         // The exclusive kind on one server: from its second attempt on (it will wait) a waiter
         // registers among the mutex waiters under an id of its own, and a release wakes only
         // the live head of those, on this client's hand-off channel for `name`
@@ -985,23 +947,12 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                     // hides the grant of our current entry; one for an older entry (we were
                     // paused past its hand-off lease and re-queued since) carries an older ticket
                     // and is ignored.
-                    const auto text = waiting->last_message();  // `message` points into it
-                    const auto message = parse_handoff(text);
-                    if (message && ticket != 0 && message->ticket == ticket &&
-                        message->token == token) {
-                        const auto bound = std::min(refresh_lease, handoff_lease);
-                        const auto valid =
-                            dlock::detail::valid_until(refreshed_at, bound, config_.drift);
-                        if (steady::now() < valid) {
-                            auto lease = grant(name, token, message->fence, options, request.kind,
-                                               refreshed_at, valid, true);
-                            leave.armed = false;
-                            return lease;
-                        }
-                        // Ours, but its validity passed while we were paused: discard it. The
-                        // refresh that follows answers {1, fence} if the key still names us,
-                        // else queues us anew with a new ticket, so this message never matches
-                        // again.
+                    if (const auto handed = ticket.accept(waiting->last_message(), token,
+                                                          steady::now(), config_.drift)) {
+                        auto lease = grant(name, token, handed->fence, options, request.kind,
+                                           handed->sent, handed->valid_until, true);
+                        leave.armed = false;
+                        return lease;
                     }
                 }
                 step = policy.woke();
@@ -1016,7 +967,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
             const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
             if (protocol->queued || !waiter.empty()) leave.armed = true;
             const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout,
-                                        highest_ticket, deadline, waiter);
+                                        ticket.floor(), deadline, waiter);
             if (result.recorded_limit > 0 && !limit_reported) {
                 // Not an error: the server's number decides, and this caller may have been
                 // started before an operator changed it. Said once per acquire call.
@@ -1048,37 +999,14 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 continue;
             }
             if (protocol->queued && result.holding > 0) {
-                // A "not yet" without a ticket (0) matches no grant message: such a wait ends
-                // through a refresh answering {1, fence}.
-                ticket = result.ticket;
-                highest_ticket = std::max(highest_ticket, ticket);
-                refreshed_at = sent;
-                refresh_lease = lease_ms;
+                ticket.not_yet(result.ticket, sent, lease_ms);
             }
             const auto now = steady::now();
-            // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
-            // bounds the sleep. Unknown expiry (a key set without one): re-check after our lease.
-            // A free mutex reserved as another waiter's turn answers the turn's remaining time
-            // (docs/redis-lock.md, "Waking one waiter"): a turn that runs out publishes nothing.
-            // A queued waiter also refreshes its liveness on time (that refresh is the bounded
-            // re-check for a missed hand-off).
-            auto fallback =
-                result.holder_ms >= 0 ? std::chrono::milliseconds(result.holder_ms) : lease_ms;
-            // So does a registered mutex waiter: its entry's liveness, and the bound on how long
-            // a woken head that never takes the lock (paused, dead) delays the others.
-            if (protocol->queued || !waiter.empty())
-                fallback = std::min(fallback, waiter_liveness / 3);
-            auto retry_at = deadline_after(now, fallback) +
-                            std::chrono::nanoseconds(dlock::detail::random_jitter_ns(2'000'000));
-            if (result.granting > 0) {
-                // A split vote between contenders: retry after a random delay so they do not
-                // split again in lock step.
-                const auto spread =
-                    std::chrono::duration_cast<std::chrono::nanoseconds>(2 * node_timeout).count();
-                retry_at = std::min(retry_at, now + std::chrono::nanoseconds(
-                                                        dlock::detail::random_jitter_ns(spread)));
-            }
-            step = policy.next(now, attempt_report::contended(retry_at));
+            const bool keeps_entry_alive = protocol->queued || !waiter.empty();
+            const auto retry =
+                retry_at(now, {result.holder_ms, result.granting}, lease_ms, keeps_entry_alive,
+                         node_timeout, &dlock::detail::random_jitter_ns);
+            step = policy.next(now, attempt_report::contended(retry));
         }
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
