@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <thread>
@@ -21,6 +20,7 @@
 #include "core/token.hpp"
 #include "core/validate.hpp"
 #include "redis/inspect.hpp"
+#include "redis/waiter.hpp"
 #include "redis/watch.hpp"
 
 namespace dlock::redis::detail {
@@ -39,55 +39,12 @@ std::shared_ptr<const std::vector<script_call>> one_call(const script_call& call
     return std::make_shared<const std::vector<script_call>>(1, call);
 }
 
-/// A fresh owner token for `kind`. Where the server cannot tell the kind from the key's type (the
-/// fair and write kinds store a plain string owner, like the exclusive kind) the token carries it,
-/// so every acquire script can refuse a name another kind holds (src/redis/lua/lib/kind_guard.lua).
-/// Those two are the queued kinds: their token is <kind>:<client>.<random>, and everything before
-/// the '.' names the client's hand-off channel (src/redis/lua/lib/queue.lua,
-/// dlock_publish_grant).
-std::string new_token(lock_kind kind, const std::string& client) {
-    auto token = dlock::detail::random_token();
-    if (kind == lock_kind::fair) return "fair:" + client + "." + token;
-    if (kind == lock_kind::write) return "write:" + client + "." + token;
-    return token;
-}
-
 /// The reply of an acquire script: {1, fencing token} or {0, holder's remaining ms}, and for a
 /// queued kind's waiter {0, ms, ticket}.
 bool is_acquire_reply(const reply& r) noexcept {
     return r.type == reply::kind::array && r.elements.size() >= 2 && r.elements.size() <= 4 &&
            std::all_of(r.elements.begin(), r.elements.end(),
                        [](const reply& e) { return e.type == reply::kind::integer; });
-}
-
-/// A hand-off message "granted <fencing token> <ticket> <waiter token>"; nullopt for anything
-/// else (including the forms of earlier versions, which a refresh then resolves).
-struct handoff_message {
-    std::uint64_t fence = 0;
-    std::uint64_t ticket = 0;
-    std::string_view token;
-};
-std::optional<handoff_message> parse_handoff(std::string_view m) {
-    constexpr std::string_view granted = "granted ";
-    if (!m.starts_with(granted)) return std::nullopt;
-    m.remove_prefix(granted.size());
-    const auto last = m.rfind(' ');
-    if (last == std::string_view::npos) return std::nullopt;
-    const auto token = m.substr(last + 1);
-    m = m.substr(0, last);
-    const auto space = m.find(' ');
-    if (space == std::string_view::npos || token.empty()) return std::nullopt;
-    const auto number = [](std::string_view text) -> std::optional<std::uint64_t> {
-        std::uint64_t v = 0;
-        const auto* end = text.data() + text.size();
-        const auto [p, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc() || p != end || text.empty()) return std::nullopt;
-        return v;
-    };
-    const auto fence = number(m.substr(0, space));
-    const auto ticket = number(m.substr(space + 1));
-    if (!fence || !ticket) return std::nullopt;
-    return handoff_message{*fence, *ticket, token};
 }
 
 }  // namespace
@@ -875,232 +832,200 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
     return {};
 }
 
+const lock_protocol* engine::check_request(std::string_view name, const lock_request& request,
+                                           const lock_options& options, std::error_code& ec) const {
+    dlock::detail::validate_lock_name(name, max_name_length, ec);
+    if (!ec) dlock::detail::validate_lock_options(options, ec);
+    if (ec) return nullptr;
+    const auto* protocol = protocol_for(request.kind);
+    if (!protocol || (request.kind != lock_kind::exclusive && servers_.size() > 1)) {
+        fail(ec, errc::unsupported,
+             std::string("lock \"") + std::string(name) + "\": the " + to_string(request.kind) +
+                 " lock kind is not available " +
+                 (servers_.size() > 1 ? "on Redlock (only dlock::mutex is)" : "in this build"));
+        return nullptr;
+    }
+    if (request.kind == lock_kind::permits &&
+        (request.count < 1 || request.limit < request.count)) {
+        fail(ec, errc::invalid_argument,
+             "semaphore \"" + std::string(name) + "\": lock_request.count (" +
+                 std::to_string(request.count) + ") must be >= 1 and <= limit (" +
+                 std::to_string(request.limit) + ")");
+        return nullptr;
+    }
+    if (request.reenter && request.kind != lock_kind::reentrant) {
+        fail(ec, errc::invalid_argument, "lock_request.reenter is only for the reentrant kind");
+        return nullptr;
+    }
+    return protocol;
+}
+
+/// One acquire_until call past its checks. The loop's skeleton (give-up order, events) is
+/// core/acquire_policy.hpp; how it waits is its waiter strategy's (waiter.hpp); here is the I/O
+/// of each step.
+struct engine::acquire_run {
+    using step = dlock::detail::acquire_step;
+    using report = dlock::detail::attempt_report;
+
+    acquire_run(engine& self, std::string_view name, const lock_protocol& protocol,
+                const lock_request& request, const lock_options& options,
+                steady::time_point deadline)
+        : self(self),
+          name(name),
+          protocol(protocol),
+          request(request),
+          options(options),
+          deadline(deadline),
+          plan(dlock::detail::make_renewal_plan(options)),
+          node_timeout(self.node_timeout_for(options.lease)),
+          waiter(make_waiter({request.kind, self.client_tag_, self.channel(name), node_timeout,
+                              self.config_.drift, &dlock::detail::random_jitter_ns},
+                             protocol.queued, self.servers_.size())),
+          policy(options, deadline) {
+        // Already subscribed (a hot lock: our last wait on it lingers): register before the first
+        // attempt, so a grant published after it is caught and no second attempt is needed.
+        if (auto early = waiter->lingering(); early && self.subscriber_->subscribed(early->channel))
+            listen(std::move(*early));
+    }
+    // Once a request may have reached the server, every exit but a grant leaves the queue (or
+    // the mutex waiters), which also releases (with hand-off) a grant whose reply we never saw.
+    // Before `waiting` goes: the registration outlives the leave.
+    ~acquire_run() {
+        if (leave_armed) self.leave_queue(protocol, name, *waiter->leaves_as());
+    }
+    acquire_run(const acquire_run&) = delete;
+    acquire_run& operator=(const acquire_run&) = delete;
+
+    void listen(wait_target target) {
+        waiting.emplace(*self.subscriber_, std::move(target.channel),
+                        target.wake_one ? subscriber::wake_mode::one : subscriber::wake_mode::all,
+                        std::move(target.key));
+    }
+
+    /// Register for the release (or hand-off) message, then attempt again at once: a release
+    /// between the first attempt and the subscription is caught by that attempt. Not needed when
+    /// the channel was subscribed without a break since before the first attempt (lingering):
+    /// then wait right away.
+    step subscribe() {
+        bool caught_up = false;
+        if (!waiting) {
+            listen(waiter->subscribe());
+        } else {
+            caught_up = policy.attempts() == 1 && waiting->subscribed_throughout();
+        }
+        if (!caught_up) {
+            waiting->wait_subscribed(
+                std::min(deadline, deadline_after(steady::now(), self.config_.command_timeout)),
+                options.cancel);
+        }
+        return policy.subscribed(caught_up);
+    }
+
+    step wait(steady::time_point until) {
+        waiting->wait(seen, until, options.cancel);
+        if (!waiter->granted_by_message()) return policy.woke();
+        if (const auto handed = waiter->woke(waiting->last_message(), steady::now())) {
+            granted = self.grant(name, token, handed->fence, options, request.kind, handed->sent,
+                                 handed->valid_until, true);
+            leave_armed = false;
+            return policy.next(steady::now(), report::granted());
+        }
+        return policy.woke();
+    }
+
+    step attempt() {
+        // Read the generation BEFORE the attempt: a release after a failed attempt bumps it.
+        seen = waiting ? waiting->generation() : 0;
+        token = waiter->next_token();
+        const auto sent = steady::now();
+        const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
+        if (waiter->leaves_as()) leave_armed = true;
+        const auto result = self.attempt(protocol, name, token, lease_ms, request, node_timeout,
+                                         waiter->ticket_floor(), deadline, waiter->waiter_id());
+        if (result.recorded_limit > 0 && !limit_reported) {
+            // Not an error: the server's number decides, and this caller may have been started
+            // before an operator changed it. Said once per acquire call.
+            limit_reported = true;
+            self.report_error(
+                make_error_code(errc::invalid_argument),
+                dlock::detail::permits_mismatch(
+                    quoted(), static_cast<std::uint64_t>(result.recorded_limit), request.limit));
+        }
+        if (result.granted) {
+            if (waiting) waiting->granted();
+            granted =
+                self.grant(name, token, result.fencing_token, options, request.kind, sent,
+                           dlock::detail::valid_until(sent, lease_ms, self.config_.drift), false);
+            leave_armed = false;
+            return policy.next(steady::now(), report::granted());
+        }
+        if (result.granting + result.holding < self.quorum()) {
+            // Not contention: too few servers answered for any quorum.
+            std::error_code code = result.error;
+            failure = result.failures;
+            if (self.servers_.size() > 1) {
+                code = make_error_code(errc::quorum_unreachable);
+                failure = quoted() + ": no quorum (" + std::to_string(self.quorum()) + " of " +
+                          std::to_string(self.servers_.size()) +
+                          ") could be reached: " + result.failures;
+            }
+            return policy.next(steady::now(), report::failed(code));
+        }
+        const auto now = steady::now();
+        const auto retry = waiter->contended(
+            {{result.holder_ms, result.granting}, result.holding, result.ticket, sent, lease_ms},
+            now);
+        return policy.next(now, report::contended(retry));
+    }
+
+    void give_up(const step& s, std::error_code& ec) {
+        if (failure.empty()) failure = policy.give_up_message(s, quoted());
+        fail(ec, s.error, failure);
+        if (s.event) self.notify({*s.event, name, 0, ec, steady::now()});
+    }
+
+    std::string quoted() const { return "lock \"" + std::string(name) + "\""; }
+
+    engine& self;
+    std::string_view name;
+    const lock_protocol& protocol;
+    const lock_request& request;
+    const lock_options& options;
+    steady::time_point deadline;
+    dlock::detail::renewal_plan plan;
+    std::chrono::milliseconds node_timeout;
+    std::unique_ptr<waiter_strategy> waiter;
+    std::optional<subscriber::registration> waiting;
+    dlock::detail::acquire_policy policy;
+    std::string failure;     // why the latest attempt failed, if it did
+    std::uint64_t seen = 0;  // the notification generation read before the latest attempt
+    bool leave_armed = false;
+    bool limit_reported = false;  // a semaphore's other number on the server, said once
+    std::string token;            // the owner token of the latest attempt
+    dlock::lease granted;         // the grant, once the policy says done
+};
+
 dlock::lease engine::acquire_until(std::string_view name, const lock_request& request,
                                    const lock_options& options, steady::time_point deadline,
                                    std::error_code& ec) noexcept {
     ec.clear();
     const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
     try {
-        dlock::detail::validate_lock_name(name, max_name_length, ec);
-        if (!ec) dlock::detail::validate_lock_options(options, ec);
-        if (ec) return {};
-        const auto* protocol = protocol_for(request.kind);
-        if (!protocol || (request.kind != lock_kind::exclusive && servers_.size() > 1)) {
-            fail(ec, errc::unsupported,
-                 std::string("lock \"") + std::string(name) + "\": the " + to_string(request.kind) +
-                     " lock kind is not available " +
-                     (servers_.size() > 1 ? "on Redlock (only dlock::mutex is)" : "in this build"));
-            return {};
-        }
-        if (request.kind == lock_kind::permits &&
-            (request.count < 1 || request.limit < request.count)) {
-            fail(ec, errc::invalid_argument,
-                 "semaphore \"" + std::string(name) + "\": lock_request.count (" +
-                     std::to_string(request.count) + ") must be >= 1 and <= limit (" +
-                     std::to_string(request.limit) + ")");
-            return {};
-        }
-        if (request.reenter) {
-            if (request.kind != lock_kind::reentrant) {
-                fail(ec, errc::invalid_argument,
-                     "lock_request.reenter is only for the reentrant kind");
-                return {};
-            }
-            return reenter(*protocol, name, *request.reenter, options, ec);
-        }
-        const auto plan = dlock::detail::make_renewal_plan(options);
-        const auto node_timeout = node_timeout_for(options.lease);
-        std::optional<subscriber::registration> waiting;
-        // A queued waiter keeps one token: it is its place in the queue. Its hand-off channel is
-        // this client's for `name` (the token up to its '.'), shared with our other waiters on
-        // `name` and subscribed once: the subscriber hands each waiter its own grants.
-        std::string token = new_token(request.kind, client_tag_);
-        const auto handoff_channel = channel(name) + ":" + token.substr(0, token.rfind('.'));
-        // Already subscribed (a hot lock: our last wait on it lingers): register before the first
-        // attempt, so a grant published after it is caught and no second attempt is needed.
-        if (protocol->queued && subscriber_->subscribed(handoff_channel)) {
-            waiting.emplace(*subscriber_, handoff_channel, subscriber::wake_mode::all, token);
-        }
-        // The hand-off rule (docs/lock-family.md): a "granted <fence> <ticket> <token>" is ours
-        // only if it names our token and its ticket is the one our latest refresh answered "not
-        // yet" with; the grant came after the server processed that refresh, so its validity counts
-        // from the refresh's send time, bounded by the hand-off lease and by our own lease
-        // (max_hold included).
-        std::uint64_t ticket = 0;          // of the latest "not yet" reply; 0: none yet
-        std::uint64_t highest_ticket = 0;  // sent with each refresh: a new entry gets a higher one
-        auto refreshed_at = steady::time_point::min();           // that refresh's send time
-        auto refresh_lease = std::chrono::milliseconds::zero();  // the lease it asked for
-        // The exclusive kind on one server: from its second attempt on (it will wait) a waiter
-        // registers among the mutex waiters under an id of its own, and a release wakes only
-        // the live head of those, on this client's hand-off channel for `name`
-        // (docs/redis-lock.md, "Waking one waiter"). Several waiters here on one name each have
-        // their own id, so each is woken by name and none is stranded. Redlock keeps the
-        // broadcast: per-server heads could differ, and no server's queue decides.
-        const bool registers = request.kind == lock_kind::exclusive && servers_.size() == 1;
-        std::string waiter;  // the registered id, once it waits
-        // Queued kinds (and registered mutex waiters): once a request may have reached the
-        // server, every exit but a grant runs leave, which also releases (with hand-off) a grant
-        // whose reply we never saw.
-        struct leave_guard {
-            engine* self = nullptr;
-            const lock_protocol* protocol = nullptr;
-            std::string_view name;
-            const std::string* token = nullptr;
-            bool armed = false;
-            ~leave_guard() {
-                if (armed) self->leave_queue(*protocol, name, *token);
-            }
-        } leave{this, protocol, name, &token};
-        if (registers) leave.token = &waiter;  // declared before `leave`: outlives it
-        // The loop's skeleton (give-up order, events) is core/acquire_policy.hpp; here is its I/O.
+        const auto* protocol = check_request(name, request, options, ec);
+        if (!protocol) return {};
+        if (request.reenter) return reenter(*protocol, name, *request.reenter, options, ec);
         using action = dlock::detail::acquire_step::action;
-        using dlock::detail::attempt_report;
-        dlock::detail::acquire_policy policy(options, deadline);
-        const std::string quoted = "lock \"" + std::string(name) + "\"";
-        std::string failure;          // why the latest attempt failed, if it did
-        std::uint64_t seen = 0;       // the notification generation read before the latest attempt
-        bool limit_reported = false;  // a semaphore's other number on the server, said once
-        for (auto step = policy.start();;) {
+        acquire_run run(*this, name, *protocol, request, options, deadline);
+        for (auto step = run.policy.start();;) {
             if (step.what == action::give_up) {
-                if (failure.empty()) failure = policy.give_up_message(step, quoted);
-                fail(ec, step.error, failure);
-                if (step.event) notify({*step.event, name, 0, ec, steady::now()});
+                run.give_up(step, ec);
                 return {};
             }
             if (step.event) notify({*step.event, name, 0, {}, steady::now()});
-            if (step.what == action::subscribe) {
-                // Register for the release (or hand-off) notification, then attempt again at
-                // once: a release between the first attempt and the subscription is caught by
-                // that attempt. Not needed when the channel was subscribed without a break since
-                // before the first attempt (registered above): then wait right away.
-                bool caught_up = false;
-                if (!waiting && registers) {
-                    waiter = "mutex:" + client_tag_ + "." + dlock::detail::random_token();
-                    waiting.emplace(*subscriber_, channel(name) + ":mutex:" + client_tag_,
-                                    subscriber::wake_mode::all, waiter);
-                } else if (!waiting) {
-                    // A release lets one exclusive waiter in: it wakes one of ours, not all.
-                    const bool one_gets_in =
-                        !protocol->queued && (request.kind == lock_kind::exclusive ||
-                                              request.kind == lock_kind::reentrant);
-                    waiting.emplace(
-                        *subscriber_, protocol->queued ? handoff_channel : channel(name),
-                        one_gets_in ? subscriber::wake_mode::one : subscriber::wake_mode::all,
-                        protocol->queued ? token : std::string());
-                } else {
-                    caught_up = policy.attempts() == 1 && waiting->subscribed_throughout();
-                }
-                if (!caught_up) {
-                    waiting->wait_subscribed(
-                        std::min(deadline, deadline_after(steady::now(), config_.command_timeout)),
-                        options.cancel);
-                }
-                step = policy.subscribed(caught_up);
-                continue;
-            }
-            if (step.what == action::wait) {
-                waiting->wait(seen, step.until, options.cancel);
-                if (protocol->queued) {
-                    // Direct hand-off: the releaser made us the owner and told us the fencing
-                    // token, so no round trip is needed. Only the latest message is kept, and
-                    // messages arrive in the order they were published, so a stale one never
-                    // hides the grant of our current entry; one for an older entry (we were
-                    // paused past its hand-off lease and re-queued since) carries an older ticket
-                    // and is ignored.
-                    const auto text = waiting->last_message();  // `message` points into it
-                    const auto message = parse_handoff(text);
-                    if (message && ticket != 0 && message->ticket == ticket &&
-                        message->token == token) {
-                        const auto bound = std::min(refresh_lease, handoff_lease);
-                        const auto valid =
-                            dlock::detail::valid_until(refreshed_at, bound, config_.drift);
-                        if (steady::now() < valid) {
-                            auto lease = grant(name, token, message->fence, options, request.kind,
-                                               refreshed_at, valid, true);
-                            leave.armed = false;
-                            return lease;
-                        }
-                        // Ours, but its validity passed while we were paused: discard it. The
-                        // refresh that follows answers {1, fence} if the key still names us,
-                        // else queues us anew with a new ticket, so this message never matches
-                        // again.
-                    }
-                }
-                step = policy.woke();
-                continue;
-            }
-            // action::attempt. Read the generation BEFORE the attempt: a release after a failed
-            // attempt bumps it.
-            seen = waiting ? waiting->generation() : 0;
-            if (!protocol->queued && policy.attempts() > 0)
-                token = new_token(request.kind, client_tag_);
-            const auto sent = steady::now();
-            const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
-            if (protocol->queued || !waiter.empty()) leave.armed = true;
-            const auto result = attempt(*protocol, name, token, lease_ms, request, node_timeout,
-                                        highest_ticket, deadline, waiter);
-            if (result.recorded_limit > 0 && !limit_reported) {
-                // Not an error: the server's number decides, and this caller may have been
-                // started before an operator changed it. Said once per acquire call.
-                limit_reported = true;
-                report_error(
-                    make_error_code(errc::invalid_argument),
-                    dlock::detail::permits_mismatch(
-                        quoted, static_cast<std::uint64_t>(result.recorded_limit), request.limit));
-            }
-            if (result.granted) {
-                if (waiting) waiting->granted();
-                auto lease =
-                    grant(name, token, result.fencing_token, options, request.kind, sent,
-                          dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
-                leave.armed = false;
-                return lease;
-            }
-            if (result.granting + result.holding < quorum()) {
-                // Not contention: too few servers answered for any quorum.
-                std::error_code code = result.error;
-                failure = result.failures;
-                if (servers_.size() > 1) {
-                    code = make_error_code(errc::quorum_unreachable);
-                    failure = quoted + ": no quorum (" + std::to_string(quorum()) + " of " +
-                              std::to_string(servers_.size()) +
-                              ") could be reached: " + result.failures;
-                }
-                step = policy.next(steady::now(), attempt_report::failed(code));
-                continue;
-            }
-            if (protocol->queued && result.holding > 0) {
-                // A "not yet" without a ticket (0) matches no grant message: such a wait ends
-                // through a refresh answering {1, fence}.
-                ticket = result.ticket;
-                highest_ticket = std::max(highest_ticket, ticket);
-                refreshed_at = sent;
-                refresh_lease = lease_ms;
-            }
-            const auto now = steady::now();
-            // Pub/sub is lossy and a crashed holder sends nothing: the holder's remaining lease
-            // bounds the sleep. Unknown expiry (a key set without one): re-check after our lease.
-            // A free mutex reserved as another waiter's turn answers the turn's remaining time
-            // (docs/redis-lock.md, "Waking one waiter"): a turn that runs out publishes nothing.
-            // A queued waiter also refreshes its liveness on time (that refresh is the bounded
-            // re-check for a missed hand-off).
-            auto fallback =
-                result.holder_ms >= 0 ? std::chrono::milliseconds(result.holder_ms) : lease_ms;
-            // So does a registered mutex waiter: its entry's liveness, and the bound on how long
-            // a woken head that never takes the lock (paused, dead) delays the others.
-            if (protocol->queued || !waiter.empty())
-                fallback = std::min(fallback, waiter_liveness / 3);
-            auto retry_at = deadline_after(now, fallback) +
-                            std::chrono::nanoseconds(dlock::detail::random_jitter_ns(2'000'000));
-            if (result.granting > 0) {
-                // A split vote between contenders: retry after a random delay so they do not
-                // split again in lock step.
-                const auto spread =
-                    std::chrono::duration_cast<std::chrono::nanoseconds>(2 * node_timeout).count();
-                retry_at = std::min(retry_at, now + std::chrono::nanoseconds(
-                                                        dlock::detail::random_jitter_ns(spread)));
-            }
-            step = policy.next(now, attempt_report::contended(retry_at));
+            if (step.what == action::done) return std::move(run.granted);
+            step = step.what == action::subscribe ? run.subscribe()
+                   : step.what == action::wait    ? run.wait(step.until)
+                                                  : run.attempt();
         }
     } catch (const std::bad_alloc&) {
         fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");

@@ -128,6 +128,13 @@ private:
     };
     fan_out run_on_every_server(const std::shared_ptr<const std::vector<script_call>>& call);
 
+    /// acquire_until's checks before any I/O (name, options, kind on this many servers, permits,
+    /// reenter): the kind's protocol, or nullptr with `ec` set.
+    const lock_protocol* check_request(std::string_view name, const lock_request& request,
+                                       const lock_options& options, std::error_code& ec) const;
+    /// One acquire_until call: its policy, waiter strategy (waiter.hpp) and subscription, and
+    /// the I/O of each step of the loop (engine.cpp).
+    struct acquire_run;
     struct attempt_outcome;
     /// One acquire script run on every server. `ticket_floor` (queued kinds): the highest queue
     /// ticket this waiter was told so far; a new queue entry gets a higher one. `waiter`

@@ -1,0 +1,105 @@
+// The pure rules of the Redis acquire path, free of I/O and of the clock (callers pass `now`):
+// the hand-off message and the ticket rule that decides whether one grants this waiter
+// (docs/lock-family.md, "Hand-off"), the validity of such a grant, and when a contended waiter
+// attempts again without a notification. The engine (engine.cpp) and the waiter strategies
+// (waiter.hpp) do the I/O around them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "core/renewal.hpp"
+#include "core/time.hpp"
+
+namespace dlock::redis::detail {
+
+using dlock::detail::steady;
+
+/// A hand-off message "granted <fencing token> <ticket> <waiter token>", as published by
+/// dlock_publish_grant (src/redis/lua/lib/queue.lua). `token` points into the parsed text.
+struct handoff_message {
+    std::uint64_t fence = 0;
+    std::uint64_t ticket = 0;
+    std::string_view token;
+};
+
+/// Parses a hand-off message; nullopt for anything else (including the forms of earlier
+/// versions, which a refresh then resolves).
+std::optional<handoff_message> parse_handoff(std::string_view m);
+
+/// The client part of a queued kind's token "<kind>:<client>.<random>": everything before the
+/// last '.' (the whole token without one). The client's hand-off channel for a lock is
+/// "<release channel>:<this>".
+std::string_view handoff_client(std::string_view token) noexcept;
+
+/// A grant by hand-off: the fencing token, and the validity counted from the send time of the
+/// refresh that the grant answered.
+struct handoff_grant {
+    std::uint64_t fence = 0;
+    steady::time_point sent;         ///< the refresh's send time (the lease counts from it)
+    steady::time_point valid_until;  ///< sent + min(its lease, handoff_lease) - drift
+};
+
+/// The ticket rule of one queued waiter (docs/lock-family.md): a "granted <fence> <ticket>
+/// <token>" is ours only if it names our token and its ticket is the one our latest refresh
+/// answered "not yet" with. The grant came after the server processed that refresh, so its
+/// validity counts from the refresh's send time, bounded by the hand-off lease and by the lease
+/// that refresh asked for (max_hold included). Not thread-safe: one per acquire call.
+class handoff_ticket {
+public:
+    /// A refresh sent at `sent` asking for `lease` answered "not yet" with `ticket`. A "not
+    /// yet" without a ticket (0) matches no grant message: such a wait ends through a refresh
+    /// answering {1, fence}.
+    void not_yet(std::uint64_t ticket, steady::time_point sent,
+                 std::chrono::milliseconds lease) noexcept;
+    /// The highest ticket this waiter was told so far, sent with each refresh: a new queue entry
+    /// gets a higher one.
+    std::uint64_t floor() const noexcept { return highest_; }
+    /// The ticket of the latest "not yet"; 0: none yet (or that reply carried none).
+    std::uint64_t current() const noexcept { return ticket_; }
+    /// Whether `message` (a hand-off channel's latest payload) grants the current entry of the
+    /// waiter whose token is `token`, and the grant is still valid at `now`. nullopt otherwise:
+    /// not a grant, another waiter's, an older entry's (a paused waiter re-queued since), or ours
+    /// with its validity passed (the next refresh answers {1, fence} if the key still names us,
+    /// else re-queues us with a new ticket, so the message never matches again).
+    std::optional<handoff_grant> accept(std::string_view message, std::string_view token,
+                                        steady::time_point now,
+                                        dlock::detail::drift_model drift) const;
+
+private:
+    std::uint64_t ticket_ = 0;
+    std::uint64_t highest_ = 0;
+    steady::time_point refreshed_at_ = steady::time_point::min();
+    std::chrono::milliseconds refresh_lease_{0};
+};
+
+/// A uniformly random value in [0, bound_ns] (dlock::detail::random_jitter_ns; tests pass a
+/// fixed one).
+using jitter_source = long long (*)(long long bound_ns) noexcept;
+
+/// What a contended attempt found, as far as the re-check time goes.
+struct contention {
+    /// The holder's smallest remaining lease among the servers that hold, or the remaining time
+    /// of another waiter's mutex turn; -1: unknown (a key set without an expiry).
+    std::int64_t holder_ms = -1;
+    /// Servers whose grant to us landed although no quorum did (a split vote).
+    std::size_t granting = 0;
+};
+
+/// When a contended waiter attempts again even without a notification. Pub/sub is lossy and a
+/// crashed holder sends nothing: the holder's remaining lease bounds the sleep (unknown: our own
+/// `lease`). A free mutex reserved as another waiter's turn answers the turn's remaining time
+/// (docs/redis-lock.md, "Waking one waiter"): a turn that runs out publishes nothing.
+/// `keeps_entry_alive` (a queued waiter, a registered mutex waiter): also by waiter_liveness / 3,
+/// the refresh of its entry's liveness, which is also the bounded re-check for a missed
+/// hand-off and bounds how long a woken head that never takes the lock delays the others. Plus
+/// up to 2 ms of jitter. A split vote (`granting` > 0) retries after a random delay of up to
+/// 2 * node_timeout instead, if sooner, so contenders do not split again in lock step.
+steady::time_point retry_at(steady::time_point now, const contention& found,
+                            std::chrono::milliseconds lease, bool keeps_entry_alive,
+                            std::chrono::milliseconds node_timeout, jitter_source jitter);
+
+}  // namespace dlock::redis::detail

@@ -1,0 +1,33 @@
+#include "redis/waiter.hpp"
+
+#include "core/token.hpp"
+
+namespace dlock::redis::detail {
+
+const std::string waiter_strategy::none_;
+
+std::string waiter_strategy::new_token() const {
+    auto token = dlock::detail::random_token();
+    if (context_.kind == lock_kind::fair) return "fair:" + context_.client_tag + "." + token;
+    if (context_.kind == lock_kind::write) return "write:" + context_.client_tag + "." + token;
+    return token;
+}
+
+steady::time_point waiter_strategy::retry_after(const contended_attempt& attempt,
+                                                bool keeps_entry_alive,
+                                                steady::time_point now) const {
+    return retry_at(now, attempt.found, attempt.lease, keeps_entry_alive, context_.node_timeout,
+                    context_.jitter);
+}
+
+std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued,
+                                             std::size_t servers) {
+    if (queued) return std::make_unique<queued_waiter>(std::move(context));
+    // Redlock keeps the broadcast: per-server heads of the mutex waiters could differ, and no
+    // server's queue decides.
+    if (context.kind == lock_kind::exclusive && servers == 1)
+        return std::make_unique<turn_waiter>(std::move(context));
+    return std::make_unique<broadcast_waiter>(std::move(context));
+}
+
+}  // namespace dlock::redis::detail

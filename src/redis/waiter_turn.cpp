@@ -1,0 +1,35 @@
+// turn_waiter (waiter.hpp): the exclusive kind on one server (docs/redis-lock.md, "Waking one
+// waiter").
+#include "redis/waiter.hpp"
+
+#include "core/token.hpp"
+
+namespace dlock::redis::detail {
+
+const std::string& turn_waiter::next_token() {
+    token_ = new_token();  // a fresh owner token per attempt, as broadcast_waiter
+    return token_;
+}
+
+const std::string* turn_waiter::leaves_as() const noexcept {
+    // Registered (it waited once): every exit but a grant removes the registration.
+    return waiter_.empty() ? nullptr : &waiter_;
+}
+
+wait_target turn_waiter::subscribe() {
+    // From its first wait on, the waiter registers among the mutex waiters under an id of its
+    // own, and a release wakes only their live head, on this client's channel for the lock.
+    // Several waiters here on one name each have their own id, so each is woken by name and none
+    // is stranded.
+    waiter_ = "mutex:" + context_.client_tag + "." + dlock::detail::random_token();
+    return {context_.release_channel + ":mutex:" + context_.client_tag, false, waiter_};
+}
+
+steady::time_point turn_waiter::contended(const contended_attempt& attempt,
+                                          steady::time_point now) {
+    // Registered: the entry's liveness is refreshed on time, which also bounds how long a woken
+    // head that never takes the lock (paused, dead) delays the others.
+    return retry_after(attempt, !waiter_.empty(), now);
+}
+
+}  // namespace dlock::redis::detail
