@@ -164,7 +164,7 @@ TEST(RedisErrors, ServerThatAnswersGarbage) {
     fake_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
     dlock::redis::client redis({.url = http.url(), .command_timeout = scaled(1s)});
     expect_error([&] { (void)redis.acquire(unique_name()); }, dlock::errc::protocol_error,
-                 "invalid reply");
+                 "not a Redis server");
 }
 
 TEST(RedisErrors, WrongPasswordAndMissingPassword) {
