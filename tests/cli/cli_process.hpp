@@ -70,4 +70,20 @@ cli_result run_cli(std::vector<std::string> args, const cli_options& options = {
 /// The whole content of `path`, or "" if it does not exist (marker files written by commands).
 std::string read_text(const std::string& path);
 
+/// dlock's documented exit statuses (docs/cli.md, "Exit statuses"), named once for every CLI test.
+namespace exit_status {
+constexpr int ok = 0;
+constexpr int demo_failed = 1;
+constexpr int not_held = 3;  // dlock status
+constexpr int usage = 64;
+constexpr int unavailable = 69;
+constexpr int unreachable = 74;
+constexpr int conflict = 75;
+constexpr int server_error = 76;
+constexpr int auth_failed = 77;
+constexpr int lock_lost = 79;
+constexpr int max_hold = 124;
+constexpr int not_found = 127;
+}  // namespace exit_status
+
 }  // namespace dlock::test

@@ -39,16 +39,7 @@ using dlock::test::run_cli;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
 
-// dlock's documented exit statuses (docs/cli.md).
-constexpr int usage = 64;
-constexpr int unavailable = 69;
-constexpr int unreachable = 74;
-constexpr int conflict = 75;
-constexpr int auth_failed = 77;
-constexpr int lock_lost = 79;
-constexpr int max_hold = 124;
-constexpr int not_found = 127;
-constexpr int not_held = 3;  // dlock status
+using namespace dlock::test::exit_status;  // the documented exit statuses
 
 std::string url() { return shared_redis().url(); }
 

@@ -23,10 +23,7 @@ using dlock::test::run_cli;
 using dlock::test::shared_redis;
 using dlock::test::unique_name;
 
-constexpr int usage = 64;
-constexpr int unavailable = 69;
-constexpr int conflict = 75;
-constexpr int server_error = 76;
+using namespace dlock::test::exit_status;  // the documented exit statuses
 
 std::string url() { return shared_redis().url(); }
 

@@ -41,7 +41,7 @@ using dlock::test::run_cli;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
 
-constexpr int lock_lost = 79;
+using namespace dlock::test::exit_status;  // the documented exit statuses
 
 std::string url() { return shared_redis().url(); }
 
