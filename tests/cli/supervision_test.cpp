@@ -109,6 +109,17 @@ std::vector<log_line> read_log(const std::string& path) {
     }
     return out;
 }
+/// Whether a command started as "(G loop) & echo $! > DIR/gpid; echo $$ > DIR/pid; A loop" has
+/// written both pid files and its grandchild G has logged (waits up to 10 s, scaled).
+bool grandchild_started(const temp_dir& dir, const std::string& log) {
+    return eventually(
+        [&] {
+            const auto l = read_log(log);
+            return exists(dir / "pid") && exists(dir / "gpid") &&
+                   std::count_if(l.begin(), l.end(), [](auto& x) { return x.who == "G"; }) > 0;
+        },
+        10s);
+}
 /// Lines of `who` written between `who2`-start and `who2`-end (the second holder's section).
 std::vector<long long> overlapping(const std::vector<log_line>& log, const std::string& who,
                                    const std::string& section) {
@@ -164,14 +175,7 @@ TEST(Supervision, KillingDlockKillsTheCommandAndWhatItStarted) {
     const std::string script = "(" + with("G") + ") & echo $! > " + (dir / "gpid") +
                                "; echo $$ > " + (dir / "pid") + "; " + with("A");
     cli_process run({"run", "--lease", "1s", "--url", url(), name, "--", "sh", "-c", script});
-    ASSERT_TRUE(eventually(
-        [&] {
-            const auto l = read_log(log);
-            return exists(dir / "pid") && exists(dir / "gpid") &&
-                   std::count_if(l.begin(), l.end(), [](auto& x) { return x.who == "G"; }) > 0;
-        },
-        10s))
-        << run.err();
+    ASSERT_TRUE(grandchild_started(dir, log)) << run.err();
     const pid_t command = pid_in(dir / "pid"), grandchild = pid_in(dir / "gpid");
 
     run.send(SIGKILL);
@@ -262,14 +266,7 @@ TEST(Supervision, StoppedDlockHasItsCommandKilledBeforeTheLeaseEnds) {
                                "; echo $$ > " + (dir / "pid") + "; " + ticking("A", 400, log);
     cli_process run(
         {"run", "--lease", ms(scaled(1s)), "--url", url(), name, "--", "bash", "-c", script});
-    ASSERT_TRUE(eventually(
-        [&] {
-            const auto l = read_log(log);
-            return exists(dir / "pid") && exists(dir / "gpid") &&
-                   std::count_if(l.begin(), l.end(), [](auto& x) { return x.who == "G"; }) > 0;
-        },
-        10s))
-        << run.err();
+    ASSERT_TRUE(grandchild_started(dir, log)) << run.err();
     const pid_t command = pid_in(dir / "pid"), grandchild = pid_in(dir / "gpid");
 
     run.send(SIGSTOP);
