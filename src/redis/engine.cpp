@@ -277,6 +277,14 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
 
 bool engine::counts(std::size_t i) const noexcept { return servers_[i]->verified; }
 
+std::vector<connection*> engine::newly_answering(const std::vector<script_batch>& batches) const {
+    std::vector<connection*> answered(servers_.size(), nullptr);
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+        if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
+    }
+    return answered;
+}
+
 void engine::start() {
     worker_ = std::jthread([this](std::stop_token st) { run(st); });
 }
@@ -483,10 +491,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
             if (retry_until == steady::time_point::min())
                 retry_until = batches.front().conn->default_deadline();
             if (identities_pending_) {
-                std::vector<connection*> answered(servers_.size(), nullptr);
-                for (std::size_t i = 0; i < batches.size(); ++i) {
-                    if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
-                }
+                const auto answered = newly_answering(batches);
                 auto until = steady::now();
                 for (const auto* c : answered)
                     if (c) until = std::max(until, c->default_deadline());
@@ -652,11 +657,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         // A server that was down when the client was made and answers now: learn what it is
         // before its vote counts. Only servers that just answered are asked, so one that is still
         // paused or unreachable costs nothing more.
-        std::vector<connection*> answered(servers_.size(), nullptr);
-        for (std::size_t i = 0; i < batches.size(); ++i) {
-            if (!batches[i].ec && !counts(i)) answered[i] = batches[i].conn;
-        }
-        check_identities(answered, deadline_after(steady::now(), node_timeout));
+        check_identities(newly_answering(batches), deadline_after(steady::now(), node_timeout));
     }
 
     attempt_outcome out;

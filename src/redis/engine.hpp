@@ -169,6 +169,9 @@ private:
     /// redis-server would give it two votes: the later one stays unverified and identity_error_
     /// says why. A server that does not answer stays unverified until it does.
     void check_identities(const std::vector<connection*>& conns, steady::time_point deadline);
+    /// The connections of `batches` whose server answered but does not count yet (its identity
+    /// is unchecked), by server index (nullptr elsewhere): what check_identities must ask.
+    std::vector<connection*> newly_answering(const std::vector<script_batch>& batches) const;
     /// Whether server `i`'s answers count toward a quorum: its identity was checked.
     bool counts(std::size_t i) const noexcept;
 
