@@ -36,9 +36,15 @@
 //                    as for `mutex`: --ttl-ms is validated, but a ZooKeeper grant lives with the
 //                    session, not a lease (docs/zookeeper.md). acquire = lock() (a watch on the
 //                    node ahead, no polling); release = unlock() (delete of our node).
+//   etcd             dlock::mutex over dlock::etcd::client (etcd's own lock recipe).
+//   client_options:
+//                    url = etcd://<every --servers entry, the cluster>/dlock-bench, everything
+//                    else at its default (session_ttl 10 s). lock_options as for `mutex`: a grant
+//                    lives with the client's etcd lease (docs/etcd.md). acquire = lock() (a watch
+//                    on the key created just before ours); release = unlock() (a fenced delete).
 //
-// Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,... or zk://),
-// which builds the client named above with its default options and the error handler.
+// Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,..., zk:// or
+// etcd://), which builds the client named above with its default options and the error handler.
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
@@ -281,6 +287,11 @@ std::unique_ptr<lock_driver> make_zk(const config& c) {
     return std::make_unique<mutex_driver<>>(c, "zk://" + server_list(c) + "/dlock-bench");
 }
 #endif
+#if DLOCK_HAS_ETCD
+std::unique_ptr<lock_driver> make_etcd(const config& c) {
+    return std::make_unique<mutex_driver<>>(c, "etcd://" + server_list(c) + "/dlock-bench");
+}
+#endif
 
 using driver_factory = std::function<std::unique_ptr<lock_driver>(const config&)>;
 
@@ -330,6 +341,14 @@ const std::vector<mode_info>& modes() {
              "all "
              "other options at their defaults",
              make_zk},
+#endif
+#if DLOCK_HAS_ETCD
+            {"etcd",
+             "dlock::mutex over dlock::etcd::client (etcd's lock recipe, the keys etcdctl lock "
+             "writes); url etcd://<every --servers entry>/dlock-bench (the cluster), lease "
+             "--ttl-ms (validated; the grant lives with the client's etcd lease), all other "
+             "options at their defaults",
+             make_etcd},
 #endif
     };
     return all;

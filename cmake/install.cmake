@@ -32,6 +32,10 @@ if(TARGET dlock_zk)
   list(APPEND DLOCK_PACKAGE_COMPONENTS zookeeper)
   list(APPEND DLOCK_PACKAGE_TARGETS dlock_zk)
 endif()
+if(TARGET dlock_etcd)
+  list(APPEND DLOCK_PACKAGE_COMPONENTS etcd)
+  list(APPEND DLOCK_PACKAGE_TARGETS dlock_etcd)
+endif()
 list(APPEND DLOCK_PACKAGE_TARGETS dlock)
 
 install(TARGETS ${DLOCK_PACKAGE_TARGETS} EXPORT dlockTargets
@@ -124,6 +128,11 @@ if(TARGET dlock_zk)
   dlock_pkg_config(dlock-zookeeper dlock_zk "dlock: the ZooKeeper backend (dlock::zk)"
     REQUIRES dlock-core PRIVATE_LIBS -lzookeeper_mt)
   list(APPEND dlock_pc_all dlock-zookeeper)
+endif()
+if(TARGET dlock_etcd)
+  dlock_pkg_config(dlock-etcd dlock_etcd "dlock: the etcd backend (dlock::etcd)"
+    REQUIRES dlock-core PRIVATE_REQUIRES grpc++ protobuf)
+  list(APPEND dlock_pc_all dlock-etcd)
 endif()
 dlock_pkg_config(dlock dlock
   "dlock: distributed locks for C++20, every backend of this build and dlock::connect()"

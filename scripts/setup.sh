@@ -25,10 +25,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # prometheus-cpp-dev) are found when a later full setup has installed them.
 BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config redis-server libhiredis-dev googletest
                 libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev libcli11-dev
-                libzookeeper-mt-dev)
+                libzookeeper-mt-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev)
 # Everything the build and the test stages use (scripts/test.sh).
 PACKAGES=("${BUILD_PACKAGES[@]}" redis-tools libbenchmark-dev gnuplot-nox clang-format clang
-          clang-tidy zookeeper iproute2 iptables spin groff-base zsh prometheus-cpp-dev dpkg-dev
+          clang-tidy zookeeper etcd-server etcd-client iproute2 iptables spin groff-base zsh prometheus-cpp-dev dpkg-dev
           file tmux lintian)
 
 sanitize=""
@@ -77,6 +77,13 @@ else
   say "packages: done"
 fi
 if [[ $build == 0 ]]; then exit 0; fi
+
+# etcd's .proto files for the etcd backend's generated stubs (docs/etcd.md): downloaded and
+# unpacked into the build tree once (configuring would do the same when they are missing).
+if ! bash "$ROOT/scripts/fetch-etcd-proto.sh" "$ROOT/$dir/etcd-proto"; then
+  say "etcd .proto files: FAILED (configure with -DDLOCK_WITH_ETCD=OFF to build without etcd)" >&2
+  exit 1
+fi
 
 # --- configure + build ------------------------------------------------------------------------
 jobs=$(nproc)

@@ -5,7 +5,8 @@
 #                             ASan+UBSan build (all labels), TSan build (labels unit and integration),
 #                             Release build (shared libraries; everything, unit tests), install and
 #                             packages (tests/consumer/run.sh on the Release and plain trees),
-#                             ZooKeeper-less build (library, unit tests, connect and CLI tests),
+#                             ZooKeeper- and etcd-less build (library, unit tests, connect and CLI
+#                             tests),
 #                             clang -Wthread-safety build of the library, clang-tidy over src/
 #   scripts/test.sh --quick   plain build only
 #
@@ -189,15 +190,20 @@ stage_install() {
   bash tests/consumer/run.sh build-release build
 }
 
-# Without the ZooKeeper component: configures without libzookeeper-mt, links nothing of it, and
-# the unit, connect() and CLI tests pass (ZooKeeper tests are compiled out).
+# Without the ZooKeeper and etcd components: configures without libzookeeper-mt and gRPC, links
+# nothing of them, and the unit, connect() and CLI tests pass (their tests are compiled out); nor
+# does this tree compile etcd's generated stubs.
 stage_nozk() {
   # -O2 like the plain tree (the same optimizer warnings), without debug information (nobody
   # debugs in this tree; about 20% less compile time).
   configure_tree build-nozk -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" \
-    -DDLOCK_WITH_ZOOKEEPER=OFF || return
+    -DDLOCK_WITH_ZOOKEEPER=OFF -DDLOCK_WITH_ETCD=OFF || return
   if grep -q zookeeper_mt build-nozk/build.ninja; then
     echo "build-nozk links libzookeeper_mt although DLOCK_WITH_ZOOKEEPER=OFF" >&2
+    return 1
+  fi
+  if grep -q 'grpc++' build-nozk/build.ninja; then
+    echo "build-nozk links gRPC although DLOCK_WITH_ETCD=OFF" >&2
     return 1
   fi
   ninja -C build-nozk unit_tests connect_test cli_test || return

@@ -16,6 +16,9 @@
 #if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
 #endif
+#if DLOCK_HAS_ETCD
+#include <dlock/etcd/client.hpp>
+#endif
 
 namespace dlock {
 namespace {
@@ -29,6 +32,10 @@ std::string accepted_forms() {
 #if DLOCK_HAS_ZOOKEEPER
     if (!out.empty()) out += " or ";
     out += "zk://host:port[,host:port...][/base]";
+#endif
+#if DLOCK_HAS_ETCD
+    if (!out.empty()) out += " or ";
+    out += "etcd://host:port[,host:port...][/prefix]";
 #endif
     return out;
 }
@@ -49,13 +56,14 @@ struct known_scheme {
 
 constexpr std::string_view redis_component = "the Redis backend (DLOCK_WITH_REDIS)";
 constexpr std::string_view zk_component = "the ZooKeeper backend (DLOCK_WITH_ZOOKEEPER)";
+constexpr std::string_view etcd_component = "the etcd backend (DLOCK_WITH_ETCD)";
 constexpr known_scheme known_schemes[] = {
     {"redis", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
     {"rediss", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
     {"unix", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
     {"redlock", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redlock},
     {"zk", zk_component, DLOCK_HAS_ZOOKEEPER != 0, false, service_kind::zookeeper},
-    {"etcd", "etcd", false, true, service_kind::redis},
+    {"etcd", etcd_component, DLOCK_HAS_ETCD != 0, false, service_kind::etcd},
     {"redis+sentinel", "Redis Sentinel", false, true, service_kind::redis},
     {"redis-sentinel", "Redis Sentinel", false, true, service_kind::redis},
     {"sentinel", "Redis Sentinel", false, true, service_kind::redis},
@@ -117,6 +125,7 @@ const char* to_string(service_kind kind) noexcept {
         case service_kind::redis: return "redis";
         case service_kind::redlock: return "redlock";
         case service_kind::zookeeper: return "zookeeper";
+        case service_kind::etcd: return "etcd";
     }
     return "unknown";
 }
@@ -218,6 +227,21 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                                  .error_handler = std::move(options.error_handler)};
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
             return std::make_unique<zk::client>(std::move(o));
+        }
+#endif
+#if DLOCK_HAS_ETCD
+        case service_kind::etcd: {
+            if (options.key_prefix) {
+                fail(errc::invalid_argument, full,
+                     "a key prefix applies to Redis and Redlock; an etcd:// URL names its key "
+                     "prefix instead (etcd://host:port/prefix)");
+            }
+            etcd::client_options o{.url = std::move(parsed.servers.front()),
+                                   .observer = std::move(options.observer),
+                                   .error_handler = std::move(options.error_handler)};
+            if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
+            if (options.command_timeout) o.command_timeout = *options.command_timeout;
+            return std::make_unique<etcd::client>(std::move(o));
         }
 #endif
         default: break;

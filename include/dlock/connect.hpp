@@ -62,6 +62,7 @@ enum class service_kind : std::uint8_t {
     redis,      ///< redis://, rediss://, unix://
     redlock,    ///< redlock://
     zookeeper,  ///< zk://
+    etcd,       ///< etcd://
 };
 
 const char* to_string(service_kind kind) noexcept;

@@ -4,6 +4,7 @@
 #include <dlock/url.hpp>
 
 #include <cctype>
+#include <charconv>
 #include <utility>
 #include <vector>
 
@@ -260,6 +261,57 @@ std::string redact_url(std::string_view url) {
     }
     append_printable(out, url.substr(pos));
     return out;
+}
+
+namespace {
+
+bool valid_port(std::string_view text) {
+    if (text.empty() || text.size() > 5) return false;
+    unsigned value = 0;
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return err == std::errc() && end == text.data() + text.size() && value >= 1 && value <= 65535;
+}
+
+}  // namespace
+
+bool parse_host_port(std::string_view item, std::string_view default_port, std::string& out,
+                     std::string& why) {
+    std::string_view host, port;
+    if (item.starts_with('[')) {
+        const auto close = item.find(']');
+        if (close == std::string_view::npos) {
+            why = "unclosed '[' in host \"" + printable(item) + "\"";
+            return false;
+        }
+        host = item.substr(0, close + 1);
+        const auto rest = item.substr(close + 1);
+        if (!rest.empty()) {
+            if (rest[0] != ':') {
+                why = "unexpected text after ']' in \"" + printable(item) + "\"";
+                return false;
+            }
+            port = rest.substr(1);
+            if (port.empty()) port = "!";
+        }
+    } else {
+        const auto colon = item.find(':');
+        host = item.substr(0, colon);
+        if (colon != std::string_view::npos) {
+            port = item.substr(colon + 1);
+            if (port.empty()) port = "!";
+        }
+    }
+    if (host.empty() || host == "[]") {
+        why = "empty host in \"" + printable(item) + "\"";
+        return false;
+    }
+    if (!port.empty() && !valid_port(port)) {
+        why = "bad port \"" + printable(port == "!" ? "" : port) + "\" in \"" + printable(item) +
+              "\" (must be 1..65535)";
+        return false;
+    }
+    out = std::string(host) + ":" + std::string(port.empty() ? default_port : port);
+    return true;
 }
 
 }  // namespace dlock::detail

@@ -90,4 +90,10 @@ std::vector<std::pair<std::size_t, std::size_t>> secret_spans(std::string_view u
 /// allowed unencoded in user-info.
 std::string redact_url(std::string_view url);
 
+/// One "host[:port]" of a comma-separated server list (zk://, etcd://): `out` is "host:port" with
+/// `default_port` when none is written; an IPv6 host stays in brackets. false with `why` (quoting
+/// the item) for an empty host, an unclosed '[' or a port outside 1..65535.
+bool parse_host_port(std::string_view item, std::string_view default_port, std::string& out,
+                     std::string& why);
+
 }  // namespace dlock::detail

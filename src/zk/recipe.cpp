@@ -18,53 +18,6 @@ constexpr std::string_view default_base = "/dlock";
 constexpr std::size_t guid_length = 32;
 constexpr std::size_t sequence_digits = 10;
 
-bool valid_port(std::string_view text) {
-    if (text.empty() || text.size() > 5) return false;
-    unsigned value = 0;
-    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
-    return err == std::errc() && end == text.data() + text.size() && value >= 1 && value <= 65535;
-}
-
-// One "host[:port]" of the list, with the default port added.
-bool parse_host(std::string_view item, std::string& out, std::string& why) {
-    std::string_view host, port;
-    if (item.starts_with('[')) {
-        const auto close = item.find(']');
-        if (close == std::string_view::npos) {
-            why = "unclosed '[' in host \"" + dlock::detail::printable(item) + "\"";
-            return false;
-        }
-        host = item.substr(0, close + 1);
-        const auto rest = item.substr(close + 1);
-        if (!rest.empty()) {
-            if (rest[0] != ':') {
-                why = "unexpected text after ']' in \"" + dlock::detail::printable(item) + "\"";
-                return false;
-            }
-            port = rest.substr(1);
-            if (port.empty()) port = "!";
-        }
-    } else {
-        const auto colon = item.find(':');
-        host = item.substr(0, colon);
-        if (colon != std::string_view::npos) {
-            port = item.substr(colon + 1);
-            if (port.empty()) port = "!";
-        }
-    }
-    if (host.empty() || host == "[]") {
-        why = "empty host in \"" + dlock::detail::printable(item) + "\"";
-        return false;
-    }
-    if (!port.empty() && !valid_port(port)) {
-        why = "bad port \"" + dlock::detail::printable(port == "!" ? "" : port) + "\" in \"" +
-              dlock::detail::printable(item) + "\" (must be 1..65535)";
-        return false;
-    }
-    out = std::string(host) + ":" + std::string(port.empty() ? "2181" : port);
-    return true;
-}
-
 }  // namespace
 
 zk_endpoint parse_zk_url(std::string_view written, std::error_code& ec) {
@@ -94,7 +47,7 @@ zk_endpoint parse_zk_url(std::string_view written, std::error_code& ec) {
         const auto comma = authority.find(',', start);
         const auto item = authority.substr(start, comma - start);
         std::string host, why;
-        if (!parse_host(item, host, why)) return bad(why);
+        if (!dlock::detail::parse_host_port(item, "2181", host, why)) return bad(why);
         if (!out.hosts.empty()) out.hosts += ',';
         out.hosts += host;
         if (comma == std::string_view::npos) break;

@@ -173,10 +173,17 @@ std::vector<url_case> url_cases(const std::string& redis_hostport, const std::st
         {"zk://", bad, bad},
         {"zk://127.0.0.1:99999", bad, bad},
         {"zk://" + dead + "/x\x01y", bad, bad},
-        // etcd:// and unknown schemes
+    // etcd:// and unknown schemes
+#if DLOCK_HAS_ETCD
+        // run: unreachable; status and demo: not on etcd (69)
+        {"etcd://" + dead, {unreachable, unavailable}},
+        {"etcd://u:" + pw + "@" + dead, bad},
+        {"ETCD://" + dead + "?password=" + pw, bad},
+#else
         {"etcd://" + dead, {unavailable}},
         {"etcd://u:" + pw + "@" + dead, {unavailable}},
         {"ETCD://" + dead + "?password=" + pw, {unavailable}},
+#endif
         {"foo://u:" + pw + "@" + dead, bad},
         {"memcached://" + dead + "/?password=" + pw, bad},
         {"u:" + pw + "@" + dead, bad},

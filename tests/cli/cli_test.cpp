@@ -26,6 +26,11 @@
 #include "shared_redis.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
+#if DLOCK_HAS_ETCD
+#include <dlock/etcd/client.hpp>
+
+#include "etcd_server.hpp"
+#endif
 
 namespace {
 
@@ -989,6 +994,42 @@ TEST(CliZk, RunHoldsAZooKeeperLockWhileTheCommandRuns) {
 }
 #endif  // DLOCK_HAS_ZOOKEEPER
 
+#if DLOCK_HAS_ETCD
+TEST(CliEtcd, RunHoldsAnEtcdLockWithEtcdctlsVariables) {
+    const auto etcd = dlock::test::shared_etcd().url();
+    const auto name = dlock::test::unique_name("etcd");
+    auto r = run_cli({"run", "--url", etcd, name, "--", "sh", "-c",
+                      "echo \"$ETCD_LOCK_KEY $ETCD_LOCK_REV $DLOCK_FENCING_TOKEN\"; exit 7"});
+    EXPECT_EQ(r.status, 7) << r.err;
+    std::istringstream words(r.out);
+    std::string key, rev, token;
+    words >> key >> rev >> token;
+    EXPECT_EQ(key.rfind(name + "/", 0), 0u) << r.out;  // the key etcdctl lock NAME would hold
+    EXPECT_EQ(rev, token) << r.out;
+    EXPECT_FALSE(rev.empty()) << r.out;
+    {
+        // While another client holds it, a --no-wait run is a conflict.
+        dlock::etcd::client holder({.url = etcd});
+        auto held = holder.acquire(name, {.wait = 10s});
+        r = run_cli({"run", "--no-wait", "--url", etcd, name, "--", "echo", "ran"});
+        EXPECT_EQ(r.status, conflict) << r.err;
+        EXPECT_EQ(r.out, "");
+    }
+    for (const auto& refused : std::vector<std::vector<std::string>>{
+             {"run", "--key-prefix", "p", "--url", etcd, name, "--", "true"},
+             {"run", "--lease", "5s", "--url", etcd, name, "--", "true"},
+             {"run", "--shared", "--url", etcd, name, "--", "true"}}) {
+        r = run_cli(refused);
+        EXPECT_EQ(r.status, unavailable) << refused[1] << "\n" << r.err;
+        expect_one_line(r);
+    }
+    const auto nobody = "etcd://127.0.0.1:" + std::to_string(dlock::test::free_port());
+    r = run_cli({"run", "--url", nobody, name, "--", "true"});
+    EXPECT_EQ(r.status, 74) << r.err;
+    expect_one_line(r);
+}
+#endif  // DLOCK_HAS_ETCD
+
 TEST(CliBadInput, NotAvailableInThisBuild) {
     const std::string u = url();
     const std::vector<bad_input> cases = {
@@ -997,7 +1038,9 @@ TEST(CliBadInput, NotAvailableInThisBuild) {
          unavailable,
          "not available on Redlock"},
         {{"run", "--url", "rediss://127.0.0.1:6380", "n", "--", "true"}, unavailable, "TLS"},
+#if !DLOCK_HAS_ETCD
         {{"status", "--url", "etcd://127.0.0.1:2379", "n"}, unavailable, "etcd:// URLs"},
+#endif
         {{"demo", "--backend", "zk"}, unavailable, "keeps its stock in Redis"},
     };
     for (const auto& c : cases) {

@@ -23,6 +23,7 @@
 // CMakeLists.txt, and its row in CONTRIBUTING.md.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -36,6 +37,9 @@
 #if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
 #endif
+#if DLOCK_HAS_ETCD
+#include <dlock/etcd/client.hpp>
+#endif
 
 #include "memory_backend.hpp"
 #include "redis_fleet.hpp"
@@ -43,6 +47,9 @@
 #include "test_env.hpp"
 #if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
+#endif
+#if DLOCK_HAS_ETCD
+#include "etcd_server.hpp"
 #endif
 
 namespace dlock::test::conformance {
@@ -154,6 +161,36 @@ struct zookeeper {
     static std::size_t leftovers(backend& b, const std::string& name) { return queued(b, name); }
 };
 #endif  // DLOCK_HAS_ZOOKEEPER
+
+#if DLOCK_HAS_ETCD
+struct etcd {
+    static constexpr const char* label = "etcd";
+    /// exclusive and fair are one recipe, one queue of keys per name.
+    static constexpr bool lock_kinds_share_a_queue = true;
+    static constexpr bool cross_process = true;
+    /// etcd's lock recipe is the exclusive (and fair) lock only (docs/etcd.md).
+    static bool lacks(lock_kind kind) {
+        return kind != lock_kind::exclusive && kind != lock_kind::fair;
+    }
+    static std::size_t max_name() { return dlock::etcd::max_name_length; }
+    static std::unique_ptr<backend> make() { return make_child(child_args(), {}); }
+    static std::vector<std::string> child_args() { return {shared_etcd().url("conformance")}; }
+    /// `session` bounds a dead holder's grant: the etcd lease's TTL (whole seconds, at least 2).
+    static std::unique_ptr<backend> make_child(const std::vector<std::string>& args,
+                                               std::chrono::milliseconds session) {
+        dlock::etcd::client_options options{.url = args.at(0)};
+        if (session > std::chrono::milliseconds::zero())
+            options.session_ttl = std::max<std::chrono::milliseconds>(
+                std::chrono::ceil<std::chrono::seconds>(session), std::chrono::seconds(2));
+        return std::make_unique<dlock::etcd::client>(std::move(options));
+    }
+    /// Its holder's key and its waiters' keys.
+    static std::size_t queued(backend& b, const std::string& name) {
+        return shared_etcd().count(static_cast<dlock::etcd::client&>(b).key_prefix(name));
+    }
+    static std::size_t leftovers(backend& b, const std::string& name) { return queued(b, name); }
+};
+#endif  // DLOCK_HAS_ETCD
 
 /// The traits of the binary's backend, at run time.
 class service_traits {

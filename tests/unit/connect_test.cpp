@@ -98,7 +98,7 @@ TEST(ParseServiceUrl, UnknownAndMissingSchemes) {
 }
 
 TEST(ParseServiceUrl, ServicesWithoutABackendAreUnsupportedByName) {
-    for (const std::string scheme : {"etcd", "redis+sentinel", "redis-sentinel", "sentinel"}) {
+    for (const std::string scheme : {"redis+sentinel", "redis-sentinel", "sentinel"}) {
         const auto message = parse_error(scheme + "://h:1", dlock::errc::unsupported);
         EXPECT_NE(message.find(scheme + "://"), std::string::npos) << message;
     }
@@ -114,10 +114,21 @@ TEST(ParseServiceUrl, ZooKeeperNeedsItsComponent) {
 #endif
 }
 
+TEST(ParseServiceUrl, EtcdNeedsItsComponent) {
+#if DLOCK_HAS_ETCD
+    const auto parsed = dlock::parse_service_url("ETCD://a:1,b:2/x");
+    EXPECT_EQ(parsed.kind, dlock::service_kind::etcd);
+    EXPECT_STREQ(dlock::to_string(parsed.kind), "etcd");
+#else
+    const auto message = parse_error("etcd://a:1/x", dlock::errc::unsupported);
+    EXPECT_NE(message.find("etcd://"), std::string::npos) << message;
+    EXPECT_NE(message.find("DLOCK_WITH_ETCD"), std::string::npos) << message;
+#endif
+}
+
 TEST(ParseServiceUrl, MessagesNeverShowThePassword) {
-    for (const std::string url :
-         {"redlock://:S3cretPw@a:1,,b:2", "redlock://u:S3cretPw@a:1,a:1", "redlock://S3cretPw@a,a",
-          "foo://u:S3cretPw@h", "etcd://u:S3cretPw@h", "u:S3cretPw@h"}) {
+    for (const std::string url : {"redlock://:S3cretPw@a:1,,b:2", "redlock://u:S3cretPw@a:1,a:1",
+                                  "redlock://S3cretPw@a,a", "foo://u:S3cretPw@h", "u:S3cretPw@h"}) {
         try {
             (void)dlock::parse_service_url(url);
             ADD_FAILURE() << "accepted";

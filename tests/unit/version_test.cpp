@@ -26,6 +26,9 @@ TEST(Version, CompiledBackendsAreThoseOfConfigHpp) {
 #if DLOCK_HAS_ZOOKEEPER
     expected.push_back("zookeeper");
 #endif
+#if DLOCK_HAS_ETCD
+    expected.push_back("etcd");
+#endif
     const auto backends = dlock::compiled_backends();
     EXPECT_EQ(std::vector<std::string_view>(backends.begin(), backends.end()), expected);
 }

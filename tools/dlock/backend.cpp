@@ -1,5 +1,9 @@
 #include "backend.hpp"
 
+#if DLOCK_HAS_ETCD
+#include <dlock/etcd/client.hpp>
+#endif
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -119,7 +123,8 @@ service_url parse_service_url(std::string_view url) {
         auto parsed = dlock::parse_service_url(url);
         return {.redlock = parsed.kind == dlock::service_kind::redlock,
                 .servers = std::move(parsed.servers),
-                .zk = parsed.kind == dlock::service_kind::zookeeper};
+                .zk = parsed.kind == dlock::service_kind::zookeeper,
+                .etcd = parsed.kind == dlock::service_kind::etcd};
     } catch (const dlock::error& e) {
         throw to_cli_error(e, url);
     }
@@ -153,12 +158,24 @@ lock_service::lock_service(const server_options& server, service_callbacks cb)
                                        .observer = std::move(cb.observer),
                                        .error_handler = std::move(cb.error_handler),
                                        .command_timeout = server.command_timeout};
-        // A zk:// URL names its base path itself; --key-prefix is for the Redis family.
-        if (kind_ != dlock::service_kind::zookeeper) options.key_prefix = key_prefix;
+        // zk:// and etcd:// URLs name their base path or key prefix themselves; --key-prefix is
+        // for the Redis family.
+        if (kind_ != dlock::service_kind::zookeeper && kind_ != dlock::service_kind::etcd)
+            options.key_prefix = key_prefix;
         backend_ = dlock::connect(url, std::move(options));
     } catch (const dlock::error& e) {
         throw to_cli_error(e, url);
     }
+}
+
+std::string lock_service::etcd_key(const dlock::lease& lease) const {
+#if DLOCK_HAS_ETCD
+    if (const auto* etcd = dynamic_cast<const dlock::etcd::client*>(backend_.get()))
+        return etcd->key_of(lease);
+#else
+    (void)lease;
+#endif
+    return {};
 }
 
 std::size_t lock_service::quorum() const noexcept {
@@ -168,7 +185,7 @@ std::size_t lock_service::quorum() const noexcept {
 }
 
 std::vector<dlock::redis::client*> lock_service::servers() {
-    if (kind_ == dlock::service_kind::zookeeper) return {};
+    if (kind_ == dlock::service_kind::zookeeper || kind_ == dlock::service_kind::etcd) return {};
     if (auto* single = dynamic_cast<dlock::redis::client*>(backend_.get())) return {single};
     if (inspectors_.empty()) {
         for (const auto& u : urls_) {
@@ -193,7 +210,10 @@ dlock::redis::client& lock_service::first_redis_server(std::string_view what) {
         throw cli_error(exit_status::unavailable,
                         fmt::format("{} needs a Redis server (redis://, unix:// or redlock://), "
                                     "not {}://",
-                                    what, is_zk() ? "zk" : "this"));
+                                    what,
+                                    is_zk()     ? "zk"
+                                    : is_etcd() ? "etcd"
+                                                : "this"));
     }
     return *all.front();
 }

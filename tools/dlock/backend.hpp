@@ -5,7 +5,8 @@
 //   unix://[user:password@]/path[?db=N&user=U&password=P]             one Redis server
 //   redlock://[user:password@]host:port,host:port,...[/db][?...]        a Redlock quorum
 //   zk://host:port[,host:port...][/base]                              a ZooKeeper ensemble
-//   rediss://  etcd://                                                not in this build (status 69)
+//   etcd://host:port[,host:port...][/prefix]                          an etcd cluster
+//   rediss://                                                         not in this build (status 69)
 #pragma once
 
 #include <dlock/backend.hpp>
@@ -65,10 +66,11 @@ struct service_url {
     bool redlock = false;
     std::vector<std::string> servers{};  ///< one redis:// (or unix://) URL per server
     bool zk = false;                     ///< servers holds the one zk:// URL
+    bool etcd = false;                   ///< servers holds the one etcd:// URL
 };
 
 /// Splits `url` into its servers (dlock::parse_service_url). Throws cli_error: unavailable for
-/// the schemes of backends this build does not have (etcd://, zk:// without ZooKeeper), usage for
+/// the schemes of backends this build does not have (zk:// or etcd:// without them), usage for
 /// a malformed URL or redlock:// list.
 service_url parse_service_url(std::string_view url);
 
@@ -100,6 +102,9 @@ public:
     dlock::backend& backend() noexcept { return *backend_; }
     bool is_redlock() const noexcept { return kind_ == dlock::service_kind::redlock; }
     bool is_zk() const noexcept { return kind_ == dlock::service_kind::zookeeper; }
+    bool is_etcd() const noexcept { return kind_ == dlock::service_kind::etcd; }
+    /// The etcd key `lease` holds (etcdctl lock's ETCD_LOCK_KEY); empty on other services.
+    std::string etcd_key(const dlock::lease& lease) const;
     /// Servers needed for a grant: N/2+1 for Redlock, 1 for a single server.
     std::size_t quorum() const noexcept;
     const std::vector<std::string>& server_urls() const noexcept { return urls_; }

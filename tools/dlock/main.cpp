@@ -57,6 +57,7 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   unix://[user:password@]/path/to.sock        one Redis server on a Unix socket
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
+  etcd://h1:p1,h2:p2,h3:p3[/prefix]           an etcd cluster (etcdctl lock's keys)
 Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
 $DLOCK_PASSWORD to a password in the URL (every user can read command lines).)";
 
@@ -67,9 +68,10 @@ by the signal that killed the command):
     0  dlock status: the lock is held (and every command: success)
     3  dlock status: the lock is not held (free)
    64  bad command line or option value (unknown option, bad duration, bad URL)
-   69  not available in this build or on this backend (rediss://, etcd://; --fair,
-       --shared, --write, --permits, set-permits on redlock://; --lease, --key-prefix
-       on zk://; dlock demo on zk://), or redis-server not installed for `dlock demo`
+   69  not available in this build or on this backend (rediss://; --fair, --shared,
+       --write, --permits, set-permits on redlock://; --lease, --key-prefix on zk://
+       and etcd://; --shared, --write, --permits, status on etcd://; dlock demo on
+       zk:// and etcd://), or redis-server not installed for `dlock demo`
    70  internal error in dlock
    71  operating-system error (signalfd, spawn; the watchdog process died)
    74  lock server unreachable or not answering in time (Redlock: no quorum)
@@ -95,8 +97,9 @@ options and its own "--" too). A "--" right before NAME ends dlock's options (a 
 start with '-'); one right after NAME is dropped.
 
 The command gets DLOCK_NAME and DLOCK_FENCING_TOKEN (a number larger than every earlier holder's:
-pass it to the resource you protect so it can reject stale writers), and no credentials. It runs
-in a process group of its own, which gets the terminal while dlock has it; SIGINT, SIGTERM,
+pass it to the resource you protect so it can reject stale writers), on etcd:// also etcdctl
+lock's ETCD_LOCK_KEY and ETCD_LOCK_REV, and no credentials. It runs in a process group of its
+own, which gets the terminal while dlock has it; SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGTSTP sent to dlock are passed to that group (signals
 dlock was started with ignored stay ignored). If the lock is lost, or dlock is killed, the group
 is stopped: SIGTERM, then SIGKILL after --grace (SIGKILL at once if dlock was killed). A helper,
@@ -311,6 +314,12 @@ server_options server_args::resolve(const CLI::App* cmd) const {
                         "--key-prefix does not apply to zk://: a ZooKeeper lock lives under the "
                         "URL's base path (zk://host:port/base)");
     }
+    if (cmd->get_option("--key-prefix")->count() > 0 && parse_service_url(full).etcd) {
+        // Not ignored silently: etcd locks live under the URL's key prefix.
+        throw cli_error(exit_status::unavailable,
+                        "--key-prefix does not apply to etcd://: an etcd lock's keys start with "
+                        "the URL's prefix (etcd://host:port/prefix)");
+    }
     server_options out{full, key_prefix};
     if (cmd->get_option("--connect-timeout")->count() > 0) {
         out.connect_timeout =
@@ -484,6 +493,13 @@ private:
                             "as the client's session, which dlock keeps alive, and is lost within "
                             "the session timeout (the server clamps it to 2-20 x its tickTime) "
                             "after dlock dies; leave --lease out");
+        }
+        if (given("--lease") && parse_service_url(o.server.url).etcd) {
+            // Not ignored silently: on etcd the client's etcd lease bounds a lock.
+            throw cli_error(exit_status::unavailable,
+                            "run: --lease does not apply to etcd://: an etcd lock lives by the "
+                            "client's etcd lease (TTL 10 s, kept alive by dlock), and is lost "
+                            "within that TTL after dlock dies; leave --lease out");
         }
         o.wait = no_wait_           ? std::chrono::milliseconds::zero()
                  : !given("--wait") ? dlock::forever

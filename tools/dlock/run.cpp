@@ -124,8 +124,12 @@ std::vector<int> watched_signals() {
 const std::vector<int> quiet_signals = {SIGTTOU, SIGTTIN};
 
 /// dlock's environment plus DLOCK_NAME and DLOCK_FENCING_TOKEN (replacing inherited ones),
-/// without credentials: DLOCK_PASSWORD, and DLOCK_URL when it carries a password.
-std::vector<std::string> command_environment(const std::string& name, std::uint64_t token) {
+/// without credentials: DLOCK_PASSWORD, and DLOCK_URL when it carries a password. On etcd also
+/// ETCD_LOCK_KEY and ETCD_LOCK_REV, as `etcdctl lock NAME -- command` sets them (the key and its
+/// create revision, which is the fencing token).
+std::vector<std::string> command_environment(const std::string& name, const dlock::lease& lease,
+                                             const std::string& etcd_key) {
+    const bool etcd = !etcd_key.empty();
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
         const std::string_view entry(*e);
@@ -133,11 +137,17 @@ std::vector<std::string> command_environment(const std::string& name, std::uint6
             entry.starts_with("DLOCK_PASSWORD=")) {
             continue;
         }
+        if (etcd && (entry.starts_with("ETCD_LOCK_KEY=") || entry.starts_with("ETCD_LOCK_REV=")))
+            continue;
         if (entry.starts_with("DLOCK_URL=") && has_password(entry.substr(10))) continue;
         env.emplace_back(entry);
     }
     env.push_back("DLOCK_NAME=" + name);
-    env.push_back("DLOCK_FENCING_TOKEN=" + std::to_string(token));
+    env.push_back("DLOCK_FENCING_TOKEN=" + std::to_string(lease.fencing_token()));
+    if (etcd) {
+        env.push_back("ETCD_LOCK_KEY=" + etcd_key);
+        env.push_back("ETCD_LOCK_REV=" + std::to_string(lease.fencing_token()));
+    }
     return env;
 }
 
@@ -453,7 +463,8 @@ private:
                                             pid));
             }
         }
-        command_child child(o_.command, command_environment(o_.name, lease.fencing_token()));
+        command_child child(o_.command,
+                            command_environment(o_.name, lease, service_.etcd_key(lease)));
         if (child.pid() < 0) throw spawn_failure(child.error());
         const pid_t group = child.pid();  // the group's id
         watchdog_.watch(group);

@@ -1,0 +1,47 @@
+#include <dlock/etcd/client.hpp>
+
+#include "core/fork.hpp"
+#include "core/lease_core.hpp"
+#include "etcd/engine.hpp"
+
+namespace dlock::etcd {
+
+class client::impl {
+public:
+    explicit impl(client_options o) : engine(std::make_shared<detail::engine>(std::move(o))) {
+        engine->start();
+    }
+    ~impl() { engine->stop(); }
+    impl(const impl&) = delete;
+    impl& operator=(const impl&) = delete;
+
+    std::shared_ptr<detail::engine> engine;
+};
+
+client::client(client_options options) : impl_(std::make_shared<impl>(std::move(options))) {}
+client::client(client&&) noexcept = default;
+client& client::operator=(client&&) noexcept = default;
+client::~client() = default;
+
+lease client::acquire_until(std::string_view name, const lock_request& request,
+                            const lock_options& options,
+                            std::chrono::steady_clock::time_point deadline,
+                            std::error_code& ec) noexcept {
+    auto* engine = dlock::detail::usable_engine(impl_, "acquire", ec);
+    if (engine == nullptr) return {};
+    return engine->acquire_until(name, request, options, deadline, ec);
+}
+
+const client_options& client::options() const noexcept { return impl_->engine->options(); }
+
+std::string client::key_prefix(std::string_view name) const {
+    return impl_->engine->key_prefix(name);
+}
+
+std::string client::key_of(const lease& l) const {
+    const auto* core = dlock::detail::lease_access::core(l);
+    if (core == nullptr || &core->owner() != impl_->engine.get()) return {};
+    return core->token();
+}
+
+}  // namespace dlock::etcd

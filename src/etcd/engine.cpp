@@ -1,0 +1,806 @@
+#include "etcd/engine.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "core/callbacks.hpp"
+#include "core/status.hpp"
+#include "core/validate.hpp"
+#include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+
+namespace dlock::etcd::detail {
+
+using dlock::detail::fail;
+namespace pb = etcdserverpb;
+
+/// The generated stubs of one endpoint, over one channel.
+struct stubs {
+    std::string host;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<pb::KV::Stub> kv;
+    std::unique_ptr<pb::Watch::Stub> watch;
+    std::unique_ptr<pb::Lease::Stub> lease;
+};
+
+/// One acquire call's state between the steps of its acquire_policy.
+struct engine::attempt_state {
+    std::string_view name;
+    std::string prefix;  // the lock's key prefix
+    std::string quoted;  // for messages
+    const lock_options& options;
+    steady::time_point deadline;
+    bool turn = false;             // this call holds the lock's local turn
+    bool local_wait = false;       // the last attempt found the turn taken in this client
+    std::shared_ptr<session> s{};  // the session our key lives by
+    std::string key{};             // our key (empty before the first put)
+    std::int64_t revision = 0;     // its create revision (0: unknown)
+    std::string predecessor{};     // the key created just before ours
+    std::int64_t seen = 0;         // the revision at which it was seen
+    steady::time_point sent{};     // the latest attempt's send time
+    std::string failure{};         // a failed attempt's message
+};
+
+namespace {
+
+std::string ms_text(milliseconds d) { return std::to_string(d.count()) + "ms"; }
+
+std::chrono::system_clock::time_point wall(steady::time_point t) {
+    const auto now = steady::now();
+    if (t >= now + std::chrono::hours(24 * 365))
+        return std::chrono::system_clock::now() + std::chrono::hours(24 * 365);
+    return std::chrono::system_clock::now() +
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(t - now);
+}
+
+/// Worth another try on another member: unreachable, or no answer in time (every request the
+/// engine retries is idempotent: the put is guarded by create revision 0, deletes by the key's
+/// create revision).
+bool retriable(const grpc::Status& st) {
+    return st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+           st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+           st.error_code() == grpc::StatusCode::UNKNOWN;
+}
+
+errc code_for(const grpc::Status& st) {
+    switch (st.error_code()) {
+        case grpc::StatusCode::UNAUTHENTICATED:
+        case grpc::StatusCode::PERMISSION_DENIED: return errc::auth_failed;
+        case grpc::StatusCode::UNAVAILABLE:
+        case grpc::StatusCode::DEADLINE_EXCEEDED:
+        case grpc::StatusCode::CANCELLED: return errc::connection_failed;
+        default: return errc::server_error;
+    }
+}
+
+std::string status_text(const grpc::Status& st) {
+    return st.error_message() + " (gRPC " + std::to_string(static_cast<int>(st.error_code())) + ")";
+}
+
+/// The lease is gone on the server ("etcdserver: requested lease not found").
+bool lease_gone(const grpc::Status& st) { return st.error_code() == grpc::StatusCode::NOT_FOUND; }
+
+void compare_create(pb::Compare& c, const std::string& key, std::int64_t revision) {
+    c.set_result(pb::Compare_CompareResult_EQUAL);
+    c.set_target(pb::Compare_CompareTarget_CREATE);
+    c.set_key(key);
+    c.set_create_revision(revision);
+}
+
+/// The first (or last) key created under `prefix`, optionally below `max_create` (etcd's
+/// WithFirstCreate / WithLastCreate + WithMaxCreateRev).
+void range_by_create(pb::RangeRequest& r, const std::string& prefix, bool first,
+                     std::int64_t max_create = 0) {
+    r.set_key(prefix);
+    r.set_range_end(prefix_range_end(prefix));
+    r.set_sort_target(pb::RangeRequest_SortTarget_CREATE);
+    r.set_sort_order(first ? pb::RangeRequest_SortOrder_ASCEND
+                           : pb::RangeRequest_SortOrder_DESCEND);
+    r.set_limit(1);
+    if (max_create > 0) r.set_max_create_revision(max_create);
+}
+
+}  // namespace
+
+engine::engine(client_options options) : options_(std::move(options)) {
+    const auto positive = [](milliseconds d, const char* field) {
+        if (d <= milliseconds::zero()) {
+            throw error(errc::invalid_argument,
+                        std::string("client_options.") + field + " must be > 0, got " + ms_text(d));
+        }
+    };
+    positive(options_.connect_timeout, "connect_timeout");
+    positive(options_.command_timeout, "command_timeout");
+    if (options_.session_ttl < std::chrono::seconds(2) ||
+        options_.session_ttl > std::chrono::hours(24 * 365)) {
+        throw error(errc::invalid_argument,
+                    "client_options.session_ttl must be in [2s, 365d], got " +
+                        ms_text(options_.session_ttl));
+    }
+    std::error_code ec;
+    endpoint_ = parse_etcd_url(options_.url, ec);
+    dlock::detail::throw_if(ec);
+    grpc::ChannelArguments args;
+    // Reconnect quickly after a member comes back (gRPC's default backoff starts at 1 s and grows
+    // to 2 minutes, longer than a lease).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    for (const auto& host : endpoint_.hosts) {
+        auto s = std::make_shared<stubs>();
+        s->host = host;
+        s->channel = grpc::CreateCustomChannel(host, grpc::InsecureChannelCredentials(), args);
+        s->kv = pb::KV::NewStub(s->channel);
+        s->watch = pb::Watch::NewStub(s->channel);
+        s->lease = pb::Lease::NewStub(s->channel);
+        endpoints_.push_back(std::move(s));
+    }
+}
+
+engine::~engine() { stop(); }
+
+void engine::start() {
+    worker_ = std::jthread([this](std::stop_token st) { run(st); });
+}
+
+void engine::stop() noexcept {
+    if (forked()) {
+        // A forked child's copy: the background thread and gRPC's run only in the parent, and
+        // revoking the lease would end the parent's locks. Keep everything until the child exits.
+        if (auto self = weak_from_this().lock()) {
+            dlock::detail::keep_forever(std::move(self));
+            return;
+        }
+        keep_after_fork();
+        return;
+    }
+    if (worker_.joinable()) {
+        worker_.request_stop();
+        wake();
+        worker_.join();
+    }
+    std::vector<std::shared_ptr<lease_core>> orphaned;
+    std::shared_ptr<session> s;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        stopped_ = true;
+        for (auto& [ptr, held] : registry_) {
+            if (auto l = held.lease.lock()) orphaned.push_back(std::move(l));
+        }
+        registry_.clear();
+        cancel_waits(nullptr);
+        s = std::move(session_);
+        if (s) s->dead = true;
+    }
+    turn_cv_.notify_all();
+    for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
+    if (s) {
+        // The keys go with the lease; if the revoke is not answered they go when it expires.
+        try {
+            pb::LeaseRevokeRequest req;
+            req.set_id(s->id);
+            pb::LeaseRevokeResponse resp;
+            rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+                [&](stubs& e, grpc::ClientContext& ctx) {
+                    return e.lease->LeaseRevoke(&ctx, req, &resp);
+                });
+        } catch (...) {
+        }
+    }
+}
+
+// Not under mutex_: another thread of the parent may have held it at the fork.
+void engine::keep_after_fork() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
+    if (worker_.joinable())
+        dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+    for (auto& e : endpoints_) dlock::detail::keep_forever(e);
+    if (session_) dlock::detail::keep_forever(session_);
+}
+
+void engine::wake() noexcept {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        wake_ = true;
+    }
+    worker_cv_.notify_all();
+}
+
+void engine::report_error(std::error_code ec, std::string_view what) noexcept {
+    dlock::detail::report_to(options_.error_handler, ec, what);
+}
+
+void engine::notify(const lock_event& event) noexcept {
+    dlock::detail::notify_observer(options_.observer, options_.error_handler, event);
+}
+
+std::string engine::key_prefix(std::string_view name) const {
+    return detail::key_prefix(endpoint_, name);
+}
+
+void engine::cancel_waits(const session* s) noexcept {
+    for (auto& [ctx, owner] : waits_) {
+        if (s == nullptr || owner == s) ctx->TryCancel();
+    }
+}
+
+grpc::Status engine::rpc(steady::time_point deadline,
+                         const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call) {
+    grpc::Status st;
+    for (int tries = 0;; ++tries) {
+        const auto now = steady::now();
+        const auto index = current_.load() % endpoints_.size();
+        auto& e = *endpoints_[index];
+        grpc::ClientContext ctx;
+        ctx.set_deadline(
+            wall(std::min(deadline, dlock::detail::deadline_after(now, options_.command_timeout))));
+        st = call(e, ctx);
+        if (st.ok() || !retriable(st)) return st;
+        // Next member (once per failure: another thread may have moved on already).
+        auto expected = index;
+        current_.compare_exchange_strong(expected, (index + 1) % endpoints_.size());
+        if (steady::now() >= deadline) return st;
+        // A whole round of members failed: pause briefly before the next round.
+        if (tries > 0 && (tries + 1) % static_cast<int>(endpoints_.size()) == 0) {
+            std::this_thread::sleep_for(
+                std::min<steady::duration>(milliseconds(50), deadline - steady::now()));
+        }
+    }
+}
+
+std::shared_ptr<session> engine::session_for(std::error_code& ec) {
+    dlock::detail::lock_guard connecting(connect_mutex_);
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (stopped_) {
+            fail(ec, errc::lock_lost, "the etcd client was closed");
+            return nullptr;
+        }
+        if (session_ && !session_->dead && steady::now() < session_->valid_until) return session_;
+        if (session_) {
+            session_->dead = true;  // expired unconfirmed: it is not used again
+            cancel_waits(session_.get());
+        }
+    }
+    pb::LeaseGrantRequest req;
+    req.set_ttl(std::chrono::ceil<std::chrono::seconds>(options_.session_ttl).count());
+    pb::LeaseGrantResponse resp;
+    const auto sent = steady::now();
+    const auto st = rpc(
+        dlock::detail::deadline_after(sent, options_.connect_timeout),
+        [&](stubs& e, grpc::ClientContext& ctx) { return e.lease->LeaseGrant(&ctx, req, &resp); });
+    if (!st.ok() || !resp.error().empty() || resp.ttl() <= 0) {
+        const auto code = st.ok() ? errc::server_error : code_for(st);
+        fail(ec, code,
+             "etcd " + endpoints_[current_.load() % endpoints_.size()]->host +
+                 ": lease grant failed: " + (st.ok() ? resp.error() : status_text(st)));
+        return nullptr;
+    }
+    auto s = std::make_shared<session>();
+    s->id = resp.id();
+    s->ttl = std::chrono::seconds(resp.ttl());
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        s->valid_until = dlock::detail::valid_until(sent, s->ttl);
+        s->next_keep_alive = sent + s->ttl / 3;
+        session_ = s;
+        wake_ = true;
+    }
+    worker_cv_.notify_all();
+    return s;
+}
+
+bool engine::take_turn(const std::string& prefix) noexcept {
+    dlock::detail::lock_guard lock(mutex_);
+    auto& taken = turns_[prefix];
+    if (taken) return false;
+    taken = true;
+    return true;
+}
+
+void engine::leave_turn(const std::string& prefix) noexcept {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        turns_.erase(prefix);
+    }
+    turn_cv_.notify_all();
+}
+
+dlock::lease engine::acquire_until(std::string_view name, const lock_request& request,
+                                   const lock_options& options, steady::time_point deadline,
+                                   std::error_code& ec) noexcept {
+    ec.clear();
+    const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
+    try {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (!ec) dlock::detail::validate_lock_options(options, ec);
+        if (ec) return {};
+        if (request.kind != lock_kind::exclusive && request.kind != lock_kind::fair) {
+            fail(ec, errc::unsupported,
+                 "lock \"" + std::string(name) +
+                     "\": etcd supports the exclusive and fair kinds "
+                     "(etcd's lock recipe); not " +
+                     std::string(to_string(request.kind)));
+            return {};
+        }
+        using dlock::detail::acquire_step;
+        dlock::detail::acquire_policy policy(
+            options, deadline, dlock::detail::acquire_policy::notification::watch_with_read);
+        attempt_state a{name, key_prefix(name), "lock \"" + std::string(name) + "\"", options,
+                        deadline};
+        // Whatever happens, our key and the local turn do not stay behind a failed call.
+        const auto clean_up = [&] {
+            if (!a.key.empty() && a.s) {
+                bool was_there = false;
+                const auto by =
+                    dlock::detail::deadline_after(steady::now(), options_.command_timeout);
+                if (!delete_fenced(a.key, a.revision, *a.s, by, was_there)) {
+                    dlock::detail::lock_guard lock(mutex_);
+                    pending_.push_back({a.s, a.prefix, a.key, a.revision});
+                    wake_ = true;
+                    a.turn = false;  // the background thread gives it back once deleted
+                }
+            }
+            if (a.turn) leave_turn(a.prefix);
+            a.turn = false;
+        };
+        for (auto step = policy.start();;) {
+            if (step.event == event_kind::wait_started)
+                notify({event_kind::wait_started, name, 0, {}, steady::now()});
+            switch (step.what) {
+                case acquire_step::action::attempt:
+                case acquire_step::action::subscribe: {
+                    const auto report = attempt(a);
+                    step = policy.next(steady::now(), report);
+                    break;
+                }
+                case acquire_step::action::wait: {
+                    wait_turn(a, step.until);
+                    step = policy.woke();
+                    break;
+                }
+                case acquire_step::action::done: {
+                    auto held = held_key{};
+                    held.owner = a.s;
+                    held.prefix = a.prefix;
+                    held.key = a.key;
+                    held.revision = a.revision;
+                    const auto cap = options.renew ? options.max_hold
+                                                   : std::min(options.max_hold, options.lease);
+                    if (cap != forever) held.cap_valid = dlock::detail::valid_until(a.sent, cap);
+                    std::shared_ptr<lease_core> core;
+                    {
+                        dlock::detail::lock_guard lock(mutex_);
+                        const auto valid = std::min(a.s->valid_until, held.cap_valid);
+                        core = std::make_shared<lease_core>(shared_from_this(), std::string(name),
+                                                            a.key,
+                                                            static_cast<std::uint64_t>(a.revision),
+                                                            options, a.sent, valid, request.kind);
+                        held.lease = core;
+                        registry_[core.get()] = std::move(held);
+                        wake_ = true;
+                    }
+                    worker_cv_.notify_all();
+                    notify({event_kind::acquired,
+                            name,
+                            static_cast<std::uint64_t>(a.revision),
+                            {},
+                            steady::now()});
+                    return dlock::detail::lease_access::make(std::move(core));
+                }
+                case acquire_step::action::give_up: {
+                    clean_up();
+                    std::string message = std::move(a.failure);
+                    if (message.empty()) message = policy.give_up_message(step, a.quoted);
+                    fail(ec, step.error, std::move(message));
+                    if (step.event == event_kind::error)
+                        notify({event_kind::error, name, 0, ec, steady::now()});
+                    return {};
+                }
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+    } catch (const std::system_error& e) {
+        fail(ec, e.code(), e.what());
+    }
+    return {};
+}
+
+dlock::detail::attempt_report engine::attempt(attempt_state& a) {
+    using dlock::detail::attempt_report;
+    const auto failed = [&](errc code, std::string message) {
+        a.failure = std::move(message);
+        return attempt_report::failed(make_error_code(code));
+    };
+    a.local_wait = false;
+    if (!a.turn) {
+        if (!take_turn(a.prefix)) {
+            a.local_wait = true;  // another call of this client has this lock's key
+            return attempt_report::contended();
+        }
+        a.turn = true;
+    }
+    for (int round = 0;; ++round) {
+        if (a.options.cancel.stop_requested())
+            return failed(errc::canceled, "waiting for " + a.quoted + " was canceled");
+        bool dead = false;
+        if (a.s) {
+            dlock::detail::lock_guard lock(mutex_);
+            dead = a.s->dead || steady::now() >= a.s->valid_until;
+        }
+        if (!a.s || dead) {
+            // A session that expired took our key with it: queue again under a new one.
+            a.key.clear();
+            a.revision = 0;
+            std::error_code sec;
+            a.s = session_for(sec);
+            if (!a.s) {
+                a.failure = dlock::detail::message_for(sec);
+                return attempt_report::failed(sec);
+            }
+        }
+        const auto key = queue_key(a.prefix, a.s->id);
+        // concurrency.Mutex's tryAcquire: put our key unless it exists, and read the first key
+        // under the prefix in the same transaction.
+        pb::TxnRequest txn;
+        compare_create(*txn.add_compare(), key, 0);
+        auto* put = txn.add_success()->mutable_request_put();
+        put->set_key(key);
+        put->set_lease(a.s->id);
+        range_by_create(*txn.add_success()->mutable_request_range(), a.prefix, true);
+        txn.add_failure()->mutable_request_range()->set_key(key);
+        range_by_create(*txn.add_failure()->mutable_request_range(), a.prefix, true);
+        pb::TxnResponse resp;
+        a.sent = steady::now();
+        a.key = key;  // from here a put may have landed: clean-up looks for it
+        // An attempt runs to its end even past the acquire's deadline (a past deadline means one
+        // attempt). Members that do not answer are tried in turn, but not forever: a cluster out
+        // of reach fails the acquire (connection_failed) after connect_timeout + command_timeout.
+        const auto bound = dlock::detail::deadline_after(
+            a.sent, options_.connect_timeout + options_.command_timeout);
+        const auto st = rpc(
+            bound, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+        if (!st.ok()) {
+            if (lease_gone(st)) {
+                dlock::detail::lock_guard lock(mutex_);
+                a.s->dead = true;
+                cancel_waits(a.s.get());
+                continue;
+            }
+            return failed(code_for(st), "etcd: acquiring " + a.quoted + ": " + status_text(st));
+        }
+        if (resp.responses_size() != 2)
+            return failed(errc::unexpected_reply, "etcd: bad Txn reply");
+        if (resp.succeeded()) {
+            a.revision = resp.header().revision();
+        } else {
+            const auto& mine = resp.responses(0).response_range();
+            if (mine.kvs_size() == 0) {
+                if (round > 3) return failed(errc::unexpected_reply, "etcd: our key vanished");
+                continue;
+            }
+            a.revision = mine.kvs(0).create_revision();
+        }
+        const auto& first = resp.responses(1).response_range();
+        if (first.kvs_size() == 0 || first.kvs(0).create_revision() == a.revision)
+            return attempt_report::granted();
+        // Contended: the key created just before ours is the one to wait for (waitDeletes).
+        pb::RangeRequest before;
+        range_by_create(before, a.prefix, false, a.revision - 1);
+        pb::RangeResponse prev;
+        const auto rst = rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) {
+            return e.kv->Range(&ctx, before, &prev);
+        });
+        if (!rst.ok())
+            return failed(code_for(rst), "etcd: acquiring " + a.quoted + ": " + status_text(rst));
+        if (prev.kvs_size() == 0) continue;  // gone meanwhile: look again
+        a.predecessor = prev.kvs(0).key();
+        a.seen = prev.header().revision();
+        return attempt_report::contended();
+    }
+}
+
+void engine::wait_turn(attempt_state& a, steady::time_point until) {
+    if (a.local_wait) {
+        dlock::detail::unique_lock lock(mutex_);
+        turn_cv_.wait_until(lock, a.options.cancel, until, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
+            return stopped_ || !turns_.contains(a.prefix);
+        });
+        return;
+    }
+    // Never past the session's validity: a waiter whose session expired must not wait on (its
+    // key is gone); the next attempt queues it again under a new session.
+    steady::time_point bound;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        bound = std::min(until, a.s->valid_until);
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(wall(bound));
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (stopped_ || a.s->dead) return;
+        waits_[&ctx] = a.s.get();
+    }
+    std::stop_callback on_cancel(a.options.cancel, [&ctx] { ctx.TryCancel(); });
+    auto& e = *endpoints_[current_.load() % endpoints_.size()];
+    auto stream = e.watch->Watch(&ctx);
+    pb::WatchRequest req;
+    auto* create = req.mutable_create_request();
+    create->set_key(a.predecessor);
+    create->set_start_revision(a.seen + 1);
+    create->add_filters(pb::WatchCreateRequest_FilterType_NOPUT);
+    if (stream->Write(req)) {
+        pb::WatchResponse resp;
+        bool done = false;
+        while (!done && stream->Read(&resp)) {
+            if (resp.canceled() || resp.compact_revision() != 0) break;
+            for (const auto& ev : resp.events()) {
+                if (ev.type() == mvccpb::Event_EventType_DELETE) done = true;
+            }
+        }
+    }
+    ctx.TryCancel();
+    {
+        pb::WatchResponse drain;
+        while (stream->Read(&drain)) {
+        }
+    }
+    stream->Finish();
+    dlock::detail::lock_guard lock(mutex_);
+    waits_.erase(&ctx);
+}
+
+bool engine::delete_fenced(const std::string& key, std::int64_t revision, const session& owner,
+                           steady::time_point deadline, bool& was_there) {
+    was_there = false;
+    if (revision == 0) {
+        // A put whose reply was lost: the key is ours if it carries our lease.
+        pb::RangeRequest r;
+        r.set_key(key);
+        pb::RangeResponse got;
+        const auto st = rpc(deadline, [&](stubs& e, grpc::ClientContext& ctx) {
+            return e.kv->Range(&ctx, r, &got);
+        });
+        if (!st.ok()) return false;
+        if (got.kvs_size() == 0 || got.kvs(0).lease() != owner.id) return true;
+        revision = got.kvs(0).create_revision();
+    }
+    // Fenced on the create revision: a retried delete never removes a newer key of ours.
+    pb::TxnRequest txn;
+    compare_create(*txn.add_compare(), key, revision);
+    auto* del = txn.add_success()->mutable_request_delete_range();
+    del->set_key(key);
+    pb::TxnResponse resp;
+    const auto st = rpc(
+        deadline, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+    if (!st.ok()) return false;
+    was_there = resp.succeeded();
+    return true;
+}
+
+void engine::release(lease_core& lease, std::error_code& ec) noexcept {
+    ec.clear();
+    held_key held;
+    bool found = false;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        const auto it = registry_.find(&lease);
+        if (it != registry_.end()) {
+            held = std::move(it->second);
+            registry_.erase(it);
+            found = true;
+        }
+    }
+    const bool lost_before = lease.lost_token().stop_requested();
+    lease.mark_released();
+    try {
+        if (!found) {
+            return fail(ec, errc::lock_lost,
+                        "lock \"" + lease.name() + "\": the client was closed; nothing to release");
+        }
+        bool was_there = false;
+        const auto deadline =
+            dlock::detail::deadline_after(steady::now(), options_.command_timeout);
+        if (!delete_fenced(held.key, held.revision, *held.owner, deadline, was_there)) {
+            {
+                dlock::detail::lock_guard lock(mutex_);
+                pending_.push_back({held.owner, held.prefix, held.key, held.revision});
+                wake_ = true;
+            }
+            worker_cv_.notify_all();
+            fail(ec, errc::connection_failed,
+                 "release of \"" + lease.name() + "\": delete " + held.key +
+                     " not answered; retried in the background, or it goes with the etcd lease");
+            notify({event_kind::error, lease.name(), lease.fencing_token(), ec, steady::now()});
+            return;
+        }
+        leave_turn(held.prefix);
+        if (!was_there || lost_before) {
+            lease.note_loss(lost_reason::deleted);
+            fail(ec, errc::lock_lost,
+                 "lock \"" + lease.name() + "\": our key " + held.key +
+                     " was already gone (deleted, or its etcd lease expired)");
+        }
+    } catch (...) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "release: out of memory");
+    }
+}
+
+void engine::keep_alive(const std::shared_ptr<session>& s, steady::time_point now) {
+    pb::LeaseKeepAliveRequest req;
+    req.set_id(s->id);
+    pb::LeaseKeepAliveResponse resp;
+    bool answered = false;
+    const auto sent = steady::now();
+    // One keep-alive per stream, bounded by command_timeout and by a third of the TTL, so the
+    // background thread never blocks for longer than the validity margin.
+    const auto bound =
+        std::min(dlock::detail::deadline_after(sent, options_.command_timeout), sent + s->ttl / 3);
+    const auto st = rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) {
+        auto stream = e.lease->LeaseKeepAlive(&ctx);
+        if (!stream->Write(req)) return stream->Finish();
+        stream->WritesDone();
+        answered = stream->Read(&resp);
+        while (stream->Read(&resp)) {
+        }
+        return stream->Finish();
+    });
+    dlock::detail::lock_guard lock(mutex_);
+    if (s->dead) return;
+    if (st.ok() && answered) {
+        if (resp.ttl() <= 0) {  // expired or revoked on the server: its keys are gone
+            s->dead = true;
+            cancel_waits(s.get());
+            return;
+        }
+        s->healthy = true;
+        s->valid_until = std::max(
+            s->valid_until, dlock::detail::valid_until(sent, std::chrono::seconds(resp.ttl())));
+        s->next_keep_alive = sent + s->ttl / 3;
+    } else {
+        s->healthy = false;
+        s->next_keep_alive = now + std::min<steady::duration>(milliseconds(200), s->ttl / 10);
+    }
+}
+
+void engine::check_keys(const std::shared_ptr<session>& s,
+                        std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>>& lost) {
+    std::vector<std::pair<lease_core*, held_key>> keys;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        for (const auto& [ptr, held] : registry_) {
+            if (held.owner == s) keys.emplace_back(ptr, held);
+        }
+    }
+    if (keys.empty()) return;
+    pb::TxnRequest txn;
+    for (const auto& [ptr, held] : keys) {
+        compare_create(*txn.add_compare(), held.key, held.revision);
+        txn.add_failure()->mutable_request_range()->set_key(held.key);
+    }
+    pb::TxnResponse resp;
+    const auto st =
+        rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+            [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+    if (!st.ok() || resp.succeeded() || resp.responses_size() != static_cast<int>(keys.size())) {
+        return;
+    }
+    dlock::detail::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        const auto& got = resp.responses(static_cast<int>(i)).response_range();
+        if (got.kvs_size() == 1 && got.kvs(0).create_revision() == keys[i].second.revision)
+            continue;
+        const auto it = registry_.find(keys[i].first);
+        if (it == registry_.end()) continue;
+        if (auto l = it->second.lease.lock()) lost.emplace_back(std::move(l), lost_reason::deleted);
+        // The key is not ours any more; the local turn ends with the release.
+    }
+}
+
+steady::time_point engine::check_leases(steady::time_point now) {
+    std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
+    std::vector<std::shared_ptr<lease_core>> went_uncertain;
+    auto next = now + std::chrono::seconds(1);
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        for (auto& [ptr, held] : registry_) {
+            auto lease = held.lease.lock();
+            if (!lease || lease->released() || lease->lost_token().stop_requested()) continue;
+            const auto& s = *held.owner;
+            const auto bound = std::min(s.valid_until, held.cap_valid);
+            if (s.dead && now < bound) {  // expired or revoked on the server
+                lost.emplace_back(lease, lost_reason::session_expired);
+                continue;
+            }
+            if (now >= bound) {
+                const auto& plan = lease->plan();
+                const bool capped =
+                    now >= held.cap_valid && (plan.renew || plan.max_hold <= plan.lease);
+                lost.emplace_back(lease, capped ? lost_reason::max_hold : lost_reason::expired);
+                if (now >= held.cap_valid) {
+                    // Nobody trusts the key any more: delete it (fenced).
+                    pending_.push_back({held.owner, held.prefix, held.key, held.revision});
+                }
+                continue;
+            }
+            lease->renewed(bound);
+            if (!s.healthy && lease->renewal_failed()) went_uncertain.push_back(lease);
+            next = std::min(next, now + (bound - now) / 2);
+        }
+    }
+    for (auto& lease : went_uncertain) lease->report_renewal_failed();
+    for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
+    return next;
+}
+
+void engine::run_pending_deletes() {
+    std::vector<pending_delete> todo;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        todo.swap(pending_);
+    }
+    std::vector<pending_delete> again;
+    for (auto& d : todo) {
+        bool dead = false;
+        {
+            dlock::detail::lock_guard lock(mutex_);
+            dead = d.owner->dead;
+        }
+        bool was_there = false;
+        if (dead ||
+            delete_fenced(d.key, d.revision, *d.owner,
+                          dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+                          was_there)) {
+            leave_turn(d.prefix);
+        } else {
+            again.push_back(std::move(d));
+        }
+    }
+    if (again.empty()) return;
+    dlock::detail::lock_guard lock(mutex_);
+    for (auto& d : again) pending_.push_back(std::move(d));
+}
+
+void engine::run(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+        auto now = steady::now();
+        std::shared_ptr<session> s;
+        bool due = false;
+        {
+            dlock::detail::lock_guard lock(mutex_);
+            s = session_;
+            if (s && !s->dead && now >= s->valid_until) {
+                // Its validity passed unconfirmed: abandoned (no more keep-alives, so the server
+                // expires it and its keys); its locks are lost below, a new acquire grants anew.
+                s->dead = true;
+                cancel_waits(s.get());
+            }
+            if (s && !s->dead) due = now >= s->next_keep_alive;
+        }
+        std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
+        if (due) {
+            keep_alive(s, now);
+            bool healthy = false;
+            {
+                dlock::detail::lock_guard lock(mutex_);
+                healthy = s->healthy && !s->dead;
+            }
+            if (healthy) check_keys(s, lost);
+        }
+        for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
+        run_pending_deletes();
+        now = steady::now();
+        auto next = check_leases(now);
+        dlock::detail::unique_lock lock(mutex_);
+        if (session_ && !session_->dead) next = std::min(next, session_->next_keep_alive);
+        if (!pending_.empty()) next = std::min(next, now + milliseconds(200));
+        worker_cv_.wait_until(lock, stop, next,
+                              [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return wake_; });
+        wake_ = false;
+    }
+}
+
+}  // namespace dlock::etcd::detail

@@ -1,0 +1,143 @@
+// The etcd lock service behind dlock::etcd::client (docs/etcd.md): the client's etcd lease (its
+// session) and its keep-alive, the acquire loop of the recipe (the I/O around
+// core/acquire_policy), the registry of held keys, and the one background thread per client
+// (keep-alive, loss, max_hold, fenced deletes that must still happen).
+//
+// The lifecycle (start, stop, the forked-child rule) is kept to start()/stop()/keep_after_fork()
+// so it can move onto a skeleton shared with the other engines.
+#pragma once
+
+#include <dlock/detail/thread_safety.hpp>
+#include <dlock/etcd/client.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/acquire_policy.hpp"
+#include "core/lease_core.hpp"
+#include "etcd/url.hpp"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+class Status;
+}  // namespace grpc
+
+namespace dlock::etcd::detail {
+
+using dlock::detail::lease_core;
+using dlock::detail::steady;
+using std::chrono::milliseconds;
+
+struct stubs;  // the generated gRPC stubs of one endpoint (engine.cpp)
+
+/// The client's etcd lease: every key it puts lives by it (concurrency.Session).
+struct session {
+    std::int64_t id = 0;
+    milliseconds ttl{};  // as granted
+    // The engine's mutex_ guards the rest.
+    steady::time_point
+        valid_until{};  // send time of the last acknowledged keep-alive + ttl - drift
+    steady::time_point next_keep_alive{};
+    bool healthy = true;  // the last keep-alive was answered
+    bool dead = false;    // expired or revoked: its keys are gone
+};
+
+class engine final : public dlock::detail::lease_owner,
+                     public std::enable_shared_from_this<engine> {
+public:
+    explicit engine(client_options options);  // validates; throws dlock::error
+    ~engine() override;
+
+    void start();
+    /// Stops the background thread, loses every live lease and revokes the session.
+    void stop() noexcept;
+
+    dlock::lease acquire_until(std::string_view name, const lock_request& request,
+                               const lock_options& options, steady::time_point deadline,
+                               std::error_code& ec) noexcept;
+
+    void release(lease_core& lease, std::error_code& ec) noexcept override;
+    void report_error(std::error_code ec, std::string_view what) noexcept override;
+    void notify(const lock_event& event) noexcept override;
+
+    const client_options& options() const noexcept { return options_; }
+    std::string key_prefix(std::string_view name) const;
+
+private:
+    struct held_key {
+        std::weak_ptr<lease_core> lease;
+        std::shared_ptr<session> owner;
+        std::string prefix;  // the lock's key prefix: its local turn (gates_)
+        std::string key;
+        std::int64_t revision = 0;  // the key's create revision: the fencing token
+        steady::time_point cap_valid = steady::time_point::max();  // granted + cap - drift
+    };
+    /// A delete of our key, fenced on its create revision, that could not be confirmed: retried by
+    /// the background thread; the lock's local turn is held until it is done.
+    struct pending_delete {
+        std::shared_ptr<session> owner;
+        std::string prefix;
+        std::string key;
+        std::int64_t revision = 0;  // 0: unknown (a put whose reply was lost)
+    };
+    struct attempt_state;
+
+    /// Runs `call` on the current endpoint, moving to the next one and retrying while the answer
+    /// is UNAVAILABLE or late, until `deadline` (each try bounded by command_timeout).
+    grpc::Status rpc(steady::time_point deadline,
+                     const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call);
+    /// The current session, granted first if there is none alive (bounded by connect_timeout).
+    std::shared_ptr<session> session_for(std::error_code& ec);
+    dlock::detail::attempt_report attempt(attempt_state& a);
+    /// Waits, with a watch from `a.seen`, for the deletion of the key created just before ours.
+    void wait_turn(attempt_state& a, steady::time_point until);
+    /// Deletes `key` if its create revision is `revision` (0: if it is ours at all). false when
+    /// the outcome is unknown.
+    bool delete_fenced(const std::string& key, std::int64_t revision, const session& owner,
+                       steady::time_point deadline, bool& was_there);
+    bool take_turn(const std::string& prefix) noexcept;
+    void leave_turn(const std::string& prefix) noexcept;
+    /// One keep-alive of `s` (a short-lived stream, bounded by command_timeout).
+    void keep_alive(const std::shared_ptr<session>& s, steady::time_point now);
+    /// A keep-alive round confirmed the session: checks that every key it holds still exists
+    /// with its create revision (one Txn); a missing one is a lost lease.
+    void check_keys(const std::shared_ptr<session>& s,
+                    std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>>& lost);
+    steady::time_point check_leases(steady::time_point now);
+    void run_pending_deletes();
+    void run(std::stop_token stop);
+    void wake() noexcept;
+    void cancel_waits(const session* s) noexcept DLOCK_REQUIRES(mutex_);
+    void keep_after_fork() noexcept;
+
+    client_options options_;
+    etcd_endpoint endpoint_;
+    std::vector<std::shared_ptr<stubs>> endpoints_;
+    std::atomic<std::size_t> current_{0};
+
+    dlock::detail::mutex connect_mutex_;  // serialises granting a session; taken before mutex_
+    dlock::detail::mutex mutex_;          // also guards every session's mutable fields
+    std::shared_ptr<session> session_ DLOCK_GUARDED_BY(mutex_);
+    std::unordered_map<lease_core*, held_key> registry_ DLOCK_GUARDED_BY(mutex_);
+    std::vector<pending_delete> pending_ DLOCK_GUARDED_BY(mutex_);
+    // The watches in progress (their contexts, canceled when the session ends or on stop).
+    std::unordered_map<grpc::ClientContext*, const session*> waits_ DLOCK_GUARDED_BY(mutex_);
+    // The lock prefixes whose turn in this client is taken: the recipe's key is one per lease,
+    // so two acquires of one name by one client must not both use it.
+    std::unordered_map<std::string, bool> turns_ DLOCK_GUARDED_BY(mutex_);
+    std::condition_variable_any turn_cv_;
+    std::condition_variable_any worker_cv_;
+    bool wake_ DLOCK_GUARDED_BY(mutex_) = false;
+    bool stopped_ DLOCK_GUARDED_BY(mutex_) = false;
+    std::jthread worker_;
+};
+
+}  // namespace dlock::etcd::detail

@@ -1,0 +1,272 @@
+// The etcd backend against one private etcd member (docs/etcd.md): the recipe's keys as
+// `etcdctl lock` writes them, exclusion between clients and between threads of one client,
+// fencing tokens (create revisions), the fenced unlock, a waiter whose etcd lease ends, and
+// interoperation with the real etcdctl in both directions.
+#include <dlock/connect.hpp>
+#include <dlock/dlock.hpp>
+#include <dlock/etcd/client.hpp>
+#include <dlock/mutex.hpp>
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "etcd_server.hpp"
+#include "spawn.hpp"
+#include "test_env.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using dlock::test::eventually;
+using dlock::test::scaled;
+using dlock::test::shared_etcd;
+
+dlock::etcd::client make_client(std::chrono::milliseconds ttl = 10s) {
+    return dlock::etcd::client({.url = shared_etcd().url(), .session_ttl = ttl});
+}
+
+/// The keys under `prefix`, in create order, as etcdctl sees them.
+std::vector<std::string> keys_under(const std::string& prefix) {
+    const auto r =
+        shared_etcd().etcdctl({"get", "--prefix", "--keys-only", "--sort-by=CREATE", prefix});
+    std::vector<std::string> out;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+        if (!line.empty()) out.push_back(line);
+    }
+    return out;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+TEST(EtcdLock, TheKeyIsWhatEtcdctlLockWrites) {
+    auto c = make_client();
+    const auto name = dlock::test::unique_name("etcd-key");
+    auto l = c.acquire(name, {.lease = 10s});
+    const auto keys = keys_under(name + "/");
+    ASSERT_EQ(keys.size(), 1u);
+    // "<name>/<lease id in hex>", the fencing token its create revision.
+    EXPECT_EQ(keys[0].rfind(name + "/", 0), 0u) << keys[0];
+    EXPECT_EQ(keys[0].find_first_not_of("0123456789abcdef", name.size() + 1), std::string::npos)
+        << keys[0];
+    EXPECT_GT(l.fencing_token(), 0u);
+    EXPECT_EQ(l.state(), dlock::lock_state::held);
+    l.release();
+    EXPECT_TRUE(keys_under(name + "/").empty());
+}
+
+TEST(EtcdLock, ClientsExcludeEachOtherAndTokensRise) {
+    auto a = make_client();
+    auto b = make_client();
+    const auto name = dlock::test::unique_name("etcd-excl");
+    auto first = a.acquire(name, {.lease = 10s});
+    std::error_code ec;
+    auto none = b.acquire(name, {.lease = 10s, .wait = 0ms}, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock::last_error_message(ec);
+    EXPECT_FALSE(none);
+    std::atomic<bool> got{false};
+    std::uint64_t second_token = 0;
+    std::thread waiter([&] {
+        auto second = b.acquire(name, {.lease = 10s, .wait = scaled(20s)});
+        second_token = second.fencing_token();
+        got = true;
+    });
+    // Queued behind the holder: two keys under the prefix, and no grant while it holds.
+    ASSERT_TRUE(eventually([&] { return keys_under(name + "/").size() == 2; }, scaled(10s)));
+    EXPECT_FALSE(got.load());
+    const auto first_token = first.fencing_token();
+    first.release();
+    waiter.join();
+    EXPECT_TRUE(got.load());
+    EXPECT_GT(second_token, first_token);
+}
+
+TEST(EtcdLock, ThreadsOfOneClientTakeTurns) {
+    auto c = make_client();
+    const auto name = dlock::test::unique_name("etcd-threads");
+    std::atomic<int> inside{0};
+    std::atomic<int> overlaps{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&] {
+            for (int i = 0; i < 5; ++i) {
+                auto l = c.acquire(name, {.lease = 10s, .wait = scaled(30s)});
+                if (inside.fetch_add(1) != 0) ++overlaps;
+                std::this_thread::sleep_for(1ms);
+                inside.fetch_sub(1);
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(overlaps.load(), 0);
+}
+
+TEST(EtcdLock, KindsWithoutAnEtcdRecipeAreUnsupported) {
+    auto c = make_client();
+    for (const auto kind : {dlock::lock_kind::reentrant, dlock::lock_kind::read,
+                            dlock::lock_kind::write, dlock::lock_kind::permits}) {
+        std::error_code ec;
+        auto l = c.acquire_until("etcd-kinds", {.kind = kind, .count = 1, .limit = 2}, {},
+                                 std::chrono::steady_clock::now(), ec);
+        EXPECT_EQ(ec, dlock::errc::unsupported) << dlock::last_error_message(ec);
+    }
+    std::error_code ec;
+    auto fair =
+        c.acquire_until(dlock::test::unique_name("etcd-fair"), {.kind = dlock::lock_kind::fair}, {},
+                        std::chrono::steady_clock::now() + scaled(5s), ec);
+    EXPECT_FALSE(ec) << dlock::last_error_message(ec);
+}
+
+// A release deletes the key only if its create revision is the grant's: a key written again
+// under the same name after ours went (here by an administrator) is never removed by our unlock.
+TEST(EtcdLock, UnlockIsFencedOnTheCreateRevision) {
+    auto c = make_client();
+    const auto name = dlock::test::unique_name("etcd-fence");
+    auto l = c.acquire(name, {.lease = 10s});
+    const auto keys = keys_under(name + "/");
+    ASSERT_EQ(keys.size(), 1u);
+    ASSERT_EQ(shared_etcd().etcdctl({"del", keys[0]}).status, 0);
+    ASSERT_EQ(shared_etcd().etcdctl({"put", keys[0], "newer"}).status, 0);
+    std::error_code ec;
+    l.release(ec);
+    EXPECT_EQ(ec, dlock::errc::lock_lost) << dlock::last_error_message(ec);
+    EXPECT_EQ(keys_under(name + "/"), keys);  // the newer key is still there
+    shared_etcd().etcdctl({"del", keys[0]});
+}
+
+// A waiter whose etcd lease ends (revoked here) stops waiting on its vanished key: it queues
+// again under a new lease, and is granted only while its key exists, after the holder.
+TEST(EtcdLock, AWaiterWhoseLeaseEndsQueuesAgain) {
+    auto a = make_client();
+    auto b = make_client();
+    const auto name = dlock::test::unique_name("etcd-expired-waiter");
+    auto first = a.acquire(name, {.lease = 10s});
+    std::atomic<bool> got{false};
+    std::string held_key;
+    std::thread waiter([&] {
+        auto second = b.acquire(name, {.lease = 10s, .wait = scaled(30s)});
+        held_key = b.key_of(second);
+        got = true;
+        const auto keys = keys_under(name + "/");
+        EXPECT_EQ(keys.size(), 1u);
+        if (!keys.empty()) {
+            EXPECT_EQ(keys[0], held_key);
+        }
+    });
+    ASSERT_TRUE(eventually([&] { return keys_under(name + "/").size() == 2; }, scaled(10s)));
+    const auto before = keys_under(name + "/");
+    const auto lease_hex = before[1].substr(name.size() + 1);
+    ASSERT_EQ(shared_etcd().etcdctl({"lease", "revoke", lease_hex}).status, 0);
+    // It queues again under a new lease: a new key, still behind the holder.
+    ASSERT_TRUE(eventually(
+        [&] {
+            const auto now = keys_under(name + "/");
+            return now.size() == 2 && now[1] != before[1];
+        },
+        scaled(20s)));
+    EXPECT_FALSE(got.load());
+    first.release();
+    waiter.join();
+    EXPECT_TRUE(got.load());
+}
+
+// dlock holds -> `etcdctl lock N` waits; etcdctl holds -> dlock waits.
+TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
+    auto c = make_client();
+    const auto name = dlock::test::unique_name("etcd-interop");
+    char tmpl[] = "/tmp/dlock-etcd-interop.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    const std::string marker = dir + "/held";
+    {
+        auto l = c.acquire(name, {.lease = 10s});
+        // etcdctl lock N -- touch marker: must not run while dlock holds N.
+        const auto argv =
+            shared_etcd().etcdctl_argv({"lock", name, "--", "/usr/bin/touch", marker});
+        const pid_t pid = dlock::test::detail::spawn(argv.front(), argv, -1);
+        ASSERT_TRUE(eventually([&] { return keys_under(name + "/").size() == 2; }, scaled(10s)));
+        EXPECT_NE(::access(marker.c_str(), F_OK), 0) << "etcdctl ran while dlock held the lock";
+        l.release();
+        int raw = 0;
+        ASSERT_TRUE(dlock::test::detail::wait_for(pid, scaled(20s), raw));
+        EXPECT_EQ(dlock::test::detail::decode_status(raw), 0);
+        EXPECT_EQ(::access(marker.c_str(), F_OK), 0);
+        ::unlink(marker.c_str());
+    }
+    {
+        // `etcdctl lock N` alone holds N until SIGINT, printing its key.
+        const std::string out_path = dir + "/out";
+        const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        ASSERT_GE(out, 0);
+        const auto argv = shared_etcd().etcdctl_argv({"lock", name});
+        const pid_t pid = dlock::test::detail::spawn(argv.front(), argv, out);
+        ::close(out);
+        ASSERT_TRUE(
+            eventually([&] { return read_file(out_path).find(name + "/") == 0; }, scaled(10s)));
+        std::error_code ec;
+        auto none = c.acquire(name, {.lease = 10s, .wait = 0ms}, ec);
+        EXPECT_EQ(ec, dlock::errc::timeout) << dlock::last_error_message(ec);
+        std::atomic<bool> got{false};
+        std::thread waiter([&] {
+            auto l = c.acquire(name, {.lease = 10s, .wait = scaled(20s)});
+            got = true;
+        });
+        ASSERT_TRUE(eventually([&] { return keys_under(name + "/").size() == 2; }, scaled(10s)));
+        EXPECT_FALSE(got.load());
+        ::kill(pid, SIGINT);
+        int raw = 0;
+        ASSERT_TRUE(dlock::test::detail::wait_for(pid, scaled(10s), raw));
+        waiter.join();
+        EXPECT_TRUE(got.load());
+        ::unlink(out_path.c_str());
+    }
+    ::rmdir(dir.c_str());
+}
+
+TEST(EtcdUrl, BadUrlsAreInvalidArguments) {
+    for (const std::string url : {"etcd://", "etcd://h:0", "etcd://u:pw@h", "etcd://h?x=1",
+                                  "redis://h", "etcd://h/a\x01"}) {
+        try {
+            dlock::etcd::client c({.url = url});
+            ADD_FAILURE() << url << " accepted";
+        } catch (const dlock::error& e) {
+            EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << url;
+            EXPECT_EQ(std::string(e.what()).find("pw@"), std::string::npos) << e.what();
+        }
+    }
+}
+
+TEST(EtcdUrl, APrefixInTheUrlGoesBeforeTheName) {
+    dlock::etcd::client c({.url = shared_etcd().url("app/locks")});
+    EXPECT_EQ(c.key_prefix("n"), "app/locks/n/");
+    auto l = c.acquire(dlock::test::unique_name("etcd-prefixed"), {.lease = 10s});
+    EXPECT_EQ(c.key_of(l).rfind("app/locks/", 0), 0u) << c.key_of(l);
+    EXPECT_EQ(make_client().key_prefix("n"), "n/");
+}
+
+TEST(EtcdConnect, ConnectTakesEtcdUrls) {
+    auto b = dlock::connect(shared_etcd().url());
+    auto l = b->acquire(dlock::test::unique_name("etcd-connect"), {.lease = 10s});
+    EXPECT_GT(l.fencing_token(), 0u);
+    std::error_code ec;
+    auto none = dlock::connect("etcd://127.0.0.1:" + std::to_string(dlock::test::free_port()),
+                               {.connect_timeout = 300ms})
+                    ->acquire("x", {.lease = 10s, .wait = 0ms}, ec);
+    EXPECT_EQ(ec, dlock::errc::connection_failed) << dlock::last_error_message(ec);
+}
+
+}  // namespace

@@ -1,0 +1,90 @@
+// Private Debian etcd servers for tests (docs/etcd.md): a single member or a cluster of N on free
+// 127.0.0.1 ports, each in its own temp dir, started as children of the test process
+// (/usr/bin/etcd) and always torn down. Readiness is every member's /health answering
+// {"health":"true"}. Fault tests use stop/start/kill9/pause/resume on single members, and
+// etcdctl() to act as an administrator (or as etcdctl's own lock users). Use one object from one
+// thread at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlock::test {
+
+struct etcdctl_result {
+    int status = -1;  ///< exit code, 128 + signal if killed
+    std::string out;  ///< stdout and stderr
+};
+
+class etcd_cluster {
+public:
+    /// Starts `members` members (1 = a single node) and waits until every one is healthy
+    /// (deadline scaled(30s)). Throws std::runtime_error with the log tails if they are not.
+    explicit etcd_cluster(std::size_t members = 1);
+    /// SIGKILL + waitpid every member, remove the temp dir. Never throws.
+    ~etcd_cluster();
+    etcd_cluster(const etcd_cluster&) = delete;
+    etcd_cluster& operator=(const etcd_cluster&) = delete;
+
+    std::size_t size() const { return members_.size(); }
+    /// "127.0.0.1:p1,127.0.0.1:p2,..." (each member's client address)
+    std::string endpoints() const;
+    /// "127.0.0.1:<client port>" of member i.
+    std::string endpoint(std::size_t i) const;
+    /// "etcd://<endpoints>" plus "/<prefix>" when given.
+    std::string url(std::string_view prefix = "") const;
+    pid_t pid(std::size_t i) const;
+
+    /// SIGTERM (+SIGCONT) and waitpid; SIGKILL after scaled(10s).
+    void stop(std::size_t i);
+    void kill9(std::size_t i);
+    /// Starts member i again (same ports and data) and waits until it is healthy (scaled(30s)).
+    void start(std::size_t i);
+    void pause(std::size_t i);   ///< SIGSTOP
+    void resume(std::size_t i);  ///< SIGCONT
+    void pause_all();
+    void resume_all();
+    /// Whether member i answers /health with {"health":"true"} (within `timeout`).
+    bool healthy(std::size_t i, std::chrono::milliseconds timeout) const;
+    /// The index of the member that is the leader, read from each member's status; -1 if none
+    /// answers so.
+    int leader() const;
+
+    /// How many keys start with `prefix` (a count-only range over the JSON gateway of the first
+    /// running member). Throws std::runtime_error if no member answers within scaled(10s).
+    std::size_t count(const std::string& prefix) const;
+
+    /// Runs `etcdctl --endpoints=<endpoints> args...` and waits for it (at most `timeout`, then
+    /// SIGKILL). Throws std::runtime_error if it cannot be started.
+    etcdctl_result etcdctl(const std::vector<std::string>& args,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+    /// argv of `etcdctl --endpoints=<endpoints> args...` (for a child_process of one's own).
+    std::vector<std::string> etcdctl_argv(const std::vector<std::string>& args) const;
+
+private:
+    struct member {
+        std::uint16_t client_port = 0, peer_port = 0;
+        std::string dir;
+        pid_t pid = -1;
+        bool started_once = false;
+    };
+    void spawn(std::size_t i);
+    void wait_healthy(std::size_t i);
+    std::string log_tails() const;
+
+    std::string dir_;
+    std::string token_;
+    std::vector<member> members_;
+};
+
+/// The binary's shared single member: started on first use (thread-safe), killed and its dir
+/// removed at exit. Tests must not stop or pause it; use a private etcd_cluster for that.
+etcd_cluster& shared_etcd();
+
+}  // namespace dlock::test

@@ -1,0 +1,56 @@
+// The etcd backend's pure logic (docs/etcd.md): URLs, the key prefix of a name (etcdctl lock's),
+// the queue key of a lease and the end of a prefix range.
+#include <dlock/error.hpp>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "etcd/url.hpp"
+
+namespace {
+
+using dlock::etcd::detail::etcd_endpoint;
+using dlock::etcd::detail::parse_etcd_url;
+
+etcd_endpoint parse_ok(const std::string& url) {
+    std::error_code ec;
+    auto out = parse_etcd_url(url, ec);
+    EXPECT_FALSE(ec) << url << ": " << ec.message();
+    return out;
+}
+
+TEST(EtcdUrl, HostsPortsAndPrefix) {
+    auto e = parse_ok("etcd://a");
+    EXPECT_EQ(e.hosts, std::vector<std::string>{"a:2379"});
+    EXPECT_EQ(e.prefix, "");
+    e = parse_ok("ETCD://a:1,b,[::1]:3/app/locks");
+    EXPECT_EQ(e.hosts, (std::vector<std::string>{"a:1", "b:2379", "[::1]:3"}));
+    EXPECT_EQ(e.prefix, "app/locks/");
+    EXPECT_EQ(parse_ok("etcd://a/").prefix, "");
+    EXPECT_EQ(parse_ok("etcd://a/p/").prefix, "p/");
+    EXPECT_EQ(parse_ok("etcd://a/p%20q").prefix, "p q/");
+}
+
+TEST(EtcdUrl, BadUrlsNameWhatIsWrongWithoutThePassword) {
+    for (const std::string url :
+         {"etcd://", "etcd://a:0", "etcd://a:99999", "etcd://a,,b", "etcd://u:S3cretPw@a",
+          "etcd://a?password=S3cretPw", "etcd://a#x", "etcd://a/%zz", "etcd://a/x%01", "zk://a"}) {
+        std::error_code ec;
+        (void)parse_etcd_url(url, ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
+        const auto message = dlock::last_error_message(ec);
+        EXPECT_EQ(message.find("S3cret"), std::string::npos) << message;
+    }
+}
+
+TEST(EtcdUrl, KeysAreThoseOfEtcdctlLock) {
+    const auto e = parse_ok("etcd://a");
+    EXPECT_EQ(dlock::etcd::detail::key_prefix(e, "jobs/n"), "jobs/n/");
+    EXPECT_EQ(dlock::etcd::detail::queue_key("n/", 0x694d7f0c1a2b3c4d), "n/694d7f0c1a2b3c4d");
+    EXPECT_EQ(dlock::etcd::detail::queue_key("n/", 0x1f), "n/1f");
+    EXPECT_EQ(dlock::etcd::detail::prefix_range_end("n/"), "n0");
+    EXPECT_EQ(dlock::etcd::detail::prefix_range_end(std::string("a\xff", 2)), "b");
+    EXPECT_EQ(dlock::etcd::detail::prefix_range_end(std::string("\xff", 1)), std::string(1, '\0'));
+}
+
+}  // namespace
