@@ -32,10 +32,21 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
     return engine->acquire_until(name, request, options, deadline, ec);
 }
 
+std::string client::record_once(std::string_view name, std::string_view value,
+                                std::error_code& ec) noexcept {
+    auto* engine = dlock::detail::usable_engine(impl_, "record_once", ec);
+    if (engine == nullptr) return {};
+    return engine->record_once(name, value, ec);
+}
+
 const client_options& client::options() const noexcept { return impl_->engine->options(); }
 
 std::string client::key_prefix(std::string_view name) const {
     return impl_->engine->key_prefix(name);
+}
+
+std::size_t client::waiting_here(std::string_view name) const {
+    return impl_->engine->waiting_here(name);
 }
 
 std::string client::key_of(const lease& l) const {

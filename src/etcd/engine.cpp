@@ -32,7 +32,8 @@ struct engine::attempt_state {
     std::string quoted;  // for messages
     const lock_options& options;
     steady::time_point deadline;
-    bool turn = false;             // this call holds the lock's local turn
+    std::uint64_t ticket = 0;      // this call's place in the lock's local line (turns_)
+    std::uint64_t turn = 0;        // the lock's local turn (= ticket) while this call has it
     bool local_wait = false;       // the last attempt found the turn taken in this client
     std::shared_ptr<session> s{};  // the session our key lives by
     std::string key{};             // our key (empty before the first put)
@@ -77,6 +78,16 @@ errc code_for(const grpc::Status& st) {
 
 std::string status_text(const grpc::Status& st) {
     return st.error_message() + " (gRPC " + std::to_string(static_cast<int>(st.error_code())) + ")";
+}
+
+/// gRPC's target for "host:port": an IP address needs no resolver (ipv4: / ipv6:), a name goes
+/// through DNS.
+std::string channel_target(const std::string& host) {
+    if (host.starts_with('[')) return "ipv6:" + host;
+    const auto name = host.substr(0, host.rfind(':'));
+    if (!name.empty() && name.find_first_not_of("0123456789.") == std::string::npos)
+        return "ipv4:" + host;
+    return "dns:///" + host;
 }
 
 /// The lease is gone on the server ("etcdserver: requested lease not found").
@@ -131,7 +142,8 @@ engine::engine(client_options options) : options_(std::move(options)) {
     for (const auto& host : endpoint_.hosts) {
         auto s = std::make_shared<stubs>();
         s->host = host;
-        s->channel = grpc::CreateCustomChannel(host, grpc::InsecureChannelCredentials(), args);
+        s->channel = grpc::CreateCustomChannel(channel_target(host),
+                                               grpc::InsecureChannelCredentials(), args);
         s->kv = pb::KV::NewStub(s->channel);
         s->watch = pb::Watch::NewStub(s->channel);
         s->lease = pb::Lease::NewStub(s->channel);
@@ -291,20 +303,57 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
     return s;
 }
 
-bool engine::take_turn(const std::string& prefix) noexcept {
+bool engine::take_turn(const std::string& prefix, std::uint64_t& ticket) {
     dlock::detail::lock_guard lock(mutex_);
-    auto& taken = turns_[prefix];
-    if (taken) return false;
-    taken = true;
+    auto& line = turns_[prefix];
+    if (ticket == 0) {
+        ticket = ++last_turn_;
+        if (line.owner == 0 && line.waiting.empty()) {
+            line.owner = ticket;
+            return true;
+        }
+        line.waiting.push_back(ticket);
+        return false;
+    }
+    if (line.owner != 0) return false;
+    if (!line.waiting.empty()) {
+        if (line.waiting.front() != ticket) return false;
+        line.waiting.pop_front();
+    }
+    line.owner = ticket;
     return true;
 }
 
-void engine::leave_turn(const std::string& prefix) noexcept {
+void engine::leave_turn(const std::string& prefix, std::uint64_t turn) noexcept {
+    if (turn == 0) return;
     {
         dlock::detail::lock_guard lock(mutex_);
-        turns_.erase(prefix);
+        const auto it = turns_.find(prefix);
+        if (it == turns_.end() || it->second.owner != turn) return;
+        it->second.owner = 0;
+        if (it->second.waiting.empty()) turns_.erase(it);
     }
     turn_cv_.notify_all();
+}
+
+void engine::drop_ticket(const std::string& prefix, std::uint64_t ticket) noexcept {
+    if (ticket == 0) return;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        const auto it = turns_.find(prefix);
+        if (it == turns_.end()) return;
+        auto& w = it->second.waiting;
+        w.erase(std::remove(w.begin(), w.end(), ticket), w.end());
+        if (it->second.owner == 0 && w.empty()) turns_.erase(it);
+    }
+    turn_cv_.notify_all();
+}
+
+std::size_t engine::waiting_here(std::string_view name) {
+    const auto prefix = key_prefix(name);
+    dlock::detail::lock_guard lock(mutex_);
+    const auto it = turns_.find(prefix);
+    return it == turns_.end() ? 0 : it->second.waiting.size();
 }
 
 dlock::lease engine::acquire_until(std::string_view name, const lock_request& request,
@@ -337,13 +386,16 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                     dlock::detail::deadline_after(steady::now(), options_.command_timeout);
                 if (!delete_fenced(a.key, a.revision, *a.s, by, was_there)) {
                     dlock::detail::lock_guard lock(mutex_);
-                    pending_.push_back({a.s, a.prefix, a.key, a.revision});
+                    pending_.push_back({a.s, a.prefix, a.turn, a.key, a.revision});
                     wake_ = true;
-                    a.turn = false;  // the background thread gives it back once deleted
+                    a.turn = 0;  // the background thread gives it back once deleted
                 }
             }
-            if (a.turn) leave_turn(a.prefix);
-            a.turn = false;
+            if (a.turn != 0) {
+                leave_turn(a.prefix, std::exchange(a.turn, 0));
+            } else {
+                drop_ticket(a.prefix, a.ticket);  // waiting in line, or never queued
+            }
         };
         for (auto step = policy.start();;) {
             if (step.event == event_kind::wait_started)
@@ -364,6 +416,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                     auto held = held_key{};
                     held.owner = a.s;
                     held.prefix = a.prefix;
+                    held.turn = std::exchange(a.turn, 0);
                     held.key = a.key;
                     held.revision = a.revision;
                     const auto cap = options.renew ? options.max_hold
@@ -415,12 +468,12 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
         return attempt_report::failed(make_error_code(code));
     };
     a.local_wait = false;
-    if (!a.turn) {
-        if (!take_turn(a.prefix)) {
+    if (a.turn == 0) {
+        if (!take_turn(a.prefix, a.ticket)) {
             a.local_wait = true;  // another call of this client has this lock's key
             return attempt_report::contended();
         }
-        a.turn = true;
+        a.turn = a.ticket;
     }
     for (int round = 0;; ++round) {
         if (a.options.cancel.stop_requested())
@@ -481,6 +534,11 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
                 if (round > 3) return failed(errc::unexpected_reply, "etcd: our key vanished");
                 continue;
             }
+            if (mine.kvs(0).lease() != a.s->id) {
+                return failed(errc::unexpected_reply,
+                              "etcd: " + a.quoted + ": key " + key +
+                                  " exists without this client's lease (written by someone else)");
+            }
             a.revision = mine.kvs(0).create_revision();
         }
         const auto& first = resp.responses(1).response_range();
@@ -506,7 +564,10 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
     if (a.local_wait) {
         dlock::detail::unique_lock lock(mutex_);
         turn_cv_.wait_until(lock, a.options.cancel, until, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
-            return stopped_ || !turns_.contains(a.prefix);
+            const auto it = turns_.find(a.prefix);
+            return stopped_ || it == turns_.end() ||
+                   (it->second.owner == 0 && !it->second.waiting.empty() &&
+                    it->second.waiting.front() == a.ticket);
         });
         return;
     }
@@ -581,6 +642,62 @@ bool engine::delete_fenced(const std::string& key, std::int64_t revision, const 
     return true;
 }
 
+std::string engine::record_key(std::string_view name) const {
+    // "<prefix>/dlock-record-<name in hex>": its only '/' comes right after the prefix, so no
+    // lock's key range ("<prefix><lock name>/...", a lock name is never empty) contains it.
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string key = endpoint_.prefix + "/dlock-record-";
+    for (const char ch : name) {
+        const auto c = static_cast<unsigned char>(ch);
+        key += hex[c >> 4];
+        key += hex[c & 15];
+    }
+    return key;
+}
+
+std::string engine::record_once(std::string_view name, std::string_view value,
+                                std::error_code& ec) noexcept {
+    ec.clear();
+    try {
+        const auto quoted = "record_once(\"" + std::string(name) + "\")";
+        dlock::detail::validate_record(name, value, max_name_length, quoted, ec);
+        if (ec) return {};
+        const auto key = record_key(name);
+        // Put unless it exists, else read it: one Txn, so of two first users one writes and the
+        // other reads what it wrote. No lease: a record outlives the client.
+        pb::TxnRequest txn;
+        compare_create(*txn.add_compare(), key, 0);
+        auto* put = txn.add_success()->mutable_request_put();
+        put->set_key(key);
+        put->set_value(std::string(value));
+        txn.add_failure()->mutable_request_range()->set_key(key);
+        pb::TxnResponse resp;
+        const auto st =
+            rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+                [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+        if (!st.ok()) {
+            fail(ec, code_for(st), "etcd: " + quoted + ": " + status_text(st));
+            return {};
+        }
+        if (resp.succeeded()) return std::string(value);
+        if (resp.responses_size() != 1 || resp.responses(0).response_range().kvs_size() != 1) {
+            fail(ec, errc::unexpected_reply, "etcd: " + quoted + ": the record vanished; retry");
+            return {};
+        }
+        const auto& stored = resp.responses(0).response_range().kvs(0).value();
+        if (stored.empty() || stored.size() > max_record_size) {
+            fail(ec, errc::unexpected_reply,
+                 "etcd: " + quoted + ": " + key + " holds " + std::to_string(stored.size()) +
+                     " bytes, not a record of 1 to " + std::to_string(max_record_size));
+            return {};
+        }
+        return stored;
+    } catch (const std::bad_alloc&) {
+        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
+        return {};
+    }
+}
+
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     held_key held;
@@ -607,7 +724,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         if (!delete_fenced(held.key, held.revision, *held.owner, deadline, was_there)) {
             {
                 dlock::detail::lock_guard lock(mutex_);
-                pending_.push_back({held.owner, held.prefix, held.key, held.revision});
+                pending_.push_back({held.owner, held.prefix, held.turn, held.key, held.revision});
                 wake_ = true;
             }
             worker_cv_.notify_all();
@@ -617,7 +734,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             notify({event_kind::error, lease.name(), lease.fencing_token(), ec, steady::now()});
             return;
         }
-        leave_turn(held.prefix);
+        leave_turn(held.prefix, held.turn);
         if (!was_there || lost_before) {
             lease.note_loss(lost_reason::deleted);
             fail(ec, errc::lock_lost,
@@ -688,21 +805,29 @@ void engine::check_keys(const std::shared_ptr<session>& s,
     if (!st.ok() || resp.succeeded() || resp.responses_size() != static_cast<int>(keys.size())) {
         return;
     }
-    dlock::detail::lock_guard lock(mutex_);
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-        const auto& got = resp.responses(static_cast<int>(i)).response_range();
-        if (got.kvs_size() == 1 && got.kvs(0).create_revision() == keys[i].second.revision)
-            continue;
-        const auto it = registry_.find(keys[i].first);
-        if (it == registry_.end()) continue;
-        if (auto l = it->second.lease.lock()) lost.emplace_back(std::move(l), lost_reason::deleted);
-        // The key is not ours any more; the local turn ends with the release.
+    std::vector<std::pair<std::string, std::uint64_t>> turns;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            const auto& got = resp.responses(static_cast<int>(i)).response_range();
+            if (got.kvs_size() == 1 && got.kvs(0).create_revision() == keys[i].second.revision)
+                continue;
+            const auto it = registry_.find(keys[i].first);
+            if (it == registry_.end()) continue;
+            auto l = it->second.lease.lock();
+            if (!l || l->lost_token().stop_requested()) continue;
+            lost.emplace_back(std::move(l), lost_reason::deleted);
+            // The key is not ours any more: another call of this client may queue again.
+            turns.emplace_back(it->second.prefix, std::exchange(it->second.turn, 0));
+        }
     }
+    for (const auto& [prefix, turn] : turns) leave_turn(prefix, turn);
 }
 
 steady::time_point engine::check_leases(steady::time_point now) {
     std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
     std::vector<std::shared_ptr<lease_core>> went_uncertain;
+    std::vector<std::pair<std::string, std::uint64_t>> turns;  // given back outside mutex_
     auto next = now + std::chrono::seconds(1);
     {
         dlock::detail::lock_guard lock(mutex_);
@@ -711,8 +836,9 @@ steady::time_point engine::check_leases(steady::time_point now) {
             if (!lease || lease->released() || lease->lost_token().stop_requested()) continue;
             const auto& s = *held.owner;
             const auto bound = std::min(s.valid_until, held.cap_valid);
-            if (s.dead && now < bound) {  // expired or revoked on the server
+            if (s.dead && now < bound) {  // expired or revoked on the server: the key is gone
                 lost.emplace_back(lease, lost_reason::session_expired);
+                turns.emplace_back(held.prefix, std::exchange(held.turn, 0));
                 continue;
             }
             if (now >= bound) {
@@ -721,8 +847,14 @@ steady::time_point engine::check_leases(steady::time_point now) {
                     now >= held.cap_valid && (plan.renew || plan.max_hold <= plan.lease);
                 lost.emplace_back(lease, capped ? lost_reason::max_hold : lost_reason::expired);
                 if (now >= held.cap_valid) {
-                    // Nobody trusts the key any more: delete it (fenced).
-                    pending_.push_back({held.owner, held.prefix, held.key, held.revision});
+                    // Nobody trusts the key any more: delete it (fenced); the local turn is given
+                    // back once it is gone, as our lease would find it again.
+                    pending_.push_back({held.owner, held.prefix, std::exchange(held.turn, 0),
+                                        held.key, held.revision});
+                } else {
+                    // The session was abandoned: later calls queue under a new lease (a key of
+                    // their own), so the turn is free now.
+                    turns.emplace_back(held.prefix, std::exchange(held.turn, 0));
                 }
                 continue;
             }
@@ -731,6 +863,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
             next = std::min(next, now + (bound - now) / 2);
         }
     }
+    for (const auto& [prefix, turn] : turns) leave_turn(prefix, turn);
     for (auto& lease : went_uncertain) lease->report_renewal_failed();
     for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
     return next;
@@ -754,7 +887,7 @@ void engine::run_pending_deletes() {
             delete_fenced(d.key, d.revision, *d.owner,
                           dlock::detail::deadline_after(steady::now(), options_.command_timeout),
                           was_there)) {
-            leave_turn(d.prefix);
+            leave_turn(d.prefix, d.turn);
         } else {
             again.push_back(std::move(d));
         }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,6 +65,12 @@ public:
                                const lock_options& options, steady::time_point deadline,
                                std::error_code& ec) noexcept;
 
+    /// backend::record_once: the key record_key(name), put unless it exists (one Txn), without a
+    /// lease.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept;
+    std::string record_key(std::string_view name) const;
+
     void release(lease_core& lease, std::error_code& ec) noexcept override;
     void report_error(std::error_code ec, std::string_view what) noexcept override;
     void notify(const lock_event& event) noexcept override;
@@ -75,7 +82,8 @@ private:
     struct held_key {
         std::weak_ptr<lease_core> lease;
         std::shared_ptr<session> owner;
-        std::string prefix;  // the lock's key prefix: its local turn (gates_)
+        std::string prefix;      // the lock's key prefix: its local turn (turns_)
+        std::uint64_t turn = 0;  // that turn's id while this grant has it; 0 once given back
         std::string key;
         std::int64_t revision = 0;  // the key's create revision: the fencing token
         steady::time_point cap_valid = steady::time_point::max();  // granted + cap - drift
@@ -85,6 +93,7 @@ private:
     struct pending_delete {
         std::shared_ptr<session> owner;
         std::string prefix;
+        std::uint64_t turn = 0;  // the local turn it holds
         std::string key;
         std::int64_t revision = 0;  // 0: unknown (a put whose reply was lost)
     };
@@ -103,8 +112,21 @@ private:
     /// the outcome is unknown.
     bool delete_fenced(const std::string& key, std::int64_t revision, const session& owner,
                        steady::time_point deadline, bool& was_there);
-    bool take_turn(const std::string& prefix) noexcept;
-    void leave_turn(const std::string& prefix) noexcept;
+    /// Takes the local turn of lock `prefix` for `ticket` (0: a new ticket is drawn and stored
+    /// there): true when it is ticket's, false while another call of this client has it or an
+    /// earlier ticket waits for it (the recipe's key is one per lease, so one per client and
+    /// name; calls take turns first come, first served).
+    bool take_turn(const std::string& prefix, std::uint64_t& ticket);
+    /// Gives the turn back, if `turn` (a ticket that took it) still has it.
+    void leave_turn(const std::string& prefix, std::uint64_t turn) noexcept;
+    /// A waiting ticket gives up its place.
+    void drop_ticket(const std::string& prefix, std::uint64_t ticket) noexcept;
+
+public:
+    /// How many acquire calls of this client wait for their turn on `name` inside the client.
+    std::size_t waiting_here(std::string_view name);
+
+private:
     /// One keep-alive of `s` (a short-lived stream, bounded by command_timeout).
     void keep_alive(const std::shared_ptr<session>& s, steady::time_point now);
     /// A keep-alive round confirmed the session: checks that every key it holds still exists
@@ -132,7 +154,12 @@ private:
     std::unordered_map<grpc::ClientContext*, const session*> waits_ DLOCK_GUARDED_BY(mutex_);
     // The lock prefixes whose turn in this client is taken: the recipe's key is one per lease,
     // so two acquires of one name by one client must not both use it.
-    std::unordered_map<std::string, bool> turns_ DLOCK_GUARDED_BY(mutex_);
+    struct turn_line {
+        std::uint64_t owner = 0;              // the ticket that has the turn, 0 when free
+        std::deque<std::uint64_t> waiting{};  // the tickets waiting for it, in order
+    };
+    std::unordered_map<std::string, turn_line> turns_ DLOCK_GUARDED_BY(mutex_);
+    std::uint64_t last_turn_ DLOCK_GUARDED_BY(mutex_) = 0;
     std::condition_variable_any turn_cv_;
     std::condition_variable_any worker_cv_;
     bool wake_ DLOCK_GUARDED_BY(mutex_) = false;

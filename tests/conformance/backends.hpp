@@ -178,15 +178,19 @@ struct etcd {
     /// `session` bounds a dead holder's grant: the etcd lease's TTL (whole seconds, at least 2).
     static std::unique_ptr<backend> make_child(const std::vector<std::string>& args,
                                                std::chrono::milliseconds session) {
-        dlock::etcd::client_options options{.url = args.at(0)};
+        // A bound on granting the session that a loaded 2-core CI machine meets.
+        dlock::etcd::client_options options{.url = args.at(0),
+                                            .connect_timeout = scaled(std::chrono::seconds(10))};
         if (session > std::chrono::milliseconds::zero())
             options.session_ttl = std::max<std::chrono::milliseconds>(
                 std::chrono::ceil<std::chrono::seconds>(session), std::chrono::seconds(2));
         return std::make_unique<dlock::etcd::client>(std::move(options));
     }
-    /// Its holder's key and its waiters' keys.
+    /// Its holder's key and its waiters' keys, plus the calls of this client waiting inside it
+    /// for their turn to queue (one key per client and name).
     static std::size_t queued(backend& b, const std::string& name) {
-        return shared_etcd().count(static_cast<dlock::etcd::client&>(b).key_prefix(name));
+        auto& c = static_cast<dlock::etcd::client&>(b);
+        return shared_etcd().count(c.key_prefix(name)) + c.waiting_here(name);
     }
     static std::size_t leftovers(backend& b, const std::string& name) { return queued(b, name); }
 };

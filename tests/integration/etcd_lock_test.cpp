@@ -237,6 +237,23 @@ TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
     ::rmdir(dir.c_str());
 }
 
+// A record is written once and read by everyone after; its key lies outside every lock's key
+// range, so a lock named like the record's prefix is not blocked by it.
+TEST(EtcdLock, RecordOnceKeepsTheFirstValueOutsideEveryLocksKeys) {
+    auto a = make_client();
+    auto b = make_client();
+    const auto name = dlock::test::unique_name("etcd-record") + "/#stripes";
+    std::error_code ec;
+    EXPECT_EQ(a.record_once(name, "8", ec), "8");
+    EXPECT_FALSE(ec) << dlock::last_error_message(ec);
+    EXPECT_EQ(b.record_once(name, "16", ec), "8");
+    EXPECT_FALSE(ec) << dlock::last_error_message(ec);
+    // The lock named by the record name's first part is free.
+    const auto base = name.substr(0, name.find('/'));
+    auto l = b.acquire(base, {.lease = 10s, .wait = 0ms});
+    EXPECT_EQ(keys_under(base + "/").size(), 1u);
+}
+
 TEST(EtcdUrl, BadUrlsAreInvalidArguments) {
     for (const std::string url : {"etcd://", "etcd://h:0", "etcd://u:pw@h", "etcd://h?x=1",
                                   "redis://h", "etcd://h/a\x01"}) {

@@ -79,6 +79,12 @@ public:
     using dlock::backend::acquire;
     using dlock::backend::acquire_until;
 
+    /// See dlock::backend::record_once: the key "<url prefix>/dlock-record-<name in hex>" (no
+    /// lock's key range contains it), put with the value unless it exists, in one transaction;
+    /// it has no lease, so it outlives the client.
+    std::string record_once(std::string_view name, std::string_view value,
+                            std::error_code& ec) noexcept override;
+
     /// The options this client was made with.
     const client_options& options() const noexcept;
 
@@ -89,6 +95,11 @@ public:
     /// `etcdctl lock` calls ETCD_LOCK_KEY; its create revision is the fencing token); empty for
     /// an empty lease or one of another client.
     std::string key_of(const lease& l) const;
+
+    /// How many acquire calls of this client wait inside it for their turn on lock `name`: the
+    /// recipe's key is one per etcd lease, so one per client and name, and calls of one client
+    /// queue in etcd one at a time, first come, first served (docs/etcd.md).
+    std::size_t waiting_here(std::string_view name) const;
 
 private:
     class impl;
