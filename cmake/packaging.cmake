@@ -55,7 +55,7 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
 string(CONCAT CPACK_DEBIAN_RUNTIME_DESCRIPTION
     "distributed locks for C++20: shared libraries\n"
     "dlock's mutex, fair, recursive and shared mutexes, semaphores and multi-locks\n"
-    "over Redis, Redlock and ZooKeeper, with leases, renewal and fencing tokens.")
+    "over Redis, Redlock, ZooKeeper and etcd, with leases, renewal, fencing tokens.")
 # ldconfig runs from libc's dpkg trigger (cmake/debian/triggers). CPack still adds ldconfig calls
 # to libdlock0's postinst and postrm (a library under /usr/lib); the override file says why they
 # stay (docs/install.md).
@@ -63,13 +63,13 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_LIST_DIR}/debian/
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libdlock-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
-# The headers include only the C++ standard library; the shared libraries carry hiredis and
-# libzookeeper-mt, so no other -dev package is needed.
+# The headers include only the C++ standard library; the shared libraries carry hiredis,
+# libzookeeper-mt and gRPC, so no other -dev package is needed.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${dlock_deb_exact}")
 string(CONCAT CPACK_DEBIAN_DEV_DESCRIPTION
     "distributed locks for C++20: development files\n"
     "Headers, the CMake package (find_package(dlock CONFIG)) and pkg-config files\n"
-    "(dlock-core, dlock-redis, dlock-zookeeper, dlock) for the dlock library.")
+    "(dlock-core, dlock-redis, dlock-zookeeper, dlock-etcd, dlock) for dlock.")
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME dlock-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)

@@ -192,16 +192,17 @@ check_layout() {
     include/dlock/connect.hpp "$libdir/cmake/dlock/dlockConfig.cmake" \
     "$libdir/cmake/dlock/dlockConfigVersion.cmake" "$libdir/pkgconfig/dlock.pc" \
     "$libdir/pkgconfig/dlock-core.pc" "$libdir/pkgconfig/dlock-redis.pc" \
-    "$libdir/pkgconfig/dlock-zookeeper.pc"; do
+    "$libdir/pkgconfig/dlock-zookeeper.pc" include/dlock/etcd/client.hpp \
+    "$libdir/pkgconfig/dlock-etcd.pc"; do
     [[ -e $prefix/$f ]] || fail "not installed: $f"
   done
   if ((shared)); then
-    for f in libdlock_core libdlock_redis libdlock_zk libdlock; do
+    for f in libdlock_core libdlock_redis libdlock_zk libdlock_etcd libdlock; do
       [[ -f $(readlink -f "$prefix/$libdir/$f.so.0") ]] || fail "not installed: $libdir/$f.so.0"
       [[ -L $prefix/$libdir/$f.so ]] || fail "not installed: $libdir/$f.so (link)"
     done
   else
-    for f in libdlock_core libdlock_redis libdlock_zk libdlock; do
+    for f in libdlock_core libdlock_redis libdlock_zk libdlock_etcd libdlock; do
       [[ -f $prefix/$libdir/$f.a ]] || fail "not installed: $libdir/$f.a"
     done
   fi
@@ -219,7 +220,7 @@ check_layout() {
 check_debs() {
   local p contents f
   contents=$(dpkg-deb -c "$debs/libdlock0_"*.deb)
-  for f in libdlock_core libdlock_redis libdlock_zk libdlock; do
+  for f in libdlock_core libdlock_redis libdlock_zk libdlock_etcd libdlock; do
     grep -q " ./usr/lib/$multiarch/$f\.so\.0" <<<"$contents" ||
       fail "libdlock0 lacks /usr/lib/$multiarch/$f.so.0: $(grep -o ' ./usr/lib/[^ ]*' <<<"$contents" | tr '\n' ' ')"
   done
