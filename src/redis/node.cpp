@@ -22,7 +22,7 @@ bool address_source::suspect(const dlock::detail::redis_endpoint& /*seen*/,
     return false;
 }
 
-void address_source::on_change(std::function<void()> /*changed*/) {}
+void address_source::on_change(const std::function<void()>& /*changed*/) {}
 
 node::node(std::unique_ptr<address_source> source, std::chrono::milliseconds connect_timeout,
            std::chrono::milliseconds command_timeout)

@@ -57,7 +57,7 @@ public:
     virtual bool suspect(const dlock::detail::redis_endpoint& seen, std::string_view why) noexcept;
     /// Called once by the node it serves; a source that learns of a move by itself calls
     /// `changed` then (from any thread, with no lock of its own held). Default: never.
-    virtual void on_change(std::function<void()> changed);
+    virtual void on_change(const std::function<void()>& changed);
 };
 
 /// Today's node: one configured address, for good.
