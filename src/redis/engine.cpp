@@ -34,6 +34,11 @@ namespace {
 
 std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
+/// Appends one server's failure to a message listing several ("a; b").
+void add_failure(std::string& all, const std::string& one) {
+    all += (all.empty() ? "" : "; ") + one;
+}
+
 /// One call, shared by every server's batch.
 std::shared_ptr<const std::vector<script_call>> one_call(const script_call& call) {
     return std::make_shared<const std::vector<script_call>>(1, call);
@@ -384,18 +389,53 @@ std::unique_ptr<lock_watch> engine::watch(std::string_view name, std::error_code
     }
 }
 
-engine::fan_out engine::run_on_every_server(
-    const std::shared_ptr<const std::vector<script_call>>& call) {
-    fan_out run;
-    run.conns.reserve(servers_.size());
-    run.batches.reserve(servers_.size());
+engine::answer engine::answer_of(const round& r, std::size_t i) const noexcept {
+    if (r.batches[i].ec) return answer::failed;
+    return counts(i) ? answer::counted : answer::uncounted;
+}
+
+engine::round engine::run_on_every_server(const round_plan& plan) {
+    round run;
+    std::vector<connection*> conns;
+    std::vector<steady::time_point> own;
+    conns.reserve(servers_.size());
+    own.reserve(servers_.size());
     for (auto& s : servers_) {
-        run.conns.emplace_back(*s->at);
-        auto* conn = run.conns.back().get();
-        run.batches.push_back({conn, call, conn->default_deadline()});
+        if (plan.renewals) {
+            conns.push_back(&s->at->renewal_connection());
+        } else {
+            run.conns.emplace_back(*s->at, plan.pool_wait);
+            if (!run.conns.back()) {
+                run.conns.clear();
+                run.lent = false;
+                return run;
+            }
+            conns.push_back(run.conns.back().get());
+        }
+        own.push_back(conns.back()->default_deadline());
+    }
+    const auto connected = steady::now();
+    run.batches.reserve(servers_.size());
+    for (std::size_t i = 0; i < servers_.size(); ++i) {
+        run.batches.push_back(
+            {conns[i], plan.calls, plan.deadline ? plan.deadline(own[i], connected) : own[i]});
     }
     run_everywhere(run.batches);
     suspect_failures(run.batches);
+    if (plan.check_identities && identities_pending_) {
+        // A server that was down when the client was made and answers now: learn what it is
+        // before its vote counts. Only servers that just answered are asked, so one that is still
+        // paused or unreachable costs nothing more.
+        const auto answered = newly_answering(run.batches);
+        auto until = steady::now();
+        if (plan.identity_within) {
+            until = deadline_after(until, *plan.identity_within);
+        } else {
+            for (const auto* c : answered)
+                if (c) until = std::max(until, c->default_deadline());
+        }
+        check_identities(answered, until);
+    }
     return run;
 }
 
@@ -405,7 +445,7 @@ lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (ec) return {};
         const auto call = one_call(inspect_call(key(name), channel(name)));
-        auto run = run_on_every_server(call);
+        auto run = run_on_every_server({call});
         auto& batches = run.batches;
         std::vector<lock_info> views(batches.size());
         for (std::size_t i = 0; i < batches.size(); ++i) {
@@ -454,17 +494,12 @@ std::string engine::record_once(std::string_view name, std::string_view value,
         auto retry_until = steady::time_point::min();
         auto pause = std::chrono::milliseconds(1);
         for (;;) {
-            auto run = run_on_every_server(one_call({script, {record}, {"", ""}}));
+            round_plan read_all{one_call({script, {record}, {"", ""}})};
+            read_all.check_identities = true;
+            auto run = run_on_every_server(read_all);
             auto& batches = run.batches;
             if (retry_until == steady::time_point::min())
                 retry_until = batches.front().conn->default_deadline();
-            if (identities_pending_) {
-                const auto answered = newly_answering(batches);
-                auto until = steady::now();
-                for (const auto* c : answered)
-                    if (c) until = std::max(until, c->default_deadline());
-                check_identities(answered, until);
-            }
             std::vector<quorum::record_read> reads(servers_.size());
             std::vector<std::string> said(servers_.size());  // each server's answer, for messages
             // Reads batches[i]'s reply into reads[i]; false (and `ec` set) when the only server
@@ -493,7 +528,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                     said[i] = b.error.empty() ? "redis " + server + ": " + b.ec.message() : b.error;
                     return true;
                 }
-                if (!counts(i)) {
+                if (answer_of(run, i) == answer::uncounted) {
                     said[i] = "redis " + server + ": not counted";
                     return true;
                 }
@@ -537,7 +572,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                 continue;
             }
             std::string all;
-            for (const auto& s : said) all += (all.empty() ? "" : "; ") + s;
+            for (const auto& s : said) add_failure(all, s);
             const auto of = " of " + std::to_string(servers_.size()) + " servers (" + all + ")";
             if (step.what == quorum::record_step::kind::undecided) {
                 // Never a guess: a value on a minority may be what is left of an agreed value after
@@ -589,51 +624,37 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     // time, so this check is never more generous than the grant.
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
-    std::vector<node::pooled> conns;
-    std::vector<script_batch> batches;
-    conns.reserve(servers_.size());
-    batches.reserve(servers_.size());
-    const auto call = one_call(
+    round_plan plan{one_call(
         {protocol.acquire,
          keys(protocol, name),
          {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
           ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
-          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}});
-    for (auto& s : servers_) {
-        conns.emplace_back(*s->at, deadline);
-        if (!conns.back()) {
-            // Every connection stayed busy until the caller's own wait bound: contention here.
-            attempt_outcome out;
-            out.error = make_error_code(errc::timeout);
-            out.failures = "lock \"" + std::string(name) +
-                           "\": no free connection to the server before the wait bound";
-            return out;
-        }
+          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}})};
+    plan.pool_wait = deadline;
+    // Counted from `connected`, not from `sent`: a wait for a free connection is no server's
+    // fault. One server: its own timeouts. Several: each gets node_timeout, far below the lease,
+    // so a dead or slow server costs only that (docs/redlock.md).
+    plan.deadline = [&](steady::time_point own, steady::time_point connected) {
+        return single ? own : deadline_after(connected, node_timeout);
+    };
+    plan.check_identities = true;
+    plan.identity_within = node_timeout;
+    auto run = run_on_every_server(plan);
+    if (!run.lent) {
+        // Every connection stayed busy until the caller's own wait bound: contention here.
+        attempt_outcome out;
+        out.error = make_error_code(errc::timeout);
+        out.failures = "lock \"" + std::string(name) +
+                       "\": no free connection to the server before the wait bound";
+        return out;
     }
-    // Counted from here, not from `sent`: a wait for a free connection is no server's fault.
-    const auto connected = steady::now();
-    for (std::size_t i = 0; i < servers_.size(); ++i) {
-        auto* conn = conns[i].get();
-        // One server: its own timeouts. Several: each gets node_timeout, far below the lease, so a
-        // dead or slow server costs only that (docs/redlock.md).
-        const auto until =
-            single ? conn->default_deadline() : deadline_after(connected, node_timeout);
-        batches.push_back({conn, call, until});
-    }
-    run_everywhere(batches);
-    suspect_failures(batches);
-    if (identities_pending_) {
-        // A server that was down when the client was made and answers now: learn what it is
-        // before its vote counts. Only servers that just answered are asked, so one that is still
-        // paused or unreachable costs nothing more.
-        check_identities(newly_answering(batches), deadline_after(steady::now(), node_timeout));
-    }
+    auto& batches = run.batches;
 
     attempt_outcome out;
     std::vector<quorum::acquire_vote> votes(servers_.size());  // failed unless set below
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
-        if (!b.ec && !counts(i)) {
+        if (answer_of(run, i) == answer::uncounted) {
             dlock::detail::lock_guard lock(identity_mutex_);
             fail(b.ec, errc::invalid_argument,
                  "redis " + b.conn->settings().endpoint.describe() + ": not counted: " +
@@ -646,7 +667,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         if (b.ec) {
             if (b.error.empty()) b.error = dlock::detail::message_for(b.ec);
             if (!out.error) out.error = b.ec;
-            out.failures += (out.failures.empty() ? "" : "; ") + b.error;
+            add_failure(out.failures, b.error);
             report_node_failure(name, 0, b);
             continue;
         }
@@ -706,8 +727,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     if ((out.granting > 0 || !out.failures.empty()) && !request.reenter && !protocol.queued) {
         // Return our connections first: the undo takes its own, and a caller must never hold one
         // while it waits for another (with a full pool, that would wait on itself).
-        batches.clear();
-        conns.clear();
+        run = {};
         release_everywhere(protocol, name, token, node_timeout);
     }
     return out;
@@ -736,20 +756,14 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
 
 void engine::release_everywhere(const lock_protocol& protocol, std::string_view name,
                                 const std::string& token, std::chrono::milliseconds node_timeout) {
-    std::vector<node::pooled> conns;
-    std::vector<script_batch> batches;
     const auto deadline = deadline_after(
         steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
-    const auto call = one_call(
+    round_plan plan{one_call(
         {protocol.release,
          keys(protocol, name),
-         {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}});
-    for (auto& s : servers_) {
-        conns.emplace_back(*s->at);
-        batches.push_back({conns.back().get(), call, deadline});
-    }
-    run_everywhere(batches);
-    suspect_failures(batches);
+         {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}})};
+    plan.deadline = [&](steady::time_point, steady::time_point) { return deadline; };
+    run_on_every_server(plan);
 }
 
 dlock::lease engine::grant(std::string_view name, const std::string& token, std::uint64_t fence,
@@ -1015,8 +1029,6 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         registry_.untrack(&lease);
     }
     try {
-        std::vector<node::pooled> conns;
-        std::vector<script_batch> batches;
         // With several servers a paused one must not hold up unlock(): it gets node_timeout, and
         // our key there simply expires.
         const auto redlock_deadline =
@@ -1034,31 +1046,29 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 }
             }
         }
-        const auto call = one_call({protocol->release,
-                                    keys(*protocol, lease.name()),
-                                    {lease.token(), channel(lease.name()), ms_text(handoff_lease),
-                                     whole ? "1" : "0", ms_text(config_.idle_expiry)}});
-        for (auto& s : servers_) {
-            conns.emplace_back(*s->at);
-            auto* conn = conns.back().get();
-            batches.push_back(
-                {conn, call, servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
-        }
-        run_everywhere(batches);
-        suspect_failures(batches);
+        round_plan plan{one_call({protocol->release,
+                                  keys(*protocol, lease.name()),
+                                  {lease.token(), channel(lease.name()), ms_text(handoff_lease),
+                                   whole ? "1" : "0", ms_text(config_.idle_expiry)}})};
+        plan.deadline = [&](steady::time_point own, steady::time_point) {
+            return servers_.size() == 1 ? own : redlock_deadline;
+        };
+        auto run = run_on_every_server(plan);
+        auto& batches = run.batches;
         lease.mark_released();
         std::vector<quorum::owner_vote> votes;
         std::string failures;
         for (std::size_t i = 0; i < batches.size(); ++i) {
             auto& b = batches[i];
-            if (!b.ec && !counts(i)) continue;  // another URL of a counted server, or unknown
+            // Another URL of a counted server, or unknown: no vote.
+            if (answer_of(run, i) == answer::uncounted) continue;
             if (!b.ec && b.replies.front().type != reply::kind::integer) {
                 script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
                 b.error = dlock::detail::message_for(b.ec);
             }
             if (b.ec) {
                 if (!ec) ec = b.ec;
-                failures += (failures.empty() ? "" : "; ") + b.error;
+                add_failure(failures, b.error);
                 votes.push_back(quorum::owner_vote::failed);
                 report_node_failure(lease.name(), lease.fencing_token(), b);
             } else {
@@ -1148,22 +1158,20 @@ steady::time_point engine::renew_due(steady::time_point now) {
                  keys(*protocol, d.lease->name()),
                  {d.lease->token(), ms_text(d.request), ms_text(config_.idle_expiry)}});
         }
-        std::vector<script_batch> batches;
         bool cut_short = false;  // some batch's own bound lies past `latest`
-        for (auto& s : servers_) {
-            auto& renewals = s->at->renewal_connection();
-            const auto own = renewals.default_deadline();
+        round_plan plan{calls, /*renewals=*/true};
+        plan.deadline = [&](steady::time_point own, steady::time_point) {
             cut_short = cut_short || latest < own;
-            batches.push_back({&renewals, calls, std::min(own, latest)});
-        }
-        run_everywhere(batches);
-        suspect_failures(batches);
+            return std::min(own, latest);
+        };
+        auto run = run_on_every_server(plan);
+        const auto& batches = run.batches;
         // Stopped waiting at another lease's deadline, not at the server's own bound: not yet a
         // renewal failure. Retry at once, right after that lease's loss is reported.
         const bool interrupted = cut_short && steady::now() >= latest;
         std::string failures;
         for (const auto& b : batches) {
-            if (b.ec) failures += (failures.empty() ? "" : "; ") + b.error;
+            if (b.ec) add_failure(failures, b.error);
         }
         std::vector<std::shared_ptr<lease_core>> renewed;
         std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
@@ -1185,11 +1193,10 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 std::string why = failures;
                 for (std::size_t k = 0; k < batches.size(); ++k) {
                     const auto& b = batches[k];
-                    if (b.ec || !counts(k)) continue;  // see check_identities
+                    if (answer_of(run, k) != answer::counted) continue;  // see check_identities
                     const auto& r = b.replies[i];
                     if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
-                        why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +
-                               ": " + r.text;
+                        add_failure(why, b.conn->settings().endpoint.describe() + ": " + r.text);
                         votes.push_back(quorum::owner_vote::failed);
                         refused.push_back({lease, k, r.text});
                         continue;

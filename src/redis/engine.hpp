@@ -110,13 +110,40 @@ private:
     /// One voting member of the quorum over nodes (engine.cpp); servers_[i] is config_.servers[i].
     struct voter;
 
-    /// `call` run on every server at once, each over a pooled connection with its default
-    /// deadline: the batches as run_everywhere left them, and the connections they refer to.
-    struct fan_out {
-        std::vector<node::pooled> conns;
-        std::vector<script_batch> batches;
+    /// One round of script calls on every server at once (acquire, release, renewal, inspect,
+    /// record): how each server is reached and by when. A round on a subset of servers (a fence
+    /// raise, a record write-back) runs on a round's connections with run_everywhere directly.
+    struct round_plan {
+        std::shared_ptr<const std::vector<script_call>> calls;
+        /// The background thread's renewal connections instead of pooled command connections.
+        bool renewals = false;
+        /// Pooled: stop waiting for a free connection then (the round is then not `lent`).
+        steady::time_point pool_wait = steady::time_point::max();
+        /// Server i's deadline from `own` (its connection's default deadline when it was lent)
+        /// and `connected` (when every connection was in hand); unset: `own`.
+        std::function<steady::time_point(steady::time_point own, steady::time_point connected)>
+            deadline{};
+        /// Identity-check the servers that answered but do not count yet (check_identities), by
+        /// now + identity_within, or (unset) by the latest default deadline of their connections.
+        bool check_identities = false;
+        std::optional<std::chrono::milliseconds> identity_within{};
     };
-    fan_out run_on_every_server(const std::shared_ptr<const std::vector<script_call>>& call);
+    /// A round's outcome: batches[i] is server i's, over conns[i] (pooled rounds).
+    struct round {
+        std::vector<node::pooled> conns;  // return them (round = {}) before waiting for more
+        std::vector<script_batch> batches;
+        bool lent = true;  // false: no free connection before pool_wait; nothing was sent
+    };
+    /// How server i's answer in a round counts toward a quorum.
+    enum class answer {
+        failed,     ///< no answer (batches[i].ec)
+        uncounted,  ///< answered, but its identity is unchecked (see check_identities)
+        counted,
+    };
+    answer answer_of(const round& r, std::size_t i) const noexcept;
+    /// Runs `plan` on every server at once (run_everywhere), then tells each node that failed or
+    /// answered READONLY (suspect_failures) and, if asked, checks new servers' identities.
+    round run_on_every_server(const round_plan& plan);
 
     /// acquire_until's checks before any I/O (name, options, kind on this many servers, permits,
     /// reenter): the kind's protocol, or nullptr with `ec` set.
