@@ -174,8 +174,6 @@ engine::engine(engine_config config)
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     subscriber_ = std::make_unique<subscriber>(std::move(nodes),
                                                [this](steady::time_point by) { wake_by(by); });
-    // A node that moves (node.hpp) wakes the background thread: the subscriber follows it then.
-    for (auto& s : servers_) s->at->on_moved([this] { wake(); });
 }
 
 engine::~engine() { stop(); }
@@ -259,6 +257,13 @@ std::vector<connection*> engine::newly_answering(const std::vector<script_batch>
 
 void engine::start() {
     worker_.start([this](std::stop_token st) { run(st); });
+    // A node that moves (node.hpp) wakes the background thread: the subscriber follows it then.
+    // Weak: a watch may keep a node, and its source, after the engine is gone.
+    for (auto& s : servers_) {
+        s->at->on_moved([weak = weak_from_this()] {
+            if (const auto self = weak.lock()) self->wake();
+        });
+    }
 }
 
 void engine::stop() noexcept {
