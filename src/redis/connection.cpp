@@ -39,7 +39,8 @@ std::string not_redis_hint(const std::string& decoder_error) {
            ")";
 }
 
-connection::connection(const connection_settings& settings) : settings_(settings) {}
+connection::connection(std::shared_ptr<const connection_settings> settings)
+    : snapshot_(std::move(settings)), settings_(*snapshot_) {}
 
 void connection::close() noexcept {
     if (transport_) transport_->close();

@@ -33,7 +33,9 @@ struct connection_settings {
 
 class connection {
 public:
-    explicit connection(const connection_settings& settings);
+    /// `settings` is an immutable snapshot, shared with the node that made it (node.hpp): a
+    /// node that moves publishes new settings and never changes the ones a connection uses.
+    explicit connection(std::shared_ptr<const connection_settings> settings);
 
     bool is_open() const noexcept { return transport_ && transport_->native_handle() >= 0; }
     void close() noexcept;
@@ -81,7 +83,8 @@ private:
     bool flush(std::error_code& ec);
     bool read_available(std::error_code& ec);
 
-    const connection_settings& settings_;
+    const std::shared_ptr<const connection_settings> snapshot_;  // keeps settings_ alive
+    const connection_settings& settings_;                        // *snapshot_
     std::unique_ptr<transport> transport_;
     reply_decoder decoder_;
     phase phase_ = phase::closed;

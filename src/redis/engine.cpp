@@ -34,6 +34,11 @@ namespace {
 
 std::string ms_text(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
+/// Appends one server's failure to a message listing several ("a; b").
+void add_failure(std::string& all, const std::string& one) {
+    all += (all.empty() ? "" : "; ") + one;
+}
+
 /// One call, shared by every server's batch.
 std::shared_ptr<const std::vector<script_call>> one_call(const script_call& call) {
     return std::make_shared<const std::vector<script_call>>(1, call);
@@ -49,10 +54,6 @@ bool is_acquire_reply(const reply& r) noexcept {
 
 }  // namespace
 
-/// Command connections per server (acquire, release, command()): however many threads wait or
-/// lock, a client opens at most this many, plus its renewal and subscriber connections.
-constexpr std::size_t max_pooled = 16;
-
 /// The background thread of an active client (see wake_by) sleeps at most active_tick at a time,
 /// for active_window after the last lock activity; then only until its next due work. The tick
 /// must stay well below the earliest work it lets go without a wake-up: a hand-off grant's
@@ -61,19 +62,10 @@ constexpr std::chrono::milliseconds active_tick{200};
 constexpr std::chrono::seconds active_window{5};
 static_assert(active_tick < handoff_lease / 4);
 
-struct engine::server {
-    connection_settings commands;
-    connection_settings renewals;
-    /// A caller waiting for a command connection; the returning one hands it over directly.
-    struct slot_waiter {
-        std::condition_variable ready;
-        std::unique_ptr<connection> conn;
-    };
-    dlock::detail::mutex pool_mutex;  // also guards slot_waiter::conn of the queued waiters
-    std::vector<std::unique_ptr<connection>> idle DLOCK_GUARDED_BY(pool_mutex);
-    std::size_t created DLOCK_GUARDED_BY(pool_mutex) = 0;  // command connections (<= max_pooled)
-    std::deque<slot_waiter*> queue DLOCK_GUARDED_BY(pool_mutex);  // first come first served
-    std::unique_ptr<connection> renew_conn;                       // background thread only
+/// One voting member of the quorum: how it is reached is its node's business (node.hpp); whether
+/// its answers count is the engine's (check_identities).
+struct engine::voter {
+    std::shared_ptr<redis::detail::node> at;
     std::atomic<bool> verified{false};  // its votes count (see engine::counts)
     /// What the server says it is (INFO run_id), once verified. The engine's identity_mutex_
     /// guards it; a nested type cannot name that in DLOCK_GUARDED_BY, hence the accessor.
@@ -84,45 +76,6 @@ struct engine::server {
 private:
     std::string run_id_;
 };
-
-engine::pooled::pooled(server& s, steady::time_point deadline) : server_(&s) {
-    dlock::detail::unique_lock lock(s.pool_mutex);
-    if (s.queue.empty()) {
-        if (!s.idle.empty()) {
-            conn_ = std::move(s.idle.back());
-            s.idle.pop_back();
-            return;
-        }
-        if (s.created < max_pooled) {
-            conn_ = std::make_unique<connection>(s.commands);  // connects lazily, on first use
-            ++s.created;
-            return;
-        }
-    }
-    server::slot_waiter me;
-    s.queue.push_back(&me);
-    const auto handed = [&] { return me.conn != nullptr; };
-    if (deadline == steady::time_point::max()) {
-        me.ready.wait(lock.native(), handed);
-    } else if (!me.ready.wait_until(lock.native(), deadline, handed)) {
-        s.queue.erase(std::find(s.queue.begin(), s.queue.end(), &me));
-        return;  // get() is null: no connection came back in time
-    }
-    conn_ = std::move(me.conn);
-}
-
-engine::pooled::~pooled() {
-    if (!conn_) return;
-    dlock::detail::lock_guard lock(server_->pool_mutex);
-    if (server_->queue.empty()) {
-        server_->idle.push_back(std::move(conn_));
-        return;
-    }
-    auto* next = server_->queue.front();
-    server_->queue.pop_front();
-    next->conn = std::move(conn_);
-    next->ready.notify_one();
-}
 
 struct engine::attempt_outcome {
     bool granted = false;
@@ -163,7 +116,7 @@ engine::engine(engine_config config)
     }
     if (config_.servers.empty())
         throw error(errc::invalid_argument, "client_options: no servers given");
-    std::vector<connection_settings> subscriber_settings;
+    std::vector<std::shared_ptr<node>> nodes;
     for (std::size_t i = 0; i < config_.servers.size(); ++i) {
         for (std::size_t j = 0; j < i; ++j) {
             // The same server twice would vote twice: a "majority" that is not one.
@@ -178,12 +131,12 @@ engine::engine(engine_config config)
         std::error_code ec;
         make_transport(endpoint, ec);  // refuses rediss:// up front, with its reason
         dlock::detail::throw_if(ec);
-        auto s = std::make_unique<server>();
-        s->commands = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:cmd"};
-        s->renewals = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:renew"};
-        s->renew_conn = std::make_unique<connection>(s->renewals);
-        subscriber_settings.push_back(
-            {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:sub"});
+        auto s = std::make_unique<voter>();
+        s->at = std::make_shared<node>(config_.address_source_for
+                                           ? config_.address_source_for(endpoint)
+                                           : std::make_unique<fixed_address>(endpoint),
+                                       config_.connect_timeout, config_.command_timeout);
+        nodes.push_back(s->at);
         servers_.push_back(std::move(s));
     }
     if (servers_.size() == 1) {
@@ -194,8 +147,8 @@ engine::engine(engine_config config)
         std::vector<connection*> conns;
         auto deadline = steady::time_point::min();
         for (auto& s : servers_) {
-            conns.push_back(s->renew_conn.get());
-            deadline = std::max(deadline, s->renew_conn->default_deadline());
+            conns.push_back(&s->at->renewal_connection());
+            deadline = std::max(deadline, conns.back()->default_deadline());
         }
         check_identities(conns, deadline);
         {
@@ -208,8 +161,9 @@ engine::engine(engine_config config)
         // healthy ones would miss their deadline on every attempt.
         std::vector<exchange> loads;
         for (auto& s : servers_) {
-            if (!s->verified || !s->renew_conn->is_open()) continue;
-            exchange x{s->renew_conn.get(), {}, s->renew_conn->default_deadline()};
+            auto& renewals = s->at->renewal_connection();
+            if (!s->verified || !renewals.is_open()) continue;
+            exchange x{&renewals, {}, renewals.default_deadline()};
             for (const auto& script : all_scripts())
                 x.commands.push_back({"SCRIPT", "LOAD", script.source});
             loads.push_back(std::move(x));
@@ -218,7 +172,7 @@ engine::engine(engine_config config)
     }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-    subscriber_ = std::make_unique<subscriber>(std::move(subscriber_settings),
+    subscriber_ = std::make_unique<subscriber>(std::move(nodes),
                                                [this](steady::time_point by) { wake_by(by); });
 }
 
@@ -277,6 +231,22 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
 
 bool engine::counts(std::size_t i) const noexcept { return servers_[i]->verified; }
 
+void engine::suspect_failures(const std::vector<script_batch>& batches) noexcept {
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+        const auto& b = batches[i];
+        if (b.ec) {
+            servers_[i]->at->suspect(*b.conn, b.error);
+            continue;
+        }
+        for (const auto& r : b.replies) {
+            if (r.is_error() && r.text.starts_with("READONLY")) {
+                servers_[i]->at->suspect(*b.conn, r.text);
+                break;
+            }
+        }
+    }
+}
+
 std::vector<connection*> engine::newly_answering(const std::vector<script_batch>& batches) const {
     std::vector<connection*> answered(servers_.size(), nullptr);
     for (std::size_t i = 0; i < batches.size(); ++i) {
@@ -286,7 +256,14 @@ std::vector<connection*> engine::newly_answering(const std::vector<script_batch>
 }
 
 void engine::start() {
-    worker_ = std::jthread([this](std::stop_token st) { run(st); });
+    worker_.start([this](std::stop_token st) { run(st); });
+    // A node that moves (node.hpp) wakes the background thread: the subscriber follows it then.
+    // Weak: a watch may keep a node, and its source, after the engine is gone.
+    for (auto& s : servers_) {
+        s->at->on_moved([weak = weak_from_this()] {
+            if (const auto self = weak.lock()) self->wake();
+        });
+    }
 }
 
 void engine::stop() noexcept {
@@ -294,17 +271,12 @@ void engine::stop() noexcept {
         // A forked child's copy: the background thread runs only in the parent (its handle must be
         // neither joined nor detached here), and the leases are the parent's, inert here. Only
         // the child's copies of the descriptors are closed (by the members' destructors).
-        if (worker_.joinable())
-            dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+        worker_.abandon();
         if (wake_fd_ >= 0) ::close(wake_fd_);
         wake_fd_ = -1;
         return;
     }
-    if (worker_.joinable()) {
-        worker_.request_stop();
-        wake();
-        worker_.join();
-    }
+    worker_.stop([this] { wake(); });
     // Nobody renews or watches the leases still alive: they can no longer be guaranteed.
     std::vector<std::shared_ptr<lease_core>> orphaned;
     {
@@ -361,7 +333,7 @@ reply engine::command(const std::vector<std::string>& args, std::error_code& ec)
             fail(ec, errc::invalid_argument, "command: no arguments");
             return {};
         }
-        pooled conn(*servers_.front());
+        node::pooled conn(*servers_.front()->at);
         const command_args view(args.begin(), args.end());
         return conn.get()->execute(view, ec);
     } catch (const std::bad_alloc&) {
@@ -389,7 +361,7 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
                      (servers_.size() > 1 ? "on Redlock" : "in this build"));
             return;
         }
-        pooled conn(*servers_.front());
+        node::pooled conn(*servers_.front()->at);
         // The same KEYS as the semaphore's other scripts: one hash slot, one layout.
         const script_call call{
             script,
@@ -407,27 +379,63 @@ std::unique_ptr<lock_watch> engine::watch(std::string_view name, std::error_code
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (ec) return nullptr;
-        std::vector<connection_settings> settings;
-        settings.reserve(servers_.size());
-        for (const auto& s : servers_) settings.push_back(s->commands);
-        return make_watch(settings, key(name), channel(name), ec);
+        std::vector<std::shared_ptr<node>> nodes;
+        nodes.reserve(servers_.size());
+        for (const auto& s : servers_) nodes.push_back(s->at);
+        return make_watch(nodes, key(name), channel(name), ec);
     } catch (const std::exception& e) {
         fail(ec, errc::connection_failed, std::string("watch: ") + e.what());
         return nullptr;
     }
 }
 
-engine::fan_out engine::run_on_every_server(
-    const std::shared_ptr<const std::vector<script_call>>& call) {
-    fan_out run;
-    run.conns.reserve(servers_.size());
-    run.batches.reserve(servers_.size());
+engine::answer engine::answer_of(const round& r, std::size_t i) const noexcept {
+    if (r.batches[i].ec) return answer::failed;
+    return counts(i) ? answer::counted : answer::uncounted;
+}
+
+engine::round engine::run_on_every_server(const round_plan& plan) {
+    round run;
+    std::vector<connection*> conns;
+    std::vector<steady::time_point> own;
+    conns.reserve(servers_.size());
+    own.reserve(servers_.size());
     for (auto& s : servers_) {
-        run.conns.emplace_back(*s);
-        auto* conn = run.conns.back().get();
-        run.batches.push_back({conn, call, conn->default_deadline()});
+        if (plan.renewals) {
+            conns.push_back(&s->at->renewal_connection());
+        } else {
+            run.conns.emplace_back(*s->at, plan.pool_wait);
+            if (!run.conns.back()) {
+                run.conns.clear();
+                run.lent = false;
+                return run;
+            }
+            conns.push_back(run.conns.back().get());
+        }
+        own.push_back(conns.back()->default_deadline());
+    }
+    const auto connected = steady::now();
+    run.batches.reserve(servers_.size());
+    for (std::size_t i = 0; i < servers_.size(); ++i) {
+        run.batches.push_back(
+            {conns[i], plan.calls, plan.deadline ? plan.deadline(own[i], connected) : own[i]});
     }
     run_everywhere(run.batches);
+    suspect_failures(run.batches);
+    if (plan.check_identities && identities_pending_) {
+        // A server that was down when the client was made and answers now: learn what it is
+        // before its vote counts. Only servers that just answered are asked, so one that is still
+        // paused or unreachable costs nothing more.
+        const auto answered = newly_answering(run.batches);
+        auto until = steady::now();
+        if (plan.identity_within) {
+            until = deadline_after(until, *plan.identity_within);
+        } else {
+            for (const auto* c : answered)
+                if (c) until = std::max(until, c->default_deadline());
+        }
+        check_identities(answered, until);
+    }
     return run;
 }
 
@@ -437,7 +445,7 @@ lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (ec) return {};
         const auto call = one_call(inspect_call(key(name), channel(name)));
-        auto run = run_on_every_server(call);
+        auto run = run_on_every_server({call});
         auto& batches = run.batches;
         std::vector<lock_info> views(batches.size());
         for (std::size_t i = 0; i < batches.size(); ++i) {
@@ -486,17 +494,12 @@ std::string engine::record_once(std::string_view name, std::string_view value,
         auto retry_until = steady::time_point::min();
         auto pause = std::chrono::milliseconds(1);
         for (;;) {
-            auto run = run_on_every_server(one_call({script, {record}, {"", ""}}));
+            round_plan read_all{one_call({script, {record}, {"", ""}})};
+            read_all.check_identities = true;
+            auto run = run_on_every_server(read_all);
             auto& batches = run.batches;
             if (retry_until == steady::time_point::min())
                 retry_until = batches.front().conn->default_deadline();
-            if (identities_pending_) {
-                const auto answered = newly_answering(batches);
-                auto until = steady::now();
-                for (const auto* c : answered)
-                    if (c) until = std::max(until, c->default_deadline());
-                check_identities(answered, until);
-            }
             std::vector<quorum::record_read> reads(servers_.size());
             std::vector<std::string> said(servers_.size());  // each server's answer, for messages
             // Reads batches[i]'s reply into reads[i]; false (and `ec` set) when the only server
@@ -525,7 +528,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                     said[i] = b.error.empty() ? "redis " + server + ": " + b.ec.message() : b.error;
                     return true;
                 }
-                if (!counts(i)) {
+                if (answer_of(run, i) == answer::uncounted) {
                     said[i] = "redis " + server + ": not counted";
                     return true;
                 }
@@ -569,7 +572,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
                 continue;
             }
             std::string all;
-            for (const auto& s : said) all += (all.empty() ? "" : "; ") + s;
+            for (const auto& s : said) add_failure(all, s);
             const auto of = " of " + std::to_string(servers_.size()) + " servers (" + all + ")";
             if (step.what == quorum::record_step::kind::undecided) {
                 // Never a guess: a value on a minority may be what is left of an agreed value after
@@ -621,50 +624,37 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     // time, so this check is never more generous than the grant.
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
-    std::vector<pooled> conns;
-    std::vector<script_batch> batches;
-    conns.reserve(servers_.size());
-    batches.reserve(servers_.size());
-    const auto call = one_call(
+    round_plan plan{one_call(
         {protocol.acquire,
          keys(protocol, name),
          {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
           ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
-          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}});
-    for (auto& s : servers_) {
-        conns.emplace_back(*s, deadline);
-        if (!conns.back()) {
-            // Every connection stayed busy until the caller's own wait bound: contention here.
-            attempt_outcome out;
-            out.error = make_error_code(errc::timeout);
-            out.failures = "lock \"" + std::string(name) +
-                           "\": no free connection to the server before the wait bound";
-            return out;
-        }
+          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}})};
+    plan.pool_wait = deadline;
+    // Counted from `connected`, not from `sent`: a wait for a free connection is no server's
+    // fault. One server: its own timeouts. Several: each gets node_timeout, far below the lease,
+    // so a dead or slow server costs only that (docs/redlock.md).
+    plan.deadline = [&](steady::time_point own, steady::time_point connected) {
+        return single ? own : deadline_after(connected, node_timeout);
+    };
+    plan.check_identities = true;
+    plan.identity_within = node_timeout;
+    auto run = run_on_every_server(plan);
+    if (!run.lent) {
+        // Every connection stayed busy until the caller's own wait bound: contention here.
+        attempt_outcome out;
+        out.error = make_error_code(errc::timeout);
+        out.failures = "lock \"" + std::string(name) +
+                       "\": no free connection to the server before the wait bound";
+        return out;
     }
-    // Counted from here, not from `sent`: a wait for a free connection is no server's fault.
-    const auto connected = steady::now();
-    for (std::size_t i = 0; i < servers_.size(); ++i) {
-        auto* conn = conns[i].get();
-        // One server: its own timeouts. Several: each gets node_timeout, far below the lease, so a
-        // dead or slow server costs only that (docs/redlock.md).
-        const auto until =
-            single ? conn->default_deadline() : deadline_after(connected, node_timeout);
-        batches.push_back({conn, call, until});
-    }
-    run_everywhere(batches);
-    if (identities_pending_) {
-        // A server that was down when the client was made and answers now: learn what it is
-        // before its vote counts. Only servers that just answered are asked, so one that is still
-        // paused or unreachable costs nothing more.
-        check_identities(newly_answering(batches), deadline_after(steady::now(), node_timeout));
-    }
+    auto& batches = run.batches;
 
     attempt_outcome out;
     std::vector<quorum::acquire_vote> votes(servers_.size());  // failed unless set below
     for (std::size_t i = 0; i < batches.size(); ++i) {
         auto& b = batches[i];
-        if (!b.ec && !counts(i)) {
+        if (answer_of(run, i) == answer::uncounted) {
             dlock::detail::lock_guard lock(identity_mutex_);
             fail(b.ec, errc::invalid_argument,
                  "redis " + b.conn->settings().endpoint.describe() + ": not counted: " +
@@ -677,7 +667,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         if (b.ec) {
             if (b.error.empty()) b.error = dlock::detail::message_for(b.ec);
             if (!out.error) out.error = b.ec;
-            out.failures += (out.failures.empty() ? "" : "; ") + b.error;
+            add_failure(out.failures, b.error);
             report_node_failure(name, 0, b);
             continue;
         }
@@ -737,8 +727,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     if ((out.granting > 0 || !out.failures.empty()) && !request.reenter && !protocol.queued) {
         // Return our connections first: the undo takes its own, and a caller must never hold one
         // while it waits for another (with a full pool, that would wait on itself).
-        batches.clear();
-        conns.clear();
+        run = {};
         release_everywhere(protocol, name, token, node_timeout);
     }
     return out;
@@ -747,7 +736,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
 void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
                          const std::string& token) noexcept {
     try {
-        pooled conn(*servers_.front());
+        node::pooled conn(*servers_.front()->at);
         std::error_code ec;
         const auto r = run_script(
             *conn.get(),
@@ -767,19 +756,14 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
 
 void engine::release_everywhere(const lock_protocol& protocol, std::string_view name,
                                 const std::string& token, std::chrono::milliseconds node_timeout) {
-    std::vector<pooled> conns;
-    std::vector<script_batch> batches;
     const auto deadline = deadline_after(
         steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
-    const auto call = one_call(
+    round_plan plan{one_call(
         {protocol.release,
          keys(protocol, name),
-         {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}});
-    for (auto& s : servers_) {
-        conns.emplace_back(*s);
-        batches.push_back({conns.back().get(), call, deadline});
-    }
-    run_everywhere(batches);
+         {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}})};
+    plan.deadline = [&](steady::time_point, steady::time_point) { return deadline; };
+    run_on_every_server(plan);
 }
 
 dlock::lease engine::grant(std::string_view name, const std::string& token, std::uint64_t fence,
@@ -835,27 +819,13 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
 
 const lock_protocol* engine::check_request(std::string_view name, const lock_request& request,
                                            const lock_options& options, std::error_code& ec) const {
-    dlock::detail::validate_lock_name(name, max_name_length, ec);
-    if (!ec) dlock::detail::validate_lock_options(options, ec);
-    if (ec) return nullptr;
+    if (!dlock::detail::check_acquire(name, max_name_length, request, options, ec)) return nullptr;
     const auto* protocol = protocol_for(request.kind);
     if (!protocol || (request.kind != lock_kind::exclusive && servers_.size() > 1)) {
         fail(ec, errc::unsupported,
              std::string("lock \"") + std::string(name) + "\": the " + to_string(request.kind) +
                  " lock kind is not available " +
                  (servers_.size() > 1 ? "on Redlock (only dlock::mutex is)" : "in this build"));
-        return nullptr;
-    }
-    if (request.kind == lock_kind::permits &&
-        (request.count < 1 || request.limit < request.count)) {
-        fail(ec, errc::invalid_argument,
-             "semaphore \"" + std::string(name) + "\": lock_request.count (" +
-                 std::to_string(request.count) + ") must be >= 1 and <= limit (" +
-                 std::to_string(request.limit) + ")");
-        return nullptr;
-    }
-    if (request.reenter && request.kind != lock_kind::reentrant) {
-        fail(ec, errc::invalid_argument, "lock_request.reenter is only for the reentrant kind");
         return nullptr;
     }
     return protocol;
@@ -1011,7 +981,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    std::error_code& ec) noexcept {
     ec.clear();
     const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
-    try {
+    return dlock::detail::guarded(ec, [&]() -> dlock::lease {
         const auto* protocol = check_request(name, request, options, ec);
         if (!protocol) return {};
         if (request.reenter) return reenter(*protocol, name, *request.reenter, options, ec);
@@ -1028,14 +998,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                    : step.what == action::wait    ? run.wait(step.until)
                                                   : run.attempt();
         }
-    } catch (const std::bad_alloc&) {
-        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
-    } catch (const std::system_error& e) {
-        fail(ec, e.code(), e.what());
-    } catch (const std::exception& e) {
-        fail(ec, errc::protocol_error, e.what());
-    }
-    return {};
+    });
 }
 
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {
@@ -1045,8 +1008,6 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         registry_.untrack(&lease);
     }
     try {
-        std::vector<pooled> conns;
-        std::vector<script_batch> batches;
         // With several servers a paused one must not hold up unlock(): it gets node_timeout, and
         // our key there simply expires.
         const auto redlock_deadline =
@@ -1064,30 +1025,29 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 }
             }
         }
-        const auto call = one_call({protocol->release,
-                                    keys(*protocol, lease.name()),
-                                    {lease.token(), channel(lease.name()), ms_text(handoff_lease),
-                                     whole ? "1" : "0", ms_text(config_.idle_expiry)}});
-        for (auto& s : servers_) {
-            conns.emplace_back(*s);
-            auto* conn = conns.back().get();
-            batches.push_back(
-                {conn, call, servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
-        }
-        run_everywhere(batches);
+        round_plan plan{one_call({protocol->release,
+                                  keys(*protocol, lease.name()),
+                                  {lease.token(), channel(lease.name()), ms_text(handoff_lease),
+                                   whole ? "1" : "0", ms_text(config_.idle_expiry)}})};
+        plan.deadline = [&](steady::time_point own, steady::time_point) {
+            return servers_.size() == 1 ? own : redlock_deadline;
+        };
+        auto run = run_on_every_server(plan);
+        auto& batches = run.batches;
         lease.mark_released();
         std::vector<quorum::owner_vote> votes;
         std::string failures;
         for (std::size_t i = 0; i < batches.size(); ++i) {
             auto& b = batches[i];
-            if (!b.ec && !counts(i)) continue;  // another URL of a counted server, or unknown
+            // Another URL of a counted server, or unknown: no vote.
+            if (answer_of(run, i) == answer::uncounted) continue;
             if (!b.ec && b.replies.front().type != reply::kind::integer) {
                 script_error(b.calls->front(), b.replies.front(), *b.conn, b.ec);
                 b.error = dlock::detail::message_for(b.ec);
             }
             if (b.ec) {
                 if (!ec) ec = b.ec;
-                failures += (failures.empty() ? "" : "; ") + b.error;
+                add_failure(failures, b.error);
                 votes.push_back(quorum::owner_vote::failed);
                 report_node_failure(lease.name(), lease.fencing_token(), b);
             } else {
@@ -1177,20 +1137,20 @@ steady::time_point engine::renew_due(steady::time_point now) {
                  keys(*protocol, d.lease->name()),
                  {d.lease->token(), ms_text(d.request), ms_text(config_.idle_expiry)}});
         }
-        std::vector<script_batch> batches;
         bool cut_short = false;  // some batch's own bound lies past `latest`
-        for (auto& s : servers_) {
-            const auto own = s->renew_conn->default_deadline();
+        round_plan plan{calls, /*renewals=*/true};
+        plan.deadline = [&](steady::time_point own, steady::time_point) {
             cut_short = cut_short || latest < own;
-            batches.push_back({s->renew_conn.get(), calls, std::min(own, latest)});
-        }
-        run_everywhere(batches);
+            return std::min(own, latest);
+        };
+        auto run = run_on_every_server(plan);
+        const auto& batches = run.batches;
         // Stopped waiting at another lease's deadline, not at the server's own bound: not yet a
         // renewal failure. Retry at once, right after that lease's loss is reported.
         const bool interrupted = cut_short && steady::now() >= latest;
         std::string failures;
         for (const auto& b : batches) {
-            if (b.ec) failures += (failures.empty() ? "" : "; ") + b.error;
+            if (b.ec) add_failure(failures, b.error);
         }
         std::vector<std::shared_ptr<lease_core>> renewed;
         std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
@@ -1212,11 +1172,10 @@ steady::time_point engine::renew_due(steady::time_point now) {
                 std::string why = failures;
                 for (std::size_t k = 0; k < batches.size(); ++k) {
                     const auto& b = batches[k];
-                    if (b.ec || !counts(k)) continue;  // see check_identities
+                    if (answer_of(run, k) != answer::counted) continue;  // see check_identities
                     const auto& r = b.replies[i];
                     if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
-                        why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +
-                               ": " + r.text;
+                        add_failure(why, b.conn->settings().endpoint.describe() + ": " + r.text);
                         votes.push_back(quorum::owner_vote::failed);
                         refused.push_back({lease, k, r.text});
                         continue;

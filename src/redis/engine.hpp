@@ -24,11 +24,13 @@
 #include <dlock/detail/thread_safety.hpp>
 #include <dlock/redis/reply.hpp>
 
+#include "core/engine_skeleton.hpp"
 #include "core/lease_core.hpp"
 #include "core/lease_registry.hpp"
 #include "core/renewal.hpp"
 #include "core/url.hpp"
 #include "redis/connection.hpp"
+#include "redis/node.hpp"
 #include "redis/protocol.hpp"
 #include "redis/scripts.hpp"
 #include "redis/subscriber.hpp"
@@ -49,6 +51,10 @@ struct engine_config {
     /// client_options::idle_expiry: how long a name's fence counter (and a semaphore's number of
     /// permits) outlives the name's last grant (src/redis/lua/lib/fence.lua).
     std::chrono::milliseconds idle_expiry{std::chrono::hours(24)};
+    /// Where each server of `servers` is reached (node.hpp): the source of its node, made once
+    /// per server by the constructor. Unset: a fixed_address (the URL as given).
+    std::function<std::unique_ptr<address_source>(const dlock::detail::redis_endpoint&)>
+        address_source_for{};
 };
 
 class engine final : public dlock::detail::lease_owner,
@@ -102,34 +108,46 @@ public:
                              std::string_view why = {}) noexcept;
 
 private:
-    struct server;
-    /// A pooled command connection of one server, returned to its pool when it goes out of scope.
-    /// A server has at most max_pooled command connections; a caller beyond that waits for one to
-    /// come back, first come first served, until `deadline` (then get() is null). A connection is
-    /// lent for one exchange, so the wait is bounded by the exchanges queued ahead.
-    class pooled {
-    public:
-        explicit pooled(server& s, steady::time_point deadline = steady::time_point::max());
-        ~pooled();
-        pooled(pooled&&) noexcept = default;
-        connection* get() const noexcept { return conn_.get(); }
-        explicit operator bool() const noexcept { return conn_ != nullptr; }
+    /// One voting member of the quorum over nodes (engine.cpp); servers_[i] is config_.servers[i].
+    struct voter;
 
-    private:
-        server* server_;
-        std::unique_ptr<connection> conn_;
+    /// One round of script calls on every server at once (acquire, release, renewal, inspect,
+    /// record): how each server is reached and by when. A round on a subset of servers (a fence
+    /// raise, a record write-back) runs on a round's connections with run_everywhere directly.
+    struct round_plan {
+        std::shared_ptr<const std::vector<script_call>> calls;
+        /// The background thread's renewal connections instead of pooled command connections.
+        bool renewals = false;
+        /// Pooled: stop waiting for a free connection then (the round is then not `lent`).
+        steady::time_point pool_wait = steady::time_point::max();
+        /// Server i's deadline from `own` (its connection's default deadline when it was lent)
+        /// and `connected` (when every connection was in hand); unset: `own`.
+        std::function<steady::time_point(steady::time_point own, steady::time_point connected)>
+            deadline{};
+        /// Identity-check the servers that answered but do not count yet (check_identities), by
+        /// now + identity_within, or (unset) by the latest default deadline of their connections.
+        bool check_identities = false;
+        std::optional<std::chrono::milliseconds> identity_within{};
     };
-
-    /// `call` run on every server at once, each over a pooled connection with its default
-    /// deadline: the batches as run_everywhere left them, and the connections they refer to.
-    struct fan_out {
-        std::vector<pooled> conns;
+    /// A round's outcome: batches[i] is server i's, over conns[i] (pooled rounds).
+    struct round {
+        std::vector<node::pooled> conns;  // return them (round = {}) before waiting for more
         std::vector<script_batch> batches;
+        bool lent = true;  // false: no free connection before pool_wait; nothing was sent
     };
-    fan_out run_on_every_server(const std::shared_ptr<const std::vector<script_call>>& call);
+    /// How server i's answer in a round counts toward a quorum.
+    enum class answer {
+        failed,     ///< no answer (batches[i].ec)
+        uncounted,  ///< answered, but its identity is unchecked (see check_identities)
+        counted,
+    };
+    answer answer_of(const round& r, std::size_t i) const noexcept;
+    /// Runs `plan` on every server at once (run_everywhere), then tells each node that failed or
+    /// answered READONLY (suspect_failures) and, if asked, checks new servers' identities.
+    round run_on_every_server(const round_plan& plan);
 
-    /// acquire_until's checks before any I/O (name, options, kind on this many servers, permits,
-    /// reenter): the kind's protocol, or nullptr with `ec` set.
+    /// acquire_until's checks before any I/O (dlock::detail::check_acquire, then the kind on this
+    /// many servers): the kind's protocol, or nullptr with `ec` set.
     const lock_protocol* check_request(std::string_view name, const lock_request& request,
                                        const lock_options& options, std::error_code& ec) const;
     /// One acquire_until call: its policy, waiter strategy (waiter.hpp) and subscription, and
@@ -174,6 +192,9 @@ private:
     std::vector<connection*> newly_answering(const std::vector<script_batch>& batches) const;
     /// Whether server `i`'s answers count toward a quorum: its identity was checked.
     bool counts(std::size_t i) const noexcept;
+    /// After a round on every server (batches[i] on server i): tells each node whose batch
+    /// failed or carried a READONLY reply (node::suspect; a fixed address ignores it).
+    void suspect_failures(const std::vector<script_batch>& batches) noexcept;
 
     /// Registers `lease` with the watchdog; `handed_off`: a hand-off grant, which carries only the
     /// short hand-off lease, is extended to its own lease within handoff_lease / 4 (also a fixed
@@ -190,7 +211,7 @@ private:
     steady::time_point renew_due(steady::time_point now);
 
     const engine_config config_;
-    std::vector<std::unique_ptr<server>> servers_;
+    std::vector<std::unique_ptr<voter>> servers_;
 
     dlock::detail::mutex registry_mutex_;
     dlock::detail::lease_registry registry_ DLOCK_GUARDED_BY(registry_mutex_);
@@ -208,7 +229,7 @@ private:
     dlock::detail::mutex reentrant_mutex_;
     std::unordered_map<std::string, reentrant_owner> reentrant_ DLOCK_GUARDED_BY(reentrant_mutex_);
 
-    dlock::detail::mutex identity_mutex_;  // also guards server::run_id
+    dlock::detail::mutex identity_mutex_;  // also guards voter::run_id
     std::string identity_error_ DLOCK_GUARDED_BY(identity_mutex_);
     std::atomic<bool> identities_pending_{false};
 
@@ -216,7 +237,7 @@ private:
     const std::string client_tag_;
     int wake_fd_ = -1;
     std::unique_ptr<subscriber> subscriber_;
-    std::jthread worker_;
+    dlock::detail::engine_thread worker_;
 };
 
 }  // namespace dlock::redis::detail
