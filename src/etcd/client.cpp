@@ -1,6 +1,6 @@
 #include <dlock/etcd/client.hpp>
 
-#include "core/fork.hpp"
+#include "core/engine_skeleton.hpp"
 #include "core/lease_core.hpp"
 #include "etcd/engine.hpp"
 
@@ -27,16 +27,15 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
                             const lock_options& options,
                             std::chrono::steady_clock::time_point deadline,
                             std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "acquire", ec);
-    if (engine == nullptr) return {};
-    return engine->acquire_until(name, request, options, deadline, ec);
+    return dlock::detail::with_engine(impl_, "acquire", ec, [&](auto& e) {
+        return e.acquire_until(name, request, options, deadline, ec);
+    });
 }
 
 std::string client::record_once(std::string_view name, std::string_view value,
                                 std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "record_once", ec);
-    if (engine == nullptr) return {};
-    return engine->record_once(name, value, ec);
+    return dlock::detail::with_engine(impl_, "record_once", ec,
+                                      [&](auto& e) { return e.record_once(name, value, ec); });
 }
 
 const client_options& client::options() const noexcept { return impl_->engine->options(); }

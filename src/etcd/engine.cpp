@@ -154,7 +154,7 @@ engine::engine(client_options options) : options_(std::move(options)) {
 engine::~engine() { stop(); }
 
 void engine::start() {
-    worker_ = std::jthread([this](std::stop_token st) { run(st); });
+    worker_.start([this](std::stop_token st) { run(st); });
 }
 
 void engine::stop() noexcept {
@@ -168,11 +168,7 @@ void engine::stop() noexcept {
         keep_after_fork();
         return;
     }
-    if (worker_.joinable()) {
-        worker_.request_stop();
-        wake();
-        worker_.join();
-    }
+    worker_.stop([this] { wake(); });
     std::vector<std::shared_ptr<lease_core>> orphaned;
     std::shared_ptr<session> s;
     {
@@ -205,8 +201,7 @@ void engine::stop() noexcept {
 
 // Not under mutex_: another thread of the parent may have held it at the fork.
 void engine::keep_after_fork() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
-    if (worker_.joinable())
-        dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+    worker_.abandon();
     for (auto& e : endpoints_) dlock::detail::keep_forever(e);
     if (session_) dlock::detail::keep_forever(session_);
 }
@@ -361,15 +356,12 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    std::error_code& ec) noexcept {
     ec.clear();
     const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
-    try {
-        dlock::detail::validate_lock_name(name, max_name_length, ec);
-        if (!ec) dlock::detail::validate_lock_options(options, ec);
-        if (ec) return {};
+    return dlock::detail::guarded(ec, [&]() -> dlock::lease {
+        if (!dlock::detail::check_acquire(name, max_name_length, request, options, ec)) return {};
         if (request.kind != lock_kind::exclusive && request.kind != lock_kind::fair) {
             fail(ec, errc::unsupported,
                  "lock \"" + std::string(name) +
-                     "\": etcd supports the exclusive and fair kinds "
-                     "(etcd's lock recipe); not " +
+                     "\": etcd supports the exclusive and fair kinds (etcd's lock recipe); not " +
                      std::string(to_string(request.kind)));
             return {};
         }
@@ -453,12 +445,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 }
             }
         }
-    } catch (const std::bad_alloc&) {
-        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
-    } catch (const std::system_error& e) {
-        fail(ec, e.code(), e.what());
-    }
-    return {};
+    });
 }
 
 dlock::detail::attempt_report engine::attempt(attempt_state& a) {
@@ -658,7 +645,7 @@ std::string engine::record_key(std::string_view name) const {
 std::string engine::record_once(std::string_view name, std::string_view value,
                                 std::error_code& ec) noexcept {
     ec.clear();
-    try {
+    return dlock::detail::guarded(ec, [&]() -> std::string {
         const auto quoted = "record_once(\"" + std::string(name) + "\")";
         dlock::detail::validate_record(name, value, max_name_length, quoted, ec);
         if (ec) return {};
@@ -692,10 +679,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
             return {};
         }
         return stored;
-    } catch (const std::bad_alloc&) {
-        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
-        return {};
-    }
+    });
 }
 
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {

@@ -3,8 +3,8 @@
 // core/acquire_policy), the registry of held keys, and the one background thread per client
 // (keep-alive, loss, max_hold, fenced deletes that must still happen).
 //
-// The lifecycle (start, stop, the forked-child rule) is kept to start()/stop()/keep_after_fork()
-// so it can move onto a skeleton shared with the other engines.
+// The lifecycle, the acquire prologue and the error mapping are the shared engine skeleton's
+// (core/engine_skeleton.hpp), as in the Redis and ZooKeeper engines.
 #pragma once
 
 #include <dlock/detail/thread_safety.hpp>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/acquire_policy.hpp"
+#include "core/engine_skeleton.hpp"
 #include "core/lease_core.hpp"
 #include "etcd/url.hpp"
 
@@ -164,7 +165,7 @@ private:
     std::condition_variable_any worker_cv_;
     bool wake_ DLOCK_GUARDED_BY(mutex_) = false;
     bool stopped_ DLOCK_GUARDED_BY(mutex_) = false;
-    std::jthread worker_;
+    dlock::detail::engine_thread worker_;
 };
 
 }  // namespace dlock::etcd::detail

@@ -1161,6 +1161,9 @@ TEST(CliHelp, VersionNamesTheLibraryAndItsBackends) {
 #if DLOCK_HAS_ZOOKEEPER
     backends += backends.empty() ? "zookeeper" : ", zookeeper";
 #endif
+#if DLOCK_HAS_ETCD
+    backends += backends.empty() ? "etcd" : ", etcd";
+#endif
     const std::string version = DLOCK_TEST_PROJECT_VERSION;  // project(dlock VERSION ...)
     const auto r = run_cli({"--version"});
     EXPECT_EQ(r.status, 0);
