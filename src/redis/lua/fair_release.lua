@@ -8,6 +8,7 @@
 -- Returns 1 when we held the lock (it was released or handed over), 0 otherwise (a waiter that
 -- leaves the queue, or a grant already lost: nothing of anyone else's is touched).
 --@include lib/fence.lua
+--@include lib/notify.lua
 --@include lib/queue.lua
 if redis.call('TYPE', KEYS[4]).ok == 'hash' then
   redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions
@@ -23,7 +24,7 @@ while true do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[2], 'released')
+    dlock_notify(ARGV[2], 'released')
     return 1
   end
   redis.call('ZREM', KEYS[3], head[1])

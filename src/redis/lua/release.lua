@@ -9,11 +9,12 @@
 -- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
 -- token (nothing is touched then).
 --@include lib/fence.lua
+--@include lib/notify.lua
 --@include lib/queue.lua
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  dlock_notify(ARGV[2], 'released')
   if KEYS[4] then dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], KEYS[6], KEYS[7]) end
   return 1
 end
