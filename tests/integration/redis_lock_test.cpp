@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -252,6 +254,48 @@ TEST(RedisLock, SurvivesServerRestart) {
     server.start();
     auto after = redis.acquire(name, {.wait = 0s});  // the pooled connections reconnect
     EXPECT_EQ(after.state(), dlock::lock_state::held);
+}
+
+// The server's work for an uncontended lock/unlock pair (docs/redis-lock.md, "Acquire in one round
+// trip" and "Release"): two scripts, and inside them the guard's EXISTS, the fence counter's GET,
+// TIME and SET, the lock's SET; then GET, DEL, PUBLISH and the waiters' EXISTS. Counted with
+// INFO commandstats on a private server (no other client), after a warm-up pair that opens the
+// connections and loads the scripts. A count, not a time.
+TEST(RedisLock, UncontendedPairRunsTwoScriptsOfNineCommands) {
+    dlock::test::redis_server server;
+    auto redis = make_client(server.url());
+    const auto name = unique_name();
+    {
+        dlock::mutex warm(redis, name + ".warm");
+        std::lock_guard lock(warm);
+    }
+    ASSERT_EQ(server.command({"CONFIG", "RESETSTAT"}), "OK");
+    constexpr int pairs = 10;
+    dlock::mutex m(redis, name);
+    for (int i = 0; i < pairs; ++i) {
+        m.lock();
+        m.unlock();
+    }
+    const auto stats = server.command({"INFO", "commandstats"});
+    std::map<std::string, long> calls;
+    std::istringstream lines(stats);
+    for (std::string line; std::getline(lines, line);) {
+        const auto colon = line.find(':');
+        const auto at = line.find("calls=");
+        if (!line.starts_with("cmdstat_") || colon == std::string::npos || at == std::string::npos)
+            continue;
+        const auto command = line.substr(8, colon - 8);
+        if (command == "info" || command.starts_with("config")) continue;  // the test's own
+        calls[command] = std::stol(line.substr(at + 6));
+    }
+    long total = 0;
+    std::string seen;
+    for (const auto& [command, n] : calls) {
+        total += n;
+        seen += command + "=" + std::to_string(n) + " ";
+    }
+    EXPECT_EQ(calls["evalsha"], 2 * pairs) << seen;
+    EXPECT_EQ(total, 11 * pairs) << seen;
 }
 
 // Used by RedisWaiting.BlockedWaiterGetsLockAfterHolderCrash (redis_waiting_test.cpp, same binary).
