@@ -5,9 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -256,46 +254,53 @@ TEST(RedisLock, SurvivesServerRestart) {
     EXPECT_EQ(after.state(), dlock::lock_state::held);
 }
 
-// The server's work for an uncontended lock/unlock pair (docs/redis-lock.md, "Acquire in one round
+// The server's work for uncontended lock/unlock pairs (docs/redis-lock.md, "Acquire in one round
 // trip" and "Release"): two scripts, and inside them the guard's EXISTS, the fence counter's GET,
 // TIME and SET, the lock's SET; then GET, DEL, PUBLISH and the waiters' EXISTS. Counted with
 // INFO commandstats on a private server (no other client), after a warm-up pair that opens the
-// connections and loads the scripts. A count, not a time.
-TEST(RedisLock, UncontendedPairRunsTwoScriptsOfNineCommands) {
+// connections and loads the scripts. Counts, not times.
+struct pair_calls {
+    long scripts = 0;  ///< EVALSHA calls
+    long total = 0;    ///< every command, those the scripts ran included
+    std::string seen;  ///< the calls per command, for the failure message
+};
+
+template <class Lock>
+pair_calls calls_of_pairs(long pairs) {
     dlock::test::redis_server server;
     auto redis = make_client(server.url());
     const auto name = unique_name();
     {
-        dlock::mutex warm(redis, name + ".warm");
+        Lock warm(redis, name + ".warm");
         std::lock_guard lock(warm);
     }
-    ASSERT_EQ(server.command({"CONFIG", "RESETSTAT"}), "OK");
-    constexpr int pairs = 10;
-    dlock::mutex m(redis, name);
-    for (int i = 0; i < pairs; ++i) {
+    EXPECT_EQ(server.command({"CONFIG", "RESETSTAT"}), "OK");
+    Lock m(redis, name);
+    for (long i = 0; i < pairs; ++i) {
         m.lock();
         m.unlock();
     }
-    const auto stats = server.command({"INFO", "commandstats"});
-    std::map<std::string, long> calls;
-    std::istringstream lines(stats);
-    for (std::string line; std::getline(lines, line);) {
-        const auto colon = line.find(':');
-        const auto at = line.find("calls=");
-        if (!line.starts_with("cmdstat_") || colon == std::string::npos || at == std::string::npos)
-            continue;
-        const auto command = line.substr(8, colon - 8);
-        if (command == "info" || command.starts_with("config")) continue;  // the test's own
-        calls[command] = std::stol(line.substr(at + 6));
+    pair_calls out;
+    for (const auto& [command, n] : server.command_calls()) {
+        if (command == "evalsha") out.scripts += n;
+        out.total += n;
+        out.seen += command + "=" + std::to_string(n) + " ";
     }
-    long total = 0;
-    std::string seen;
-    for (const auto& [command, n] : calls) {
-        total += n;
-        seen += command + "=" + std::to_string(n) + " ";
-    }
-    EXPECT_EQ(calls["evalsha"], 2 * pairs) << seen;
-    EXPECT_EQ(total, 11 * pairs) << seen;
+    return out;
+}
+
+TEST(RedisLock, UncontendedPairRunsTwoScriptsOfNineCommands) {
+    constexpr long pairs = 10;
+    const auto calls = calls_of_pairs<dlock::mutex>(pairs);
+    EXPECT_EQ(calls.scripts, 2 * pairs) << calls.seen;
+    EXPECT_EQ(calls.total, 11 * pairs) << calls.seen;
+}
+
+TEST(RedisLock, UncontendedFairPairRunsTwoScriptsOfNineCommands) {
+    constexpr long pairs = 10;
+    const auto calls = calls_of_pairs<dlock::fair_mutex>(pairs);
+    EXPECT_EQ(calls.scripts, 2 * pairs) << calls.seen;
+    EXPECT_EQ(calls.total, 11 * pairs) << calls.seen;
 }
 
 // Used by RedisWaiting.BlockedWaiterGetsLockAfterHolderCrash (redis_waiting_test.cpp, same binary).
