@@ -312,6 +312,21 @@ void redis_server::resume() {
     paused_ = false;
 }
 
+std::map<std::string, long> redis_server::command_calls() const {
+    std::map<std::string, long> calls;
+    std::istringstream lines(command({"INFO", "commandstats"}));
+    for (std::string line; std::getline(lines, line);) {
+        const auto colon = line.find(':');
+        const auto at = line.find("calls=");
+        if (!line.starts_with("cmdstat_") || colon == std::string::npos || at == std::string::npos)
+            continue;
+        const auto name = line.substr(8, colon - 8);
+        if (name == "info" || name.starts_with("config")) continue;
+        calls[name] = std::stol(line.substr(at + 6));
+    }
+    return calls;
+}
+
 std::string redis_server::command(const std::vector<std::string>& args) const {
     return one_command(port_, password_, args, scaled(std::chrono::seconds(1)));
 }

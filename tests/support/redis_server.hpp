@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,10 @@ public:
     /// The same with an explicit (unscaled) connect and reply timeout.
     std::string command(const std::vector<std::string>& args,
                         std::chrono::milliseconds timeout) const;
+    /// The calls per command since the start or the last CONFIG RESETSTAT (INFO commandstats:
+    /// commands run by scripts are counted too), without the INFO and CONFIG calls of this
+    /// fixture. Throws as command() does.
+    std::map<std::string, long> command_calls() const;
 
 private:
     void spawn();                       // fork + exec on port_, sets pid_
