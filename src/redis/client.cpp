@@ -1,5 +1,6 @@
 #include <dlock/redis/client.hpp>
 
+#include "core/engine_skeleton.hpp"
 #include "core/status.hpp"
 #include "redis/url.hpp"
 #include "redis/engine.hpp"
@@ -39,34 +40,31 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
                             const lock_options& options,
                             std::chrono::steady_clock::time_point deadline,
                             std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "acquire", ec);
-    if (engine == nullptr) return {};
-    return engine->acquire_until(name, request, options, deadline, ec);
+    return dlock::detail::with_engine(impl_, "acquire", ec, [&](auto& e) {
+        return e.acquire_until(name, request, options, deadline, ec);
+    });
 }
 
 lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "inspect", ec);
-    if (engine == nullptr) return {};
-    return engine->inspect(name, ec);
+    return dlock::detail::with_engine(impl_, "inspect", ec,
+                                      [&](auto& e) { return e.inspect(name, ec); });
 }
 
 std::unique_ptr<lock_watch> client::watch(std::string_view name, std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "watch", ec);
-    if (engine == nullptr) return nullptr;
-    return engine->watch(name, ec);
+    return dlock::detail::with_engine(impl_, "watch", ec,
+                                      [&](auto& e) { return e.watch(name, ec); });
 }
 
 void client::set_permits(std::string_view name, std::uint32_t permits,
                          std::error_code& ec) noexcept {
-    if (auto* engine = dlock::detail::usable_engine(impl_, "set_permits", ec))
-        engine->set_permits(name, permits, ec);
+    dlock::detail::with_engine(impl_, "set_permits", ec,
+                               [&](auto& e) { e.set_permits(name, permits, ec); });
 }
 
 std::string client::record_once(std::string_view name, std::string_view value,
                                 std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "record_once", ec);
-    if (engine == nullptr) return {};
-    return engine->record_once(name, value, ec);
+    return dlock::detail::with_engine(impl_, "record_once", ec,
+                                      [&](auto& e) { return e.record_once(name, value, ec); });
 }
 
 reply client::command(const std::vector<std::string>& args) {
@@ -77,9 +75,8 @@ reply client::command(const std::vector<std::string>& args) {
 }
 
 reply client::command(const std::vector<std::string>& args, std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "command", ec);
-    if (engine == nullptr) return {};
-    return engine->command(args, ec);
+    return dlock::detail::with_engine(impl_, "command", ec,
+                                      [&](auto& e) { return e.command(args, ec); });
 }
 
 void client::ping() {

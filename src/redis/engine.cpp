@@ -174,8 +174,6 @@ engine::engine(engine_config config)
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     subscriber_ = std::make_unique<subscriber>(std::move(nodes),
                                                [this](steady::time_point by) { wake_by(by); });
-    // A node that moves (node.hpp) wakes the background thread: the subscriber follows it then.
-    for (auto& s : servers_) s->at->on_moved([this] { wake(); });
 }
 
 engine::~engine() { stop(); }
@@ -258,7 +256,14 @@ std::vector<connection*> engine::newly_answering(const std::vector<script_batch>
 }
 
 void engine::start() {
-    worker_ = std::jthread([this](std::stop_token st) { run(st); });
+    worker_.start([this](std::stop_token st) { run(st); });
+    // A node that moves (node.hpp) wakes the background thread: the subscriber follows it then.
+    // Weak: a watch may keep a node, and its source, after the engine is gone.
+    for (auto& s : servers_) {
+        s->at->on_moved([weak = weak_from_this()] {
+            if (const auto self = weak.lock()) self->wake();
+        });
+    }
 }
 
 void engine::stop() noexcept {
@@ -266,17 +271,12 @@ void engine::stop() noexcept {
         // A forked child's copy: the background thread runs only in the parent (its handle must be
         // neither joined nor detached here), and the leases are the parent's, inert here. Only
         // the child's copies of the descriptors are closed (by the members' destructors).
-        if (worker_.joinable())
-            dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+        worker_.abandon();
         if (wake_fd_ >= 0) ::close(wake_fd_);
         wake_fd_ = -1;
         return;
     }
-    if (worker_.joinable()) {
-        worker_.request_stop();
-        wake();
-        worker_.join();
-    }
+    worker_.stop([this] { wake(); });
     // Nobody renews or watches the leases still alive: they can no longer be guaranteed.
     std::vector<std::shared_ptr<lease_core>> orphaned;
     {
@@ -819,27 +819,13 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
 
 const lock_protocol* engine::check_request(std::string_view name, const lock_request& request,
                                            const lock_options& options, std::error_code& ec) const {
-    dlock::detail::validate_lock_name(name, max_name_length, ec);
-    if (!ec) dlock::detail::validate_lock_options(options, ec);
-    if (ec) return nullptr;
+    if (!dlock::detail::check_acquire(name, max_name_length, request, options, ec)) return nullptr;
     const auto* protocol = protocol_for(request.kind);
     if (!protocol || (request.kind != lock_kind::exclusive && servers_.size() > 1)) {
         fail(ec, errc::unsupported,
              std::string("lock \"") + std::string(name) + "\": the " + to_string(request.kind) +
                  " lock kind is not available " +
                  (servers_.size() > 1 ? "on Redlock (only dlock::mutex is)" : "in this build"));
-        return nullptr;
-    }
-    if (request.kind == lock_kind::permits &&
-        (request.count < 1 || request.limit < request.count)) {
-        fail(ec, errc::invalid_argument,
-             "semaphore \"" + std::string(name) + "\": lock_request.count (" +
-                 std::to_string(request.count) + ") must be >= 1 and <= limit (" +
-                 std::to_string(request.limit) + ")");
-        return nullptr;
-    }
-    if (request.reenter && request.kind != lock_kind::reentrant) {
-        fail(ec, errc::invalid_argument, "lock_request.reenter is only for the reentrant kind");
         return nullptr;
     }
     return protocol;
@@ -995,7 +981,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    std::error_code& ec) noexcept {
     ec.clear();
     const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
-    try {
+    return dlock::detail::guarded(ec, [&]() -> dlock::lease {
         const auto* protocol = check_request(name, request, options, ec);
         if (!protocol) return {};
         if (request.reenter) return reenter(*protocol, name, *request.reenter, options, ec);
@@ -1012,14 +998,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                    : step.what == action::wait    ? run.wait(step.until)
                                                   : run.attempt();
         }
-    } catch (const std::bad_alloc&) {
-        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
-    } catch (const std::system_error& e) {
-        fail(ec, e.code(), e.what());
-    } catch (const std::exception& e) {
-        fail(ec, errc::protocol_error, e.what());
-    }
-    return {};
+    });
 }
 
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {

@@ -24,6 +24,7 @@
 #include <dlock/detail/thread_safety.hpp>
 #include <dlock/redis/reply.hpp>
 
+#include "core/engine_skeleton.hpp"
 #include "core/lease_core.hpp"
 #include "core/lease_registry.hpp"
 #include "core/renewal.hpp"
@@ -145,8 +146,8 @@ private:
     /// answered READONLY (suspect_failures) and, if asked, checks new servers' identities.
     round run_on_every_server(const round_plan& plan);
 
-    /// acquire_until's checks before any I/O (name, options, kind on this many servers, permits,
-    /// reenter): the kind's protocol, or nullptr with `ec` set.
+    /// acquire_until's checks before any I/O (dlock::detail::check_acquire, then the kind on this
+    /// many servers): the kind's protocol, or nullptr with `ec` set.
     const lock_protocol* check_request(std::string_view name, const lock_request& request,
                                        const lock_options& options, std::error_code& ec) const;
     /// One acquire_until call: its policy, waiter strategy (waiter.hpp) and subscription, and
@@ -236,7 +237,7 @@ private:
     const std::string client_tag_;
     int wake_fd_ = -1;
     std::unique_ptr<subscriber> subscriber_;
-    std::jthread worker_;
+    dlock::detail::engine_thread worker_;
 };
 
 }  // namespace dlock::redis::detail

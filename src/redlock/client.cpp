@@ -2,6 +2,7 @@
 
 #include <dlock/redis/client.hpp>
 
+#include "core/engine_skeleton.hpp"
 #include "core/status.hpp"
 #include "redis/url.hpp"
 #include "redis/engine.hpp"
@@ -76,28 +77,25 @@ lease client::acquire_until(std::string_view name, const lock_request& request,
                             const lock_options& options,
                             std::chrono::steady_clock::time_point deadline,
                             std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "acquire", ec);
-    if (engine == nullptr) return {};
-    return engine->acquire_until(name, request, options, deadline, ec);
+    return dlock::detail::with_engine(impl_, "acquire", ec, [&](auto& e) {
+        return e.acquire_until(name, request, options, deadline, ec);
+    });
 }
 
 lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "inspect", ec);
-    if (engine == nullptr) return {};
-    return engine->inspect(name, ec);
+    return dlock::detail::with_engine(impl_, "inspect", ec,
+                                      [&](auto& e) { return e.inspect(name, ec); });
 }
 
 std::string client::record_once(std::string_view name, std::string_view value,
                                 std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "record_once", ec);
-    if (engine == nullptr) return {};
-    return engine->record_once(name, value, ec);
+    return dlock::detail::with_engine(impl_, "record_once", ec,
+                                      [&](auto& e) { return e.record_once(name, value, ec); });
 }
 
 std::unique_ptr<lock_watch> client::watch(std::string_view name, std::error_code& ec) noexcept {
-    auto* engine = dlock::detail::usable_engine(impl_, "watch", ec);
-    if (engine == nullptr) return nullptr;
-    return engine->watch(name, ec);
+    return dlock::detail::with_engine(impl_, "watch", ec,
+                                      [&](auto& e) { return e.watch(name, ec); });
 }
 
 std::size_t client::size() const noexcept { return impl_->engine->size(); }

@@ -90,7 +90,7 @@ engine::engine(client_options options) : options_(std::move(options)) {
 engine::~engine() { stop(); }
 
 void engine::start() {
-    worker_ = std::jthread([this](std::stop_token st) { run(st); });
+    worker_.start([this](std::stop_token st) { run(st); });
 }
 
 void engine::stop() noexcept {
@@ -105,11 +105,7 @@ void engine::stop() noexcept {
         keep_after_fork();
         return;
     }
-    if (worker_.joinable()) {
-        worker_.request_stop();
-        wake();
-        worker_.join();
-    }
+    worker_.stop([this] { wake(); });
     std::vector<std::shared_ptr<lease_core>> orphaned;
     std::vector<std::shared_ptr<session>> sessions;
     {
@@ -130,8 +126,7 @@ void engine::stop() noexcept {
 // does not exist in the child. Nothing else runs on this engine here.
 void engine::keep_after_fork() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
     // Called from ~engine without an earlier stop(): keep what must not be destroyed.
-    if (worker_.joinable())
-        dlock::detail::keep_forever(std::make_shared<std::jthread>(std::move(worker_)));
+    worker_.abandon();
     if (session_) dlock::detail::keep_forever(std::move(session_));
     for (auto& [ptr, e] : registry_) dlock::detail::keep_forever(e.node);
 }
@@ -291,32 +286,12 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                                    std::error_code& ec) noexcept {
     ec.clear();
     const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
-    try {
-        dlock::detail::validate_lock_name(name, max_name_length, ec);
-        if (!ec) dlock::detail::validate_lock_options(options, ec);
-        if (ec) return {};
-        if (request.reenter != nullptr) {
-            if (request.kind != lock_kind::reentrant) {
-                fail(ec, errc::invalid_argument,
-                     "lock_request.reenter is only for the reentrant kind");
-                return {};
-            }
-            return reenter(name, request, options, ec);
-        }
+    return dlock::detail::guarded(ec, [&]() -> dlock::lease {
+        if (!dlock::detail::check_acquire(name, max_name_length, request, options, ec)) return {};
+        if (request.reenter != nullptr) return reenter(name, request, options, ec);
         const driver recipe(request.kind, request.count);
-        if (recipe.permits() && (request.count < 1 || request.limit < request.count)) {
-            fail(ec, errc::invalid_argument,
-                 recipe.quoted(name) + ": count must be >= 1 and <= limit, got count=" +
-                     std::to_string(request.count) + " limit=" + std::to_string(request.limit));
-            return {};
-        }
         return acquire(name, recipe, request.limit, options, deadline, ec);
-    } catch (const std::bad_alloc&) {
-        fail(ec, std::make_error_code(std::errc::not_enough_memory), "out of memory");
-    } catch (const std::system_error& e) {
-        fail(ec, e.code(), e.what());
-    }
-    return {};
+    });
 }
 
 dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::uint32_t limit,

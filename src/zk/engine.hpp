@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/acquire_policy.hpp"
+#include "core/engine_skeleton.hpp"
 #include "core/lease_core.hpp"
 #include "core/lease_registry.hpp"
 #include "zk/recipe.hpp"
@@ -171,7 +172,7 @@ private:
     dlock::detail::lease_registry leases_ DLOCK_GUARDED_BY(mutex_);  // their due times
     std::condition_variable_any worker_cv_;  // with a detail::unique_lock (BasicLockable)
     bool wake_ DLOCK_GUARDED_BY(mutex_) = false;
-    std::jthread worker_;
+    dlock::detail::engine_thread worker_;
 };
 
 }  // namespace dlock::zk::detail

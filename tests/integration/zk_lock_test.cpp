@@ -676,4 +676,21 @@ TEST(ZkAdapters, RecursiveMutexNestsInOneThreadAndExcludesOthers) {
     EXPECT_TRUE(eventually([&] { return shared_zk().children(zk.lock_path(name)).empty(); }, 5s));
 }
 
+/// The acquire prologue is the backends' shared one (src/core/engine_skeleton.hpp): a semaphore
+/// count out of range is refused before any I/O with the same message as on Redis.
+TEST(ZkLock, SemaphoreCountOutOfRangeHasTheSharedMessage) {
+    auto zk = make_client();
+    const dlock::lock_request request{.kind = dlock::lock_kind::permits, .count = 3, .limit = 2};
+    const auto name = dlock::test::unique_name("count");
+    try {
+        auto grant = zk.acquire(name, request, {.wait = 0s});
+        ADD_FAILURE() << "granted";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << e.what();
+        const auto expected =
+            "semaphore \"" + name + "\": lock_request.count (3) must be >= 1 and <= limit (2)";
+        EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -17,6 +19,7 @@
 
 #include "core/acquire_policy.hpp"
 #include "core/composite_grant.hpp"
+#include "core/engine_skeleton.hpp"
 #include "core/lease_core.hpp"
 #include "core/lease_registry.hpp"
 #include "core/quorum.hpp"
@@ -726,6 +729,49 @@ TEST(QuorumRecord, MajorityOfAllServersDecides) {
     EXPECT_EQ(step.value, "5");
     EXPECT_EQ(step.to, to{1});
     EXPECT_EQ(quorum::decide_record(reads{}, "9").what, kind::unreachable);
+}
+
+// --- the engines' shared prologue and error mapping (core/engine_skeleton.hpp) ---
+
+TEST(CheckAcquire, EachRuleHasOneMessage) {
+    using dlock::detail::check_acquire;
+    using dlock::detail::message_for;
+    std::error_code ec;
+    dlock::lock_request request;
+    EXPECT_TRUE(check_acquire("n", 64, request, {}, ec));
+    EXPECT_FALSE(ec);
+
+    EXPECT_FALSE(check_acquire("", 64, request, {}, ec));
+    EXPECT_EQ(ec, errc::invalid_argument);
+
+    request.kind = dlock::lock_kind::permits;
+    request.count = 0;
+    EXPECT_FALSE(check_acquire("n", 64, request, {}, ec));
+    EXPECT_EQ(ec, errc::invalid_argument);
+    EXPECT_EQ(message_for(ec),
+              "semaphore \"n\": lock_request.count (0) must be >= 1 and <= limit (1)");
+
+    const dlock::lease held;
+    request = {};
+    request.reenter = &held;
+    EXPECT_FALSE(check_acquire("n", 64, request, {}, ec));
+    EXPECT_EQ(message_for(ec), "lock_request.reenter is only for the reentrant kind");
+    request.kind = dlock::lock_kind::reentrant;
+    EXPECT_TRUE(check_acquire("n", 64, request, {}, ec));
+}
+
+TEST(Guarded, WhatEscapesAnEntryPointBecomesItsErrorCode) {
+    using dlock::detail::guarded;
+    std::error_code ec;
+    EXPECT_EQ(guarded(ec, [] { return 7; }), 7);
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(guarded(ec, []() -> int { throw std::bad_alloc(); }), 0);
+    EXPECT_EQ(ec, std::errc::not_enough_memory);
+    EXPECT_EQ(guarded(ec, []() -> int { throw dlock::error(errc::timeout, "late"); }), 0);
+    EXPECT_EQ(ec, errc::timeout);
+    EXPECT_EQ(guarded(ec, []() -> std::string { throw std::runtime_error("odd"); }), "");
+    EXPECT_EQ(ec, errc::protocol_error);
+    EXPECT_EQ(dlock::detail::message_for(ec), "odd");
 }
 
 }  // namespace
