@@ -1295,7 +1295,8 @@ void engine::run(std::stop_token stop) {
         const int sub_fd = subscriber_->service(steady::now(), next);
         next = std::min(next, subscriber_->next_retry());
 
-        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sub_fd, POLLIN, 0}};
+        const short sub_events = sub_fd >= 0 ? subscriber_->wanted_events() : short{POLLIN};
+        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sub_fd, sub_events, 0}};
         int timeout_ms = -1;
         if (next != steady::time_point::max()) {
             const auto left =

@@ -50,6 +50,14 @@ public:
         return connect_next(ec);
     }
 
+    bool handshake(std::error_code& /*ec*/) override { return true; }
+
+    short wanted_events(stream_op op) const noexcept override {
+        return op == stream_op::read ? POLLIN : POLLOUT;
+    }
+
+    bool buffered() const noexcept override { return false; }
+
     std::size_t write_some(std::string_view bytes, std::error_code& ec) override {
         for (;;) {
             const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
