@@ -176,7 +176,7 @@ engine::engine(engine_config config)
     }
     for (const auto& endpoint : config_.servers) {
         std::error_code ec;
-        make_transport(endpoint, ec);  // refuses rediss:// up front, with its reason
+        make_transport(endpoint, ec);  // TLS files are loaded up front: a bad one fails here
         dlock::detail::throw_if(ec);
         auto s = std::make_unique<server>();
         s->commands = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:cmd"};

@@ -56,8 +56,12 @@ public:
     virtual void close() noexcept = 0;
 };
 
-/// A transport for `endpoint`; errc::unsupported for TLS, which this build lacks.
+/// A transport for `endpoint`: a socket, or TLS over one for rediss:// (tls_transport.hpp;
+/// errc::invalid_argument when its CA or certificate files cannot be loaded).
 std::unique_ptr<transport> make_transport(const dlock::detail::redis_endpoint& endpoint,
                                           std::error_code& ec);
+
+/// The plain TCP or Unix socket transport for `endpoint` (what TLS runs over).
+std::unique_ptr<transport> make_socket_transport(const dlock::detail::redis_endpoint& endpoint);
 
 }  // namespace dlock::redis::detail
