@@ -11,7 +11,6 @@
 
 #include <array>
 #include <cerrno>
-#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -30,9 +29,7 @@ using dlock::detail::redis_endpoint;
 // process that did not ignore it. This one sends with MSG_NOSIGNAL (EPIPE is then an error like
 // any other).
 
-int descriptor(BIO* bio) {
-    return static_cast<int>(reinterpret_cast<std::intptr_t>(BIO_get_data(bio)));
-}
+int descriptor(BIO* bio) { return *static_cast<const int*>(BIO_get_data(bio)); }
 
 int bio_write(BIO* bio, const char* data, int size) {
     BIO_clear_retry_flags(bio);
@@ -153,7 +150,7 @@ bool is_ip_address(const std::string& host) {
 
 /// Why the server's certificate was refused, in words that name the cause.
 std::string verify_problem(long result, const std::string& name, bool custom_ca) {
-    const std::string detail = X509_verify_cert_error_string(result);
+    std::string detail = X509_verify_cert_error_string(result);
     switch (result) {
         case X509_V_ERR_HOSTNAME_MISMATCH:
             return "hostname mismatch: the server's certificate is not for \"" + name + "\"";
@@ -290,7 +287,8 @@ private:
         BIO* bio = ssl_ != nullptr ? BIO_new(socket_method()) : nullptr;
         if (bio == nullptr)
             return failed(ec, "cannot set up TLS: " + openssl_reason("out of memory"));
-        BIO_set_data(bio, reinterpret_cast<void*>(static_cast<std::intptr_t>(native_handle())));
+        fd_ = native_handle();
+        BIO_set_data(bio, &fd_);  // the transport outlives its SSL (close() frees it)
         SSL_set_bio(ssl_, bio, bio);
         SSL_set_connect_state(ssl_);
         const bool ip = is_ip_address(name_);
@@ -328,22 +326,23 @@ private:
     std::string stream_problem(int error) const {
         const int saved_errno = errno;
         const unsigned long e = ERR_peek_last_error();
-        std::string what;
-        if (error == SSL_ERROR_ZERO_RETURN) {
-            what = "connection closed by the server";
-        } else if (e != 0 && ERR_GET_LIB(e) == ERR_LIB_SSL &&
-                   ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        const int reason = e != 0 && ERR_GET_LIB(e) == ERR_LIB_SSL ? ERR_GET_REASON(e) : 0;
+        // A close_notify (SSL_ERROR_ZERO_RETURN) or EOF with no other detail: the default text.
+        std::string what = "connection closed by the server";
+        if (error == SSL_ERROR_ZERO_RETURN) return with_hint(what);
+        if (reason == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
             what = "connection closed by the server without a TLS close_notify";
-        } else if (e != 0 && ERR_GET_LIB(e) == ERR_LIB_SSL &&
-                   ERR_GET_REASON(e) == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED) {
+        } else if (reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED) {
             what = "the server requires a client certificate (tls alert certificate required)";
         } else if (e != 0) {
             what = openssl_reason("TLS error");
         } else if (error == SSL_ERROR_SYSCALL && saved_errno != 0) {
             what = std::system_category().message(saved_errno);
-        } else {
-            what = "connection closed by the server";
         }
+        return with_hint(what);
+    }
+
+    std::string with_hint(std::string what) const {
         // A server that refuses a client without a certificate drops the connection right after
         // the handshake (TLS 1.3) or during it (TLS 1.2), before any reply: say so.
         if (!answered_ && endpoint_.tls.cert_file.empty() &&
@@ -365,6 +364,7 @@ private:
     std::unique_ptr<transport> socket_;
     std::string name_;  // the name the certificate must carry
     SSL* ssl_ = nullptr;
+    int fd_ = -1;  // the socket, for the BIO (BIO_get_data)
     bool handshake_done_ = false;
     bool answered_ = false;  // any application data read on this connection
     short handshake_wants_ = POLLOUT;
