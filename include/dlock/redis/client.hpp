@@ -64,8 +64,8 @@ struct client_options {
     dlock::tls_options tls{};
 };
 
-/// `url` with any password, and every query value but db/user/username, replaced by "***", for
-/// logs and messages (error messages of this library already redact URLs); dlock::redact_url.
+/// `url` with any password, and every query value but db/user/username/tls_*, replaced by "***",
+/// for logs and messages (error messages of this library already redact URLs); dlock::redact_url.
 std::string redact_url(std::string_view url);
 
 class client final : public dlock::backend {
