@@ -113,6 +113,9 @@ std::shared_ptr<SSL_CTX> context_for(const tls_options& o, const std::string& wh
     // connection retries a would-block write with the same unsent bytes, plus any queued since.
     SSL_CTX_set_mode(ctx.get(),
                      SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // One recv() per reply instead of two (record header, then body); what is read past a
+    // record waits in OpenSSL, which buffered() reports.
+    SSL_CTX_set_read_ahead(ctx.get(), 1);
     if (!o.ca_file.empty() || !o.ca_dir.empty()) {
         if (SSL_CTX_load_verify_locations(ctx.get(),
                                           o.ca_file.empty() ? nullptr : o.ca_file.c_str(),
