@@ -741,6 +741,14 @@ def report(run_dir, plots_dir, report_path):
     L.append("|---|---|---|---|---|")
     for row in target_rows:
         L.append("| " + " | ".join(row) + " |")
+    tls = run.get("tls") or {}
+    for key, what, limit in (("acquire_ratio_W1", "TLS / TCP acquire p50 (W1, once connected)", 1.15),
+                             ("handoff_ratio_W3", "TLS / TCP hand-off to another worker p50 (W3)", None)):
+        if key in tls:
+            v = tls[key]
+            verdict = "—" if v is None or limit is None else ("met" if v <= limit else "**missed**")
+            L.append(f"| mutex | {what} | {'%.2f×' % v if v else 'not measured'} | "
+                     f"{'<= %.2f×' % limit if limit else 'reported'} | {verdict} |")
     for item in run.get("pending", []):
         L.append(f"| — | {item} | not yet available | | pending |")
     L.append("")

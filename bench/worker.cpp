@@ -38,7 +38,8 @@
 //                    node ahead, no polling); release = unlock() (delete of our node).
 //
 // Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,... or zk://),
-// which builds the client named above with its default options and the error handler.
+// which builds the client named above with its default options and the error handler. With
+// --tls-ca FILE the single-server Redis modes use rediss://<server>?tls_ca=FILE instead.
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
@@ -91,6 +92,7 @@ struct config {
     long long cs_us = 0;
     long long ttl_ms = 10000;
     long long start_at_ns = 0;
+    std::string tls_ca;  // --tls-ca: the Redis modes connect with rediss:// (docs/tls.md)
 };
 
 // --- lock types ----------------------------------------------------------------------------
@@ -152,7 +154,10 @@ error_sink& errors_reported() {
     return sink;
 }
 
-std::string redis_url(const config& c) { return "redis://" + c.servers.front(); }
+std::string redis_url(const config& c) {
+    if (c.tls_ca.empty()) return "redis://" + c.servers.front();
+    return "rediss://" + c.servers.front() + "?tls_ca=" + c.tls_ca;
+}
 
 // "a:1,b:2,...": every --servers entry.
 std::string server_list(const config& c) {
@@ -366,6 +371,7 @@ void print_help(std::FILE* to) {
         "  --cs-us U         busy-wait critical section in microseconds (default 0)\n"
         "  --ttl-ms T        lease in milliseconds (default 10000)\n"
         "  --start-at-ns T   common start instant, CLOCK_MONOTONIC ns; 0 = now (default)\n"
+        "  --tls-ca FILE     Redis over TLS: rediss://<server>?tls_ca=FILE (single-server modes)\n"
         "  --help            this text\n"
         "\n"
         "Modes available in this build:\n");
@@ -469,6 +475,8 @@ config parse(std::span<char*> args) {
             c.out = value, have_out = true;
         else if (name == "--servers")
             c.servers = split_servers(value);
+        else if (name == "--tls-ca")
+            c.tls_ca = value;
         else if (name == "--cs-us")
             c.cs_us = parse_int(name, value, 0);
         else if (name == "--ttl-ms")

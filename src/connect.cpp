@@ -189,15 +189,25 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
             if (options.command_timeout) o.command_timeout = *options.command_timeout;
             if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
+            if (options.tls) o.tls = std::move(*options.tls);
             return std::make_unique<redis::client>(std::move(o));
         }
         case service_kind::redlock: {
+            // redlock:// names host:port pairs: its servers speak TLS when TLS options are given
+            // (connect_options::tls, even empty, or a tls_* query option), docs/tls.md.
+            bool tls = options.tls.has_value();
+            for (const auto& item : detail::query_items(detail::url_query(full)))
+                tls = tls || item.key.starts_with("tls_");
+            if (tls) {
+                for (auto& server : parsed.servers) server.insert(5, "s");  // redis:// -> rediss://
+            }
             redlock::client_options o{.urls = std::move(parsed.servers),
                                       .observer = std::move(options.observer),
                                       .error_handler = std::move(options.error_handler)};
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
             if (options.command_timeout) o.command_timeout = *options.command_timeout;
             if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
+            if (options.tls) o.tls = std::move(*options.tls);
             return std::make_unique<redlock::client>(std::move(o));
         }
 #endif

@@ -26,6 +26,8 @@ private:
         std::error_code ec;
         auto endpoint = dlock::detail::parse_redis_url(o.url, ec);
         dlock::detail::throw_if(ec);
+        dlock::detail::apply_tls_options(endpoint, o.tls, ec);
+        dlock::detail::throw_if(ec);
         return {{std::move(endpoint)}, o.connect_timeout, o.command_timeout, {},           {},
                 o.key_prefix,          o.observer,        o.error_handler,   o.idle_expiry};
     }

@@ -129,7 +129,7 @@ engine::engine(engine_config config)
     }
     for (const auto& endpoint : config_.servers) {
         std::error_code ec;
-        make_transport(endpoint, ec);  // refuses rediss:// up front, with its reason
+        make_transport(endpoint, ec);  // TLS files are loaded up front: a bad one fails here
         dlock::detail::throw_if(ec);
         auto s = std::make_unique<voter>();
         s->at = std::make_shared<node>(config_.address_source_for
@@ -1254,7 +1254,8 @@ void engine::run(std::stop_token stop) {
         const int sub_fd = subscriber_->service(steady::now(), next);
         next = std::min(next, subscriber_->next_retry());
 
-        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sub_fd, POLLIN, 0}};
+        const short sub_events = sub_fd >= 0 ? subscriber_->wanted_events() : short{POLLIN};
+        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sub_fd, sub_events, 0}};
         int timeout_ms = -1;
         if (next != steady::time_point::max()) {
             const auto left =

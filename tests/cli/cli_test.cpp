@@ -996,7 +996,6 @@ TEST(CliBadInput, NotAvailableInThisBuild) {
           "true"},
          unavailable,
          "not available on Redlock"},
-        {{"run", "--url", "rediss://127.0.0.1:6380", "n", "--", "true"}, unavailable, "TLS"},
         {{"status", "--url", "etcd://127.0.0.1:2379", "n"}, unavailable, "etcd:// URLs"},
         {{"demo", "--backend", "zk"}, unavailable, "keeps its stock in Redis"},
     };

@@ -39,8 +39,10 @@
 
 #include "memory_backend.hpp"
 #include "redis_fleet.hpp"
+#include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#include "tls_certs.hpp"
 #if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
 #endif
@@ -102,6 +104,26 @@ struct redis_single {
                                               : redis::reply{};
         return queued(b, name) + static_cast<std::size_t>(detail::integer_of(entries));
     }
+};
+
+/// One server over TLS (rediss://, verified against a CA the binary makes), started once per
+/// binary: the Redis engine over the TLS transport, every kind (docs/tls.md).
+inline tls_certs& conformance_certs() {
+    static tls_certs certs;
+    return certs;
+}
+inline redis_server& conformance_tls_server() {
+    static redis_server server({.tls_dir = conformance_certs().dir()});
+    return server;
+}
+
+struct redis_tls : redis_single {
+    static constexpr const char* label = "redis_tls";
+    static std::string url() {
+        return conformance_tls_server().tls_url() + "?tls_ca=" + conformance_certs().ca();
+    }
+    static std::unique_ptr<backend> make() { return make_child(child_args(), {}); }
+    static std::vector<std::string> child_args() { return {url()}; }
 };
 
 /// Three independent servers, started once per binary.

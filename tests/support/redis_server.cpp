@@ -149,6 +149,11 @@ redis_server::redis_server(redis_server_options options)
         std::string why;
         for (int attempt = 1; attempt <= max_port_attempts; ++attempt) {
             port_ = free_port();
+            if (!options_.tls_dir.empty()) {
+                do {
+                    tls_port_ = free_port();
+                } while (tls_port_ == port_);
+            }
             const std::string log = dir_ + "/redis.log";
             const auto log_offset = file_size_or_zero(log);
             spawn();
@@ -179,6 +184,10 @@ redis_server::~redis_server() {
 
 std::uint16_t redis_server::port() const { return port_; }
 std::string redis_server::url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+std::uint16_t redis_server::tls_port() const { return tls_port_; }
+std::string redis_server::tls_url() const {
+    return "rediss://127.0.0.1:" + std::to_string(tls_port_);
+}
 const std::string& redis_server::dir() const { return dir_; }
 pid_t redis_server::pid() const { return pid_; }
 bool redis_server::running() const { return pid_ > 0; }
@@ -201,6 +210,13 @@ void redis_server::spawn() {
         argv.insert(argv.end(), {"--appendonly", "yes", "--appendfsync", "always"});
     } else {
         argv.insert(argv.end(), {"--appendonly", "no"});
+    }
+    if (!options_.tls_dir.empty()) {
+        const auto& d = options_.tls_dir;
+        argv.insert(argv.end(),
+                    {"--tls-port", std::to_string(tls_port_), "--tls-cert-file", d + "/server.pem",
+                     "--tls-key-file", d + "/server.key", "--tls-ca-cert-file", d + "/ca.pem",
+                     "--tls-auth-clients", "optional"});
     }
     argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
 

@@ -26,6 +26,11 @@ struct redis_server_options {
         extra_args{};  // `{}` keeps g++ 12's -Wmissing-field-initializers quiet
     /// `--appendonly yes --appendfsync always` instead of `--appendonly no`.
     bool appendonly = false;
+    /// A tls_certs directory: the server also serves TLS on a second free port (tls_port(),
+    /// tls_url()) with <dir>/server.pem and server.key, clients checked against <dir>/ca.pem
+    /// (--tls-auth-clients optional; CONFIG SET changes any of it). The plain port stays for
+    /// command() and the readiness check.
+    std::string tls_dir{};
 };
 
 class redis_server {
@@ -46,6 +51,9 @@ public:
     std::uint16_t port() const;
     /// "redis://127.0.0.1:<port>"
     std::string url() const;
+    /// The TLS port (0 without tls_dir) and "rediss://127.0.0.1:<tls port>".
+    std::uint16_t tls_port() const;
+    std::string tls_url() const;
     /// The temp dir: AOF files and redis.log live here.
     const std::string& dir() const;
     /// The server's pid, or -1 when it is not running.
@@ -91,6 +99,7 @@ private:
     std::string dir_;
     std::string password_;
     std::uint16_t port_ = 0;
+    std::uint16_t tls_port_ = 0;
     pid_t pid_ = -1;
     bool paused_ = false;
 };

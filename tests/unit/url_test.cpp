@@ -191,6 +191,37 @@ TEST(ParseRedisUrl, TlsSchemeParses) {
     EXPECT_EQ(ep.db, 1);
 }
 
+TEST(ParseRedisUrl, TlsQueryOptions) {
+    const auto ep = parse_ok(
+        "rediss://h?tls_ca=/etc/ca.pem&tls_ca_dir=/etc/certs&tls_cert=/c.pem&tls_key=/c.key"
+        "&tls_server_name=db.example&tls_insecure=1");
+    EXPECT_EQ(ep.tls.ca_file, "/etc/ca.pem");
+    EXPECT_EQ(ep.tls.ca_dir, "/etc/certs");
+    EXPECT_EQ(ep.tls.cert_file, "/c.pem");
+    EXPECT_EQ(ep.tls.key_file, "/c.key");
+    EXPECT_EQ(ep.tls.server_name, "db.example");
+    EXPECT_TRUE(ep.tls.insecure_skip_verify);
+    EXPECT_FALSE(parse_ok("rediss://h?tls_insecure=0").tls.insecure_skip_verify);
+    EXPECT_NE(parse_bad("redis://h?tls_ca=/ca.pem").find("rediss://"), std::string::npos);
+    EXPECT_NE(parse_bad("rediss://h?tls_insecure=maybe").find("tls_insecure"), std::string::npos);
+    EXPECT_NE(parse_bad("rediss://h?tls_cert=/c.pem").find("tls_key"), std::string::npos);
+    EXPECT_NE(parse_bad("rediss://h?tls_ca=/a&tls_ca=/b").find("twice"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, TlsOptionsFillWhatTheUrlLeaves) {
+    std::error_code ec;
+    auto ep = parse_ok("rediss://h?tls_ca=/url.pem");
+    dlock::detail::apply_tls_options(ep, {.ca_file = "/options.pem", .server_name = "n"}, ec);
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(ep.tls.ca_file, "/url.pem");
+    EXPECT_EQ(ep.tls.server_name, "n");
+    auto plain = parse_ok("redis://h");
+    dlock::detail::apply_tls_options(plain, {.insecure_skip_verify = true}, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    dlock::detail::apply_tls_options(plain, {}, ec);
+    EXPECT_FALSE(ec);
+}
+
 TEST(ParseRedisUrl, MissingScheme) {
     const auto m = parse_bad("localhost:6379");
     EXPECT_NE(m.find("redis://"), std::string::npos) << m;

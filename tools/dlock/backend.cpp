@@ -142,7 +142,8 @@ lock_service::lock_service(const std::string& url, const std::string& key_prefix
 lock_service::lock_service(const server_options& server, service_callbacks cb)
     : key_prefix_(server.key_prefix),
       connect_timeout_(server.connect_timeout),
-      command_timeout_(server.command_timeout) {
+      command_timeout_(server.command_timeout),
+      tls_(server.tls) {
     const std::string& url = server.url;
     const std::string& key_prefix = server.key_prefix;
     try {
@@ -152,7 +153,8 @@ lock_service::lock_service(const server_options& server, service_callbacks cb)
         dlock::connect_options options{.connect_timeout = server.connect_timeout,
                                        .observer = std::move(cb.observer),
                                        .error_handler = std::move(cb.error_handler),
-                                       .command_timeout = server.command_timeout};
+                                       .command_timeout = server.command_timeout,
+                                       .tls = server.tls};
         // A zk:// URL names its base path itself; --key-prefix is for the Redis family.
         if (kind_ != dlock::service_kind::zookeeper) options.key_prefix = key_prefix;
         backend_ = dlock::connect(url, std::move(options));
@@ -174,6 +176,11 @@ std::vector<dlock::redis::client*> lock_service::servers() {
         for (const auto& u : urls_) {
             try {
                 dlock::redis::client_options o{.url = u, .key_prefix = key_prefix_};
+                if (tls_) {
+                    // connect() made redlock://'s servers rediss:// for the TLS options.
+                    if (o.url.starts_with("redis://")) o.url.insert(5, "s");
+                    o.tls = *tls_;
+                }
                 if (connect_timeout_) o.connect_timeout = *connect_timeout_;
                 if (command_timeout_) o.command_timeout = *command_timeout_;
                 inspectors_.push_back(std::make_unique<dlock::redis::client>(std::move(o)));

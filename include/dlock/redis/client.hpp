@@ -35,8 +35,9 @@ struct client_options {
     /// either with an optional query `?db=N&user=NAME&password=SECRET` (redis-py's spelling;
     /// `username=` too). A user is an ACL user (AUTH user password). Schemes are
     /// case-insensitive. Percent-escapes are decoded in user, password and socket path. Any other
-    /// query option is errc::invalid_argument. `rediss://` is rejected with errc::unsupported:
-    /// this build has no TLS transport. The ACL rights dlock needs: docs/cli.md, "Redis ACL".
+    /// query option is errc::invalid_argument. `rediss://` is Redis over TLS (docs/tls.md), which
+    /// also takes `tls_ca=`, `tls_ca_dir=`, `tls_cert=`, `tls_key=`, `tls_server_name=` and
+    /// `tls_insecure=1` (see `tls`). The ACL rights dlock needs: docs/cli.md, "Redis ACL".
     std::string url = "redis://127.0.0.1:6379";
     /// Bound on establishing a connection (TCP connect plus AUTH and SELECT).
     std::chrono::milliseconds connect_timeout = 1s;
@@ -59,10 +60,12 @@ struct client_options {
     /// also how far the server's clock may step back across an expiry (docs/redis-lock.md,
     /// "Fencing tokens and key expiry"). Must be > 0; every client of a name should use the same.
     std::chrono::milliseconds idle_expiry = std::chrono::hours(24);
+    /// TLS settings for a rediss:// URL (CA, client certificate, server name); docs/tls.md.
+    dlock::tls_options tls{};
 };
 
-/// `url` with any password, and every query value but db/user/username, replaced by "***", for
-/// logs and messages (error messages of this library already redact URLs); dlock::redact_url.
+/// `url` with any password, and every query value but db/user/username/tls_*, replaced by "***",
+/// for logs and messages (error messages of this library already redact URLs); dlock::redact_url.
 std::string redact_url(std::string_view url);
 
 class client final : public dlock::backend {
