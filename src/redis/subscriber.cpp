@@ -155,6 +155,7 @@ void subscriber::notify_everyone_locked() {
 int subscriber::service(steady::time_point now, steady::time_point latest) {
     std::vector<std::string> subscribe, unsubscribe;
     bool reconnected = false;
+    if (conn_->stale()) conn_->close();  // Sentinel: the master moved; subscribe on the new one
     {
         dlock::detail::lock_guard lock(mutex_);
         if (!conn_->is_open()) {

@@ -25,6 +25,9 @@ struct redis_server_options {
         extra_args{};  // `{}` keeps g++ 12's -Wmissing-field-initializers quiet
     /// `--appendonly yes --appendfsync always` instead of `--appendonly no`.
     bool appendonly = false;
+    /// Not empty: a sentinel (`redis-server <dir>/sentinel.conf --sentinel`) with this text as its
+    /// configuration file (the sentinel rewrites it, so it lives in the server's dir).
+    std::string sentinel_config{};
 };
 
 class redis_server {
