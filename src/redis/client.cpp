@@ -72,6 +72,9 @@ private:
             throw error(errc::invalid_argument, "client_options.failover_wait must be > 0");
         config.resolver = std::make_shared<detail::master_resolver>(
             std::move(settings), o.connect_timeout, o.command_timeout);
+        config.address_source_for = [resolver = config.resolver](const auto&) {
+            return std::make_unique<detail::sentinel_address>(resolver);
+        };
         return config;
     }
 };

@@ -8,7 +8,6 @@
 #include <array>
 
 #include "core/status.hpp"
-#include "redis/sentinel.hpp"
 
 namespace dlock::redis::detail {
 
@@ -40,16 +39,8 @@ std::string not_redis_hint(const std::string& decoder_error) {
            ")";
 }
 
-connection::connection(const connection_settings& settings)
-    : settings_(settings), endpoint_(settings.endpoint) {}
-
-bool connection::stale() const noexcept {
-    return is_open() && settings_.resolver && settings_.resolver->generation() != generation_;
-}
-
-void connection::suspect() noexcept {
-    if (settings_.resolver) settings_.resolver->suspect(generation_);
-}
+connection::connection(std::shared_ptr<const connection_settings> settings)
+    : snapshot_(std::move(settings)), settings_(*snapshot_) {}
 
 void connection::close() noexcept {
     if (transport_) transport_->close();
@@ -75,30 +66,17 @@ void connection::begin(const std::vector<command_args>& commands, std::error_cod
         transport_->idle_stream_broken()) {
         close();
     }
-    // A failover moved the master since this connection was opened: reopen on the new one.
-    if (phase_ != phase::closed && settings_.resolver &&
-        settings_.resolver->generation() != generation_)
-        close();
     last_used_ = now;
     replies_.clear();
     if (phase_ == phase::closed) {
-        if (settings_.resolver) {
-            auto master = settings_.resolver->master(default_deadline(), generation_, ec);
-            if (ec) return;
-            if (!transport_ || master.describe() != endpoint_.describe()) transport_.reset();
-            endpoint_ = std::move(master);
-        }
         if (!transport_) {
-            transport_ = make_transport(endpoint_, ec);
+            transport_ = make_transport(settings_.endpoint, ec);
             if (ec) return;
         }
         decoder_.reset();
         phase_ = transport_->start_connect(ec) ? phase::ready : phase::connecting;
-        if (ec) {
-            suspect();
-            return close();
-        }
-        const auto& ep = endpoint_;
+        if (ec) return close();
+        const auto& ep = settings_.endpoint;
         std::vector<command_args> hello;
         const std::string db = std::to_string(ep.db);
         if (ep.has_password) {
@@ -146,21 +124,20 @@ bool connection::read_available(std::error_code& ec) {
                 const auto name = handshake_names_[handshake_names_.size() - handshake_left_];
                 --handshake_left_;
                 if (r.is_error()) {
-                    const auto what = "redis " + endpoint_.describe() + ": " + name + ": " + r.text;
+                    const auto what =
+                        "redis " + settings_.endpoint.describe() + ": " + name + ": " + r.text;
                     fail(ec, is_auth_error(r) ? errc::auth_failed : errc::server_error, what);
                     return false;
                 }
                 continue;
             }
-            // A master demoted by a failover refuses writes: ask the sentinels again.
-            if (r.is_error() && r.text.starts_with("READONLY")) suspect();
             if (streaming_) {
                 replies_.push_back(std::move(r));
                 continue;
             }
             if (expected_ == 0) {
                 fail(ec, errc::protocol_error,
-                     "redis " + endpoint_.describe() + ": unsolicited reply");
+                     "redis " + settings_.endpoint.describe() + ": unsolicited reply");
                 return false;
             }
             --expected_;
@@ -168,7 +145,7 @@ bool connection::read_available(std::error_code& ec) {
         }
         if (ec) {
             fail(ec, errc::protocol_error,
-                 "redis " + endpoint_.describe() + ": " +
+                 "redis " + settings_.endpoint.describe() + ": " +
                      not_redis_hint(dlock::detail::message_for(ec)));
             return false;
         }
@@ -184,16 +161,14 @@ bool connection::read_available(std::error_code& ec) {
 
 bool connection::advance(std::error_code& ec, short revents) {
     if (phase_ == phase::closed) {
-        fail(ec, errc::connection_failed, "redis " + endpoint_.describe() + ": not connected");
+        fail(ec, errc::connection_failed,
+             "redis " + settings_.endpoint.describe() + ": not connected");
         return false;
     }
     if (phase_ == phase::connecting) {
         if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return false;  // still connecting
         if (!transport_->finish_connect(ec)) {
-            if (ec) {
-                suspect();
-                close();
-            }
+            if (ec) close();
             return false;
         }
         phase_ = phase::ready;
@@ -201,7 +176,6 @@ bool connection::advance(std::error_code& ec, short revents) {
     // Read only when poll(2) said so: right after a write the reply cannot be there yet, and an
     // extra recv() per request is measurable (docs/benchmarks.md).
     if (!flush(ec) || ((revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !read_available(ec))) {
-        suspect();
         close();
         return false;
     }
@@ -210,10 +184,9 @@ bool connection::advance(std::error_code& ec, short revents) {
 
 void connection::expire(std::error_code& ec) {
     const bool connecting = phase_ == phase::connecting;
-    suspect();
     close();
     fail(ec, errc::server_timeout,
-         "redis " + endpoint_.describe() +
+         "redis " + settings_.endpoint.describe() +
              (connecting ? ": connect timed out" : ": no reply in time"));
 }
 
@@ -227,7 +200,8 @@ void finish(exchange& x) {
     for (const auto& r : x.replies) {
         if (!is_auth_error(r)) continue;
         x.conn->close();
-        fail(x.ec, errc::auth_failed, "redis " + x.conn->endpoint().describe() + ": " + r.text);
+        fail(x.ec, errc::auth_failed,
+             "redis " + x.conn->settings().endpoint.describe() + ": " + r.text);
         x.error = dlock::detail::message_for(x.ec);
         x.replies.clear();
         return;
@@ -362,7 +336,7 @@ void connection::send(const command_args& command, std::error_code& ec, steady::
         if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) == 0) {
             close();
             return fail(ec, errc::server_timeout,
-                        "redis " + endpoint_.describe() + ": write timed out");
+                        "redis " + settings_.endpoint.describe() + ": write timed out");
         }
     }
 }
@@ -375,11 +349,11 @@ bool connection::receive(reply& out, steady::time_point deadline, std::error_cod
             return true;
         }
         if (!is_open()) {
-            fail(ec, errc::connection_failed, "redis " + endpoint_.describe() + ": not connected");
+            fail(ec, errc::connection_failed,
+                 "redis " + settings_.endpoint.describe() + ": not connected");
             return false;
         }
         if (!read_available(ec)) {
-            suspect();
             close();
             return false;
         }

@@ -22,8 +22,6 @@
 
 namespace dlock::redis::detail {
 
-class master_resolver;
-
 using command_args = std::vector<std::string_view>;
 
 struct connection_settings {
@@ -31,22 +29,17 @@ struct connection_settings {
     std::chrono::milliseconds connect_timeout{};
     std::chrono::milliseconds command_timeout{};
     std::string client_name;  ///< CLIENT SETNAME, so CLIENT LIST shows who is who
-    /// Set: `endpoint` is a placeholder and each opening asks this resolver for the master
-    /// (Sentinel, sentinel.hpp); a newer master closes the connection at its next use.
-    std::shared_ptr<master_resolver> resolver{};
 };
 
 class connection {
 public:
-    explicit connection(const connection_settings& settings);
+    /// `settings` is an immutable snapshot, shared with the node that made it (node.hpp): a
+    /// node that moves publishes new settings and never changes the ones a connection uses.
+    explicit connection(std::shared_ptr<const connection_settings> settings);
 
     bool is_open() const noexcept { return transport_ && transport_->native_handle() >= 0; }
     void close() noexcept;
     const connection_settings& settings() const noexcept { return settings_; }
-    /// The server this connection reaches: settings().endpoint, or the master the resolver gave.
-    const dlock::detail::redis_endpoint& endpoint() const noexcept { return endpoint_; }
-    /// Open, but its resolver has found another master since (sentinel.hpp).
-    bool stale() const noexcept;
     int native_handle() const noexcept { return transport_ ? transport_->native_handle() : -1; }
 
     /// now + command_timeout, plus connect_timeout when the connection must be opened first.
@@ -88,13 +81,10 @@ public:
 private:
     enum class phase { closed, connecting, ready };
     bool flush(std::error_code& ec);
-    /// A failure or READONLY: the resolver (if any) asks the sentinels again before reopening.
-    void suspect() noexcept;
     bool read_available(std::error_code& ec);
 
-    const connection_settings& settings_;
-    dlock::detail::redis_endpoint endpoint_;  // see endpoint()
-    std::uint64_t generation_ = 0;            // the resolver's generation when opened
+    const std::shared_ptr<const connection_settings> snapshot_;  // keeps settings_ alive
+    const connection_settings& settings_;                        // *snapshot_
     std::unique_ptr<transport> transport_;
     reply_decoder decoder_;
     phase phase_ = phase::closed;

@@ -49,10 +49,6 @@ bool is_acquire_reply(const reply& r) noexcept {
 
 }  // namespace
 
-/// Command connections per server (acquire, release, command()): however many threads wait or
-/// lock, a client opens at most this many, plus its renewal and subscriber connections.
-constexpr std::size_t max_pooled = 16;
-
 /// The background thread of an active client (see wake_by) sleeps at most active_tick at a time,
 /// for active_window after the last lock activity; then only until its next due work. The tick
 /// must stay well below the earliest work it lets go without a wake-up: a hand-off grant's
@@ -61,19 +57,10 @@ constexpr std::chrono::milliseconds active_tick{200};
 constexpr std::chrono::seconds active_window{5};
 static_assert(active_tick < handoff_lease / 4);
 
-struct engine::server {
-    connection_settings commands;
-    connection_settings renewals;
-    /// A caller waiting for a command connection; the returning one hands it over directly.
-    struct slot_waiter {
-        std::condition_variable ready;
-        std::unique_ptr<connection> conn;
-    };
-    dlock::detail::mutex pool_mutex;  // also guards slot_waiter::conn of the queued waiters
-    std::vector<std::unique_ptr<connection>> idle DLOCK_GUARDED_BY(pool_mutex);
-    std::size_t created DLOCK_GUARDED_BY(pool_mutex) = 0;  // command connections (<= max_pooled)
-    std::deque<slot_waiter*> queue DLOCK_GUARDED_BY(pool_mutex);  // first come first served
-    std::unique_ptr<connection> renew_conn;                       // background thread only
+/// One voting member of the quorum: how it is reached is its node's business (node.hpp); whether
+/// its answers count is the engine's (check_identities).
+struct engine::voter {
+    std::shared_ptr<redis::detail::node> at;
     std::atomic<bool> verified{false};  // its votes count (see engine::counts)
     /// What the server says it is (INFO run_id), once verified. The engine's identity_mutex_
     /// guards it; a nested type cannot name that in DLOCK_GUARDED_BY, hence the accessor.
@@ -84,45 +71,6 @@ struct engine::server {
 private:
     std::string run_id_;
 };
-
-engine::pooled::pooled(server& s, steady::time_point deadline) : server_(&s) {
-    dlock::detail::unique_lock lock(s.pool_mutex);
-    if (s.queue.empty()) {
-        if (!s.idle.empty()) {
-            conn_ = std::move(s.idle.back());
-            s.idle.pop_back();
-            return;
-        }
-        if (s.created < max_pooled) {
-            conn_ = std::make_unique<connection>(s.commands);  // connects lazily, on first use
-            ++s.created;
-            return;
-        }
-    }
-    server::slot_waiter me;
-    s.queue.push_back(&me);
-    const auto handed = [&] { return me.conn != nullptr; };
-    if (deadline == steady::time_point::max()) {
-        me.ready.wait(lock.native(), handed);
-    } else if (!me.ready.wait_until(lock.native(), deadline, handed)) {
-        s.queue.erase(std::find(s.queue.begin(), s.queue.end(), &me));
-        return;  // get() is null: no connection came back in time
-    }
-    conn_ = std::move(me.conn);
-}
-
-engine::pooled::~pooled() {
-    if (!conn_) return;
-    dlock::detail::lock_guard lock(server_->pool_mutex);
-    if (server_->queue.empty()) {
-        server_->idle.push_back(std::move(conn_));
-        return;
-    }
-    auto* next = server_->queue.front();
-    server_->queue.pop_front();
-    next->conn = std::move(conn_);
-    next->ready.notify_one();
-}
 
 struct engine::attempt_outcome {
     bool granted = false;
@@ -163,7 +111,7 @@ engine::engine(engine_config config)
     }
     if (config_.servers.empty())
         throw error(errc::invalid_argument, "client_options: no servers given");
-    std::vector<connection_settings> subscriber_settings;
+    std::vector<std::shared_ptr<node>> nodes;
     for (std::size_t i = 0; i < config_.servers.size(); ++i) {
         for (std::size_t j = 0; j < i; ++j) {
             // The same server twice would vote twice: a "majority" that is not one.
@@ -187,14 +135,12 @@ engine::engine(engine_config config)
         std::error_code ec;
         make_transport(endpoint, ec);  // refuses rediss:// up front, with its reason
         dlock::detail::throw_if(ec);
-        auto s = std::make_unique<server>();
-        s->commands = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:cmd",
-                       config_.resolver};
-        s->renewals = {endpoint, config_.connect_timeout, config_.command_timeout, "dlock:renew",
-                       config_.resolver};
-        s->renew_conn = std::make_unique<connection>(s->renewals);
-        subscriber_settings.push_back({endpoint, config_.connect_timeout, config_.command_timeout,
-                                       "dlock:sub", config_.resolver});
+        auto s = std::make_unique<voter>();
+        s->at = std::make_shared<node>(config_.address_source_for
+                                           ? config_.address_source_for(endpoint)
+                                           : std::make_unique<fixed_address>(endpoint),
+                                       config_.connect_timeout, config_.command_timeout);
+        nodes.push_back(s->at);
         servers_.push_back(std::move(s));
     }
     if (servers_.size() == 1) {
@@ -205,8 +151,8 @@ engine::engine(engine_config config)
         std::vector<connection*> conns;
         auto deadline = steady::time_point::min();
         for (auto& s : servers_) {
-            conns.push_back(s->renew_conn.get());
-            deadline = std::max(deadline, s->renew_conn->default_deadline());
+            conns.push_back(&s->at->renewal_connection());
+            deadline = std::max(deadline, conns.back()->default_deadline());
         }
         check_identities(conns, deadline);
         {
@@ -219,8 +165,9 @@ engine::engine(engine_config config)
         // healthy ones would miss their deadline on every attempt.
         std::vector<exchange> loads;
         for (auto& s : servers_) {
-            if (!s->verified || !s->renew_conn->is_open()) continue;
-            exchange x{s->renew_conn.get(), {}, s->renew_conn->default_deadline()};
+            auto& renewals = s->at->renewal_connection();
+            if (!s->verified || !renewals.is_open()) continue;
+            exchange x{&renewals, {}, renewals.default_deadline()};
             for (const auto& script : all_scripts())
                 x.commands.push_back({"SCRIPT", "LOAD", script.source});
             loads.push_back(std::move(x));
@@ -229,8 +176,10 @@ engine::engine(engine_config config)
     }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-    subscriber_ = std::make_unique<subscriber>(std::move(subscriber_settings),
+    subscriber_ = std::make_unique<subscriber>(std::move(nodes),
                                                [this](steady::time_point by) { wake_by(by); });
+    // A node that moves (node.hpp) wakes the background thread: the subscriber follows it then.
+    for (auto& s : servers_) s->at->on_moved([this] { wake(); });
 }
 
 engine::~engine() { stop(); }
@@ -287,6 +236,22 @@ void engine::check_identities(const std::vector<connection*>& conns, steady::tim
 }
 
 bool engine::counts(std::size_t i) const noexcept { return servers_[i]->verified; }
+
+void engine::suspect_failures(const std::vector<script_batch>& batches) noexcept {
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+        const auto& b = batches[i];
+        if (b.ec) {
+            servers_[i]->at->suspect(*b.conn, b.error);
+            continue;
+        }
+        for (const auto& r : b.replies) {
+            if (r.is_error() && r.text.starts_with("READONLY")) {
+                servers_[i]->at->suspect(*b.conn, r.text);
+                break;
+            }
+        }
+    }
+}
 
 std::vector<connection*> engine::newly_answering(const std::vector<script_batch>& batches) const {
     std::vector<connection*> answered(servers_.size(), nullptr);
@@ -354,7 +319,7 @@ void engine::report_node_failure(std::string_view name, std::uint64_t token, con
                                  std::string_view why) noexcept {
     if (servers_.size() == 1) return;
     try {
-        const auto server = b.conn->endpoint().describe();
+        const auto server = b.conn->settings().endpoint.describe();
         lock_event e{event_kind::node_failed, name, token,
                      b.ec ? b.ec : make_error_code(errc::server_error), steady::now()};
         e.server = server;
@@ -372,7 +337,7 @@ reply engine::command(const std::vector<std::string>& args, std::error_code& ec)
             fail(ec, errc::invalid_argument, "command: no arguments");
             return {};
         }
-        pooled conn(*servers_.front());
+        node::pooled conn(*servers_.front()->at);
         const command_args view(args.begin(), args.end());
         return conn.get()->execute(view, ec);
     } catch (const std::bad_alloc&) {
@@ -400,7 +365,7 @@ void engine::set_permits(std::string_view name, std::uint32_t permits,
                      (servers_.size() > 1 ? "on Redlock" : "in this build"));
             return;
         }
-        pooled conn(*servers_.front());
+        node::pooled conn(*servers_.front()->at);
         // The same KEYS as the semaphore's other scripts: one hash slot, one layout.
         const script_call call{
             script,
@@ -418,10 +383,10 @@ std::unique_ptr<lock_watch> engine::watch(std::string_view name, std::error_code
     try {
         dlock::detail::validate_lock_name(name, max_name_length, ec);
         if (ec) return nullptr;
-        std::vector<connection_settings> settings;
-        settings.reserve(servers_.size());
-        for (const auto& s : servers_) settings.push_back(s->commands);
-        return make_watch(settings, key(name), channel(name), ec);
+        std::vector<std::shared_ptr<node>> nodes;
+        nodes.reserve(servers_.size());
+        for (const auto& s : servers_) nodes.push_back(s->at);
+        return make_watch(nodes, key(name), channel(name), ec);
     } catch (const std::exception& e) {
         fail(ec, errc::connection_failed, std::string("watch: ") + e.what());
         return nullptr;
@@ -434,11 +399,12 @@ engine::fan_out engine::run_on_every_server(
     run.conns.reserve(servers_.size());
     run.batches.reserve(servers_.size());
     for (auto& s : servers_) {
-        run.conns.emplace_back(*s);
+        run.conns.emplace_back(*s->at);
         auto* conn = run.conns.back().get();
         run.batches.push_back({conn, call, conn->default_deadline()});
     }
     run_everywhere(run.batches);
+    suspect_failures(run.batches);
     return run;
 }
 
@@ -455,7 +421,7 @@ lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
             auto& b = batches[i];
             auto& v = views[i];
             v.name = std::string(name);
-            v.server = b.conn->endpoint().describe();
+            v.server = b.conn->settings().endpoint.describe();
             std::string why;
             if (b.ec) {
                 v.error = b.error.empty() ? dlock::detail::message_for(b.ec) : b.error;
@@ -514,7 +480,7 @@ std::string engine::record_once(std::string_view name, std::string_view value,
             // failed.
             const auto read = [&](std::size_t i) {
                 auto& b = batches[i];
-                const auto server = b.conn->endpoint().describe();
+                const auto server = b.conn->settings().endpoint.describe();
                 const auto& r = b.replies.empty() ? reply{} : b.replies.front();
                 if (!b.ec && r.type != reply::kind::string && !r.is_nil()) {
                     if (r.is_error()) {
@@ -666,7 +632,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
     // time, so this check is never more generous than the grant.
     const auto sent = steady::now();
     const bool single = servers_.size() == 1;
-    std::vector<pooled> conns;
+    std::vector<node::pooled> conns;
     std::vector<script_batch> batches;
     conns.reserve(servers_.size());
     batches.reserve(servers_.size());
@@ -677,7 +643,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
           ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
           std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}});
     for (auto& s : servers_) {
-        conns.emplace_back(*s, deadline);
+        conns.emplace_back(*s->at, deadline);
         if (!conns.back()) {
             // Every connection stayed busy until the caller's own wait bound: contention here.
             attempt_outcome out;
@@ -698,6 +664,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         batches.push_back({conn, call, until});
     }
     run_everywhere(batches);
+    suspect_failures(batches);
     if (identities_pending_) {
         // A server that was down when the client was made and answers now: learn what it is
         // before its vote counts. Only servers that just answered are asked, so one that is still
@@ -712,7 +679,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         if (!b.ec && !counts(i)) {
             dlock::detail::lock_guard lock(identity_mutex_);
             fail(b.ec, errc::invalid_argument,
-                 "redis " + b.conn->endpoint().describe() + ": not counted: " +
+                 "redis " + b.conn->settings().endpoint.describe() + ": not counted: " +
                      (identity_error_.empty() ? "its identity (INFO run_id) is not known yet"
                                               : identity_error_));
             b.error = dlock::detail::message_for(b.ec);
@@ -802,7 +769,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
 void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
                          const std::string& token) noexcept {
     try {
-        pooled conn(*servers_.front());
+        node::pooled conn(*servers_.front()->at);
         std::error_code ec;
         const auto r = run_script(
             *conn.get(),
@@ -822,7 +789,7 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
 
 void engine::release_everywhere(const lock_protocol& protocol, std::string_view name,
                                 const std::string& token, std::chrono::milliseconds node_timeout) {
-    std::vector<pooled> conns;
+    std::vector<node::pooled> conns;
     std::vector<script_batch> batches;
     const auto deadline = deadline_after(
         steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
@@ -831,10 +798,11 @@ void engine::release_everywhere(const lock_protocol& protocol, std::string_view 
          keys(protocol, name),
          {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}});
     for (auto& s : servers_) {
-        conns.emplace_back(*s);
+        conns.emplace_back(*s->at);
         batches.push_back({conns.back().get(), call, deadline});
     }
     run_everywhere(batches);
+    suspect_failures(batches);
 }
 
 dlock::lease engine::grant(std::string_view name, const std::string& token, std::uint64_t fence,
@@ -996,24 +964,38 @@ struct engine::acquire_run {
         const auto sent = steady::now();
         const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
         if (waiter->leaves_as()) leave_armed = true;
+        auto& master = *self.servers_.front()->at;
+        auto moved_from = master.generation();
         auto result = self.attempt(protocol, name, token, lease_ms, request, node_timeout,
                                    waiter->ticket_floor(), deadline, waiter->waiter_id());
         // Sentinel: a master lost to a failover is not the end of the acquire. Ask for the new
         // master (verified with ROLE) until the caller's deadline, or failover_wait at most,
-        // then attempt again there (docs/sentinel.md, "Reaction time").
+        // then attempt again there (docs/sentinel.md, "Reaction time"). An attempt that failed
+        // on a master the node has since left is made again once on the new one, even past
+        // the deadline (try_lock() right after a failover).
+        bool moved_retry = false;
         while (self.config_.resolver && result.granting + result.holding == 0 &&
                failover_retryable(result)) {
             const auto now = steady::now();
             if (!failover_until) failover_until = deadline_after(now, self.config_.failover_wait);
             const auto until = std::min(deadline, *failover_until);
-            if (now >= until) break;
-            std::uint64_t generation = 0;
-            std::error_code ec;
-            self.config_.resolver->master(until, generation, ec);
-            if (ec) {
-                result.failures += "; " + dlock::detail::message_for(ec);
-                break;
+            if (now >= until) {
+                if (moved_retry || master.generation() == moved_from) {
+                    const auto why = self.config_.resolver->last_failure();
+                    if (!self.config_.resolver->known() && !why.empty())
+                        result.failures += "; " + why;
+                    break;
+                }
+                moved_retry = true;
+            } else {
+                std::error_code ec;
+                self.config_.resolver->master(until, ec);
+                if (ec) {
+                    result.failures += "; " + dlock::detail::message_for(ec);
+                    break;
+                }
             }
+            moved_from = master.generation();
             result = self.attempt(protocol, name, token, lease_ms, request, node_timeout,
                                   waiter->ticket_floor(), deadline, waiter->waiter_id());
         }
@@ -1126,7 +1108,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         registry_.untrack(&lease);
     }
     try {
-        std::vector<pooled> conns;
+        std::vector<node::pooled> conns;
         std::vector<script_batch> batches;
         // With several servers a paused one must not hold up unlock(): it gets node_timeout, and
         // our key there simply expires.
@@ -1150,12 +1132,13 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                                     {lease.token(), channel(lease.name()), ms_text(handoff_lease),
                                      whole ? "1" : "0", ms_text(config_.idle_expiry)}});
         for (auto& s : servers_) {
-            conns.emplace_back(*s);
+            conns.emplace_back(*s->at);
             auto* conn = conns.back().get();
             batches.push_back(
                 {conn, call, servers_.size() == 1 ? conn->default_deadline() : redlock_deadline});
         }
         run_everywhere(batches);
+        suspect_failures(batches);
         lease.mark_released();
         std::vector<quorum::owner_vote> votes;
         std::string failures;
@@ -1261,11 +1244,13 @@ steady::time_point engine::renew_due(steady::time_point now) {
         std::vector<script_batch> batches;
         bool cut_short = false;  // some batch's own bound lies past `latest`
         for (auto& s : servers_) {
-            const auto own = s->renew_conn->default_deadline();
+            auto& renewals = s->at->renewal_connection();
+            const auto own = renewals.default_deadline();
             cut_short = cut_short || latest < own;
-            batches.push_back({s->renew_conn.get(), calls, std::min(own, latest)});
+            batches.push_back({&renewals, calls, std::min(own, latest)});
         }
         run_everywhere(batches);
+        suspect_failures(batches);
         // The WAIT safeguard: a renewal no replica set acknowledged does not extend the validity.
         std::string unacked;
         if (servers_.size() == 1 && !batches.front().ec)
@@ -1300,8 +1285,8 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     if (b.ec || !counts(k)) continue;  // see check_identities
                     const auto& r = b.replies[i];
                     if (r.type != reply::kind::integer) {  // e.g. OOM, WRONGTYPE: counts as failed
-                        why += (why.empty() ? "" : "; ") + b.conn->endpoint().describe() + ": " +
-                               r.text;
+                        why += (why.empty() ? "" : "; ") + b.conn->settings().endpoint.describe() +
+                               ": " + r.text;
                         votes.push_back(quorum::owner_vote::failed);
                         refused.push_back({lease, k, r.text});
                         continue;

@@ -29,6 +29,7 @@
 #include "core/renewal.hpp"
 #include "core/url.hpp"
 #include "redis/connection.hpp"
+#include "redis/node.hpp"
 #include "redis/protocol.hpp"
 #include "redis/scripts.hpp"
 #include "redis/sentinel.hpp"
@@ -50,8 +51,13 @@ struct engine_config {
     /// client_options::idle_expiry: how long a name's fence counter (and a semaphore's number of
     /// permits) outlives the name's last grant (src/redis/lua/lib/fence.lua).
     std::chrono::milliseconds idle_expiry{std::chrono::hours(24)};
-    /// Sentinel (one server only): the master is whatever this resolver finds; servers[0] is a
-    /// placeholder (docs/sentinel.md).
+    /// Where each server of `servers` is reached (node.hpp): the source of its node, made once
+    /// per server by the constructor. Unset: a fixed_address (the URL as given).
+    std::function<std::unique_ptr<address_source>(const dlock::detail::redis_endpoint&)>
+        address_source_for{};
+    /// Sentinel (one server only): the resolver behind servers[0]'s address_source
+    /// (sentinel_address); the engine also follows +switch-master with it and, in acquire,
+    /// waits for a new master after a failover (docs/sentinel.md).
     std::shared_ptr<master_resolver> resolver{};
     /// The WAIT safeguard: a grant or renewal counts only once this many replicas acknowledged
     /// it within wait_timeout (WAIT; with wait_aof, WAITAOF too). 0: no WAIT.
@@ -113,28 +119,13 @@ public:
                              std::string_view why = {}) noexcept;
 
 private:
-    struct server;
-    /// A pooled command connection of one server, returned to its pool when it goes out of scope.
-    /// A server has at most max_pooled command connections; a caller beyond that waits for one to
-    /// come back, first come first served, until `deadline` (then get() is null). A connection is
-    /// lent for one exchange, so the wait is bounded by the exchanges queued ahead.
-    class pooled {
-    public:
-        explicit pooled(server& s, steady::time_point deadline = steady::time_point::max());
-        ~pooled();
-        pooled(pooled&&) noexcept = default;
-        connection* get() const noexcept { return conn_.get(); }
-        explicit operator bool() const noexcept { return conn_ != nullptr; }
-
-    private:
-        server* server_;
-        std::unique_ptr<connection> conn_;
-    };
+    /// One voting member of the quorum over nodes (engine.cpp); servers_[i] is config_.servers[i].
+    struct voter;
 
     /// `call` run on every server at once, each over a pooled connection with its default
     /// deadline: the batches as run_everywhere left them, and the connections they refer to.
     struct fan_out {
-        std::vector<pooled> conns;
+        std::vector<node::pooled> conns;
         std::vector<script_batch> batches;
     };
     fan_out run_on_every_server(const std::shared_ptr<const std::vector<script_call>>& call);
@@ -185,6 +176,9 @@ private:
     std::vector<connection*> newly_answering(const std::vector<script_batch>& batches) const;
     /// Whether server `i`'s answers count toward a quorum: its identity was checked.
     bool counts(std::size_t i) const noexcept;
+    /// After a round on every server (batches[i] on server i): tells each node whose batch
+    /// failed or carried a READONLY reply (node::suspect; a fixed address ignores it).
+    void suspect_failures(const std::vector<script_batch>& batches) noexcept;
 
     /// Registers `lease` with the watchdog; `handed_off`: a hand-off grant, which carries only the
     /// short hand-off lease, is extended to its own lease within handoff_lease / 4 (also a fixed
@@ -204,7 +198,7 @@ private:
     steady::time_point renew_due(steady::time_point now);
 
     const engine_config config_;
-    std::vector<std::unique_ptr<server>> servers_;
+    std::vector<std::unique_ptr<voter>> servers_;
 
     dlock::detail::mutex registry_mutex_;
     dlock::detail::lease_registry registry_ DLOCK_GUARDED_BY(registry_mutex_);
@@ -222,7 +216,7 @@ private:
     dlock::detail::mutex reentrant_mutex_;
     std::unordered_map<std::string, reentrant_owner> reentrant_ DLOCK_GUARDED_BY(reentrant_mutex_);
 
-    dlock::detail::mutex identity_mutex_;  // also guards server::run_id
+    dlock::detail::mutex identity_mutex_;  // also guards voter::run_id
     std::string identity_error_ DLOCK_GUARDED_BY(identity_mutex_);
     std::atomic<bool> identities_pending_{false};
 

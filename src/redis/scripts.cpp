@@ -134,7 +134,7 @@ reply run_script(connection& conn, const script_call& call, std::error_code& ec)
 
 void script_error(const script_call& call, const reply& r, const connection& conn,
                   std::error_code& ec) {
-    const auto where = "redis " + conn.endpoint().describe() + ": " +
+    const auto where = "redis " + conn.settings().endpoint.describe() + ": " +
                        std::string(call.which->name) + " script on \"" +
                        (call.keys.empty() ? std::string() : call.keys.front()) + "\": ";
     if (!r.is_error()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <thread>
 
 #include "core/status.hpp"
@@ -208,13 +209,13 @@ sentinel_settings parse_sentinel_url(std::string_view written, std::error_code& 
 struct master_resolver::state {
     dlock::detail::mutex discover_mutex;  // one discovery at a time; taken before `mutex`
     dlock::detail::mutex mutex;
-    redis_endpoint master DLOCK_GUARDED_BY(mutex);
-    bool known DLOCK_GUARDED_BY(mutex) = false;
+    std::optional<redis_endpoint> master DLOCK_GUARDED_BY(mutex);
     bool suspected DLOCK_GUARDED_BY(mutex) = false;
     std::size_t next_sentinel DLOCK_GUARDED_BY(mutex) = 0;  // the last one that answered
+    std::function<void()> changed DLOCK_GUARDED_BY(mutex);
+    std::string last_failure DLOCK_GUARDED_BY(mutex);  // of the latest discovery
 
     // +switch-master (background thread only).
-    connection_settings watch_settings;
     std::unique_ptr<connection> watch;
     std::size_t watch_sentinel = 0;
 };
@@ -236,37 +237,59 @@ std::string master_resolver::describe() const {
     return out + ")";
 }
 
-void master_resolver::suspect(std::uint64_t generation) noexcept {
+std::optional<redis_endpoint> master_resolver::known() const {
     dlock::detail::lock_guard lock(state_->mutex);
-    if (generation == generation_.load()) state_->suspected = true;
+    return state_->master;
 }
 
-redis_endpoint master_resolver::master(steady::time_point deadline, std::uint64_t& generation,
-                                       std::error_code& ec) {
+std::string master_resolver::last_failure() const {
+    dlock::detail::lock_guard lock(state_->mutex);
+    return state_->last_failure;
+}
+
+void master_resolver::on_change(std::function<void()> changed) {
+    dlock::detail::lock_guard lock(state_->mutex);
+    state_->changed = std::move(changed);
+}
+
+bool master_resolver::suspect(const redis_endpoint& seen) noexcept {
+    try {
+        {
+            dlock::detail::lock_guard lock(state_->mutex);
+            if (!state_->master || state_->master->describe() != seen.describe()) return true;
+            state_->suspected = true;
+        }
+        std::error_code ec;
+        const auto now = master(deadline_after(steady::now(), connect_timeout_), ec);
+        return !ec && now.describe() != seen.describe();
+    } catch (...) {
+        return false;  // out of memory: the next failure asks again
+    }
+}
+
+redis_endpoint master_resolver::master(steady::time_point deadline, std::error_code& ec) {
     {
         dlock::detail::lock_guard lock(state_->mutex);
-        if (state_->known && !state_->suspected) {
-            generation = generation_.load();
-            return state_->master;
-        }
+        if (state_->master && !state_->suspected) return *state_->master;
     }
     dlock::detail::lock_guard one_at_a_time(state_->discover_mutex);
     {
         // Another caller may have found it while we waited for the discovery.
         dlock::detail::lock_guard lock(state_->mutex);
-        if (state_->known && !state_->suspected) {
-            generation = generation_.load();
-            return state_->master;
-        }
+        if (state_->master && !state_->suspected) return *state_->master;
     }
     std::string why;
     if (!discover(deadline, why)) {
-        fail(ec, errc::connection_failed, "redis sentinel: " + describe() + ": " + why);
+        const auto what = "redis sentinel: " + describe() + ": " + why;
+        {
+            dlock::detail::lock_guard lock(state_->mutex);
+            state_->last_failure = what;
+        }
+        fail(ec, errc::connection_failed, what);
         return {};
     }
     dlock::detail::lock_guard lock(state_->mutex);
-    generation = generation_.load();
-    return state_->master;
+    return *state_->master;
 }
 
 bool master_resolver::discover(steady::time_point deadline, std::string& why) {
@@ -276,82 +299,107 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why) {
         first = state_->next_sentinel;
     }
     const auto n = settings_.sentinels.size();
+    const auto clamp = [](std::chrono::milliseconds left, std::chrono::milliseconds own) {
+        return std::max(std::chrono::milliseconds(1), std::min(left, own));
+    };
     for (;;) {
         std::string round;
+        const auto note = [&](const std::string& what) {
+            round += (round.empty() ? "" : "; ") + what;
+        };
         for (std::size_t k = 0; k < n; ++k) {
             const auto i = (first + k) % n;
             const auto now = steady::now();
             if (now >= deadline) break;
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-            const auto bound =
-                std::max(std::chrono::milliseconds(1), std::min(left, connect_timeout_));
-            connection_settings ask{
-                settings_.sentinels[i], bound,
-                std::max(std::chrono::milliseconds(1), std::min(left, command_timeout_)),
-                "dlock:sentinel"};
-            connection sentinel(ask);
+            connection sentinel(std::make_shared<const connection_settings>(
+                connection_settings{settings_.sentinels[i], clamp(left, connect_timeout_),
+                                    clamp(left, command_timeout_), "dlock:sentinel"}));
             std::error_code ec;
             const auto r = sentinel.execute(
                 {"SENTINEL", "get-master-addr-by-name", settings_.master_name}, ec);
             const auto where = settings_.sentinels[i].describe() + ": ";
             if (ec) {
-                round += (round.empty() ? "" : "; ") + dlock::detail::message_for(ec);
+                note(dlock::detail::message_for(ec));
                 continue;
             }
             if (r.type == reply::kind::nil ||
                 (r.type == reply::kind::array && r.elements.empty())) {
-                round += (round.empty() ? "" : "; ") + where + "knows no master named \"" +
-                         settings_.master_name + "\"";
+                note(where + "knows no master named \"" + settings_.master_name + "\"");
                 continue;
             }
             long long port = 0;
             if (r.type != reply::kind::array || r.elements.size() != 2 ||
                 !parse_count(r.elements[1].text, 65535, port) || port == 0) {
-                round += (round.empty() ? "" : "; ") + where + "unexpected answer " +
-                         (r.is_error() ? r.text : std::string(to_string(r.type)));
+                note(where + "unexpected answer " +
+                     (r.is_error() ? r.text : std::string(to_string(r.type))));
                 continue;
             }
             auto candidate = settings_.master;
             candidate.host = r.elements[0].text;
             candidate.port = static_cast<std::uint16_t>(port);
             // Verify: the sentinels may still name a master that died or was demoted.
-            connection_settings check{
-                candidate, bound,
-                std::max(std::chrono::milliseconds(1), std::min(left, command_timeout_)),
-                "dlock:sentinel-check"};
-            connection master(check);
-            const auto role = master.execute({"ROLE"}, ec);
+            connection check(std::make_shared<const connection_settings>(
+                connection_settings{candidate, clamp(left, connect_timeout_),
+                                    clamp(left, command_timeout_), "dlock:sentinel-check"}));
+            const auto role = check.execute({"ROLE"}, ec);
             if (ec) {
-                round += (round.empty() ? "" : "; ") + where + "names " + candidate.describe() +
-                         ", which fails: " + dlock::detail::message_for(ec);
+                note(where + "names " + candidate.describe() +
+                     ", which fails: " + dlock::detail::message_for(ec));
                 continue;
             }
             if (role.type != reply::kind::array || role.elements.empty() ||
                 role.elements[0].text != "master") {
-                round += (round.empty() ? "" : "; ") + where + "names " + candidate.describe() +
-                         ", whose ROLE is " +
-                         (role.type == reply::kind::array && !role.elements.empty()
-                              ? role.elements[0].text
-                              : role.text) +
-                         ", not master";
+                note(where + "names " + candidate.describe() + ", whose ROLE is " +
+                     (role.type == reply::kind::array && !role.elements.empty()
+                          ? role.elements[0].text
+                          : role.text) +
+                     ", not master");
                 continue;
             }
-            dlock::detail::lock_guard lock(state_->mutex);
-            if (!state_->known || state_->master.describe() != candidate.describe()) {
-                state_->master = std::move(candidate);
-                state_->known = true;
-                generation_.fetch_add(1);
+            std::function<void()> changed;
+            {
+                dlock::detail::lock_guard lock(state_->mutex);
+                if (!state_->master || state_->master->describe() != candidate.describe()) {
+                    state_->master = std::move(candidate);
+                    changed = state_->changed;
+                }
+                state_->suspected = false;
+                state_->next_sentinel = i;
+                state_->last_failure.clear();
             }
-            state_->suspected = false;
-            state_->next_sentinel = i;
+            if (changed) changed();
             return true;
         }
         if (!round.empty()) why = round;
         if (why.empty()) why = "no sentinel could be asked before the deadline";
-        const auto now = steady::now();
-        if (now + ask_again_pause >= deadline) return false;
+        if (steady::now() + ask_again_pause >= deadline) return false;
         std::this_thread::sleep_for(ask_again_pause);
     }
+}
+
+sentinel_address::sentinel_address(std::shared_ptr<master_resolver> resolver)
+    : resolver_(std::move(resolver)) {
+    // While no master is known: an address that fails at once (no DNS lookup, no timeout), so
+    // the first use reports it and asks the sentinels again (suspect).
+    placeholder_ = resolver_->settings().master;
+    placeholder_.kind = redis_endpoint::transport::unix_socket;
+    placeholder_.path = "/dev/null/no-sentinel-master-known-yet";
+}
+
+redis_endpoint sentinel_address::current() const {
+    if (auto known = resolver_->known()) return *known;
+    std::error_code ec;
+    auto found = resolver_->master(deadline_after(steady::now(), resolver_->connect_timeout()), ec);
+    return ec ? placeholder_ : found;
+}
+
+bool sentinel_address::suspect(const redis_endpoint& seen, std::string_view /*why*/) noexcept {
+    return resolver_->suspect(seen);
+}
+
+void sentinel_address::on_change(const std::function<void()>& changed) {
+    resolver_->on_change(changed);
 }
 
 int master_resolver::watch_service(steady::time_point now) {
@@ -360,9 +408,9 @@ int master_resolver::watch_service(steady::time_point now) {
     if (now < watch_retry_) return -1;
     const auto n = settings_.sentinels.size();
     s.watch_sentinel = (s.watch_sentinel + (s.watch ? 1 : 0)) % n;
-    s.watch_settings = {settings_.sentinels[s.watch_sentinel], connect_timeout_, command_timeout_,
-                        "dlock:sentinel-watch"};
-    s.watch = std::make_unique<connection>(s.watch_settings);
+    s.watch = std::make_unique<connection>(std::make_shared<const connection_settings>(
+        connection_settings{settings_.sentinels[s.watch_sentinel], connect_timeout_,
+                            command_timeout_, "dlock:sentinel-watch"}));
     std::error_code ec;
     s.watch->send({"SUBSCRIBE", "+switch-master"}, ec);
     if (ec) {
@@ -399,9 +447,8 @@ void master_resolver::watch_readable() {
         dlock::detail::lock_guard lock(state_->mutex);
         state_->suspected = true;
     }
-    std::uint64_t generation = 0;
     std::error_code ec;
-    master(deadline_after(steady::now(), connect_timeout_), generation, ec);  // best effort
+    master(deadline_after(steady::now(), connect_timeout_), ec);  // best effort
 }
 
 }  // namespace dlock::redis::detail

@@ -11,15 +11,16 @@
 //
 // The resolver asks the sentinels in turn (SENTINEL get-master-addr-by-name), checks the answer
 // with ROLE on the master itself (a sentinel may still name a dead or demoted master during a
-// failover: then it asks again), and keeps the verified address with a generation number that
-// changes whenever the address does. Connections opened through it remember the generation they
-// were opened at (connection.hpp): a later generation closes them at their next use, and their
-// connection errors and READONLY replies make the resolver ask again. The engine's background
-// thread also keeps one sentinel subscribed to +switch-master (watch_*), so a failover is followed
-// even while nothing fails. Thread-safe.
+// failover: then it asks again), and keeps the verified address. It serves the engine's node as
+// its address_source (sentinel_address, node.hpp): the node's connections go to that address, a
+// connection error or READONLY reply makes the resolver ask again (suspect), and a change starts
+// the node's next generation of connections. The engine's background thread also keeps one
+// sentinel subscribed to +switch-master (watch_*), so a failover is followed even while nothing
+// fails. Thread-safe.
 #pragma once
 
-#include <atomic>
+#include <functional>
+#include <optional>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -31,6 +32,7 @@
 #include <dlock/detail/thread_safety.hpp>
 
 #include "core/time.hpp"
+#include "redis/node.hpp"
 #include "redis/url.hpp"
 
 namespace dlock::redis::detail {
@@ -69,17 +71,22 @@ public:
     master_resolver& operator=(const master_resolver&) = delete;
 
     const sentinel_settings& settings() const noexcept { return settings_; }
+    std::chrono::milliseconds connect_timeout() const noexcept { return connect_timeout_; }
 
-    /// The verified master and its generation: the known one, or (when none is known or it is
-    /// suspected) a new discovery, asking every sentinel in turn and again until `deadline`.
-    /// At the deadline: errc::connection_failed naming what each sentinel answered.
-    dlock::detail::redis_endpoint master(steady::time_point deadline, std::uint64_t& generation,
-                                         std::error_code& ec);
-    /// Changes whenever the verified address does.
-    std::uint64_t generation() const noexcept { return generation_.load(); }
-    /// A connection opened at `generation` failed or was answered READONLY: the next master()
-    /// asks the sentinels again (unless a newer generation is known already).
-    void suspect(std::uint64_t generation) noexcept;
+    /// The master verified last, if any. Never blocks.
+    std::optional<dlock::detail::redis_endpoint> known() const;
+    /// A verified master: the known one, or (when none is known or it is suspected) a new
+    /// discovery, asking every sentinel in turn and again until `deadline`. At the deadline:
+    /// errc::connection_failed naming what each sentinel answered.
+    dlock::detail::redis_endpoint master(steady::time_point deadline, std::error_code& ec);
+    /// A connection to `seen` failed or was answered READONLY: when `seen` is still the known
+    /// master, asks the sentinels again (bounded by connect_timeout). True when the known master
+    /// is no longer `seen`.
+    bool suspect(const dlock::detail::redis_endpoint& seen) noexcept;
+    /// `changed` is called (no lock held) after each change of the known master.
+    void on_change(std::function<void()> changed);
+    /// Why the latest discovery found no master ("" when it found one), for messages.
+    std::string last_failure() const;
     /// "master \"<name>\" (sentinels h1:p1,h2:p2)", for messages.
     std::string describe() const;
 
@@ -99,9 +106,23 @@ private:
     const sentinel_settings settings_;
     const std::chrono::milliseconds connect_timeout_;
     const std::chrono::milliseconds command_timeout_;
-    std::atomic<std::uint64_t> generation_{0};
     std::unique_ptr<state> state_;
     steady::time_point watch_retry_ = steady::time_point::min();  // background thread only
+};
+
+/// The node seam's view of a resolver (node.hpp): current() is the master verified last (the
+/// first call, from the node's constructor, asks the sentinels, bounded by connect_timeout);
+/// while none is known, a placeholder address that fails at once, so the first use asks again.
+class sentinel_address final : public address_source {
+public:
+    explicit sentinel_address(std::shared_ptr<master_resolver> resolver);
+    dlock::detail::redis_endpoint current() const override;
+    bool suspect(const dlock::detail::redis_endpoint& seen, std::string_view why) noexcept override;
+    void on_change(const std::function<void()>& changed) override;
+
+private:
+    std::shared_ptr<master_resolver> resolver_;
+    dlock::detail::redis_endpoint placeholder_;
 };
 
 }  // namespace dlock::redis::detail

@@ -23,11 +23,11 @@ void wait_until(std::condition_variable& cv, dlock::detail::unique_lock& lock,
 
 }  // namespace
 
-subscriber::subscriber(std::vector<connection_settings> servers,
+subscriber::subscriber(std::vector<std::shared_ptr<node>> servers,
                        std::function<void(steady::time_point)> wake)
     : servers_(std::move(servers)),
       wake_(std::move(wake)),
-      conn_(std::make_unique<connection>(servers_.at(0))) {}
+      conn_(servers_.at(0)->connect(node::role::subscriber)) {}
 
 subscriber::registration::registration(subscriber& owner, std::string channel, wake_mode mode,
                                        std::string key)
@@ -155,7 +155,9 @@ void subscriber::notify_everyone_locked() {
 int subscriber::service(steady::time_point now, steady::time_point latest) {
     std::vector<std::string> subscribe, unsubscribe;
     bool reconnected = false;
-    if (conn_->stale()) conn_->close();  // Sentinel: the master moved; subscribe on the new one
+    // The node moved (node.hpp): what is subscribed on the old address is reconnected below
+    // like a failed connection, so every waiter re-checks.
+    if (conn_->is_open() && !servers_[server_]->current(*conn_)) conn_->close();
     {
         dlock::detail::lock_guard lock(mutex_);
         if (!conn_->is_open()) {
@@ -169,6 +171,8 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
         if (!dirty_ && now < next_linger_expiry_locked()) return conn_->native_handle();
     }
     if (!conn_->is_open()) {
+        if (!servers_[server_]->current(*conn_))
+            conn_ = servers_[server_]->connect(node::role::subscriber);
         std::error_code ec;
         conn_->open(ec, latest);  // bounded by connect_timeout and by the caller
         if (ec) move_to_next_server();
@@ -292,7 +296,7 @@ void subscriber::move_to_next_server() {
     conn_->close();
     if (servers_.size() > 1) {  // any of them carries every release
         server_ = (server_ + 1) % servers_.size();
-        conn_ = std::make_unique<connection>(servers_[server_]);
+        conn_ = servers_[server_]->connect(node::role::subscriber);
     }
 }
 

@@ -35,6 +35,7 @@
 #include <dlock/detail/thread_safety.hpp>
 
 #include "redis/connection.hpp"
+#include "redis/node.hpp"
 
 namespace dlock::redis::detail {
 
@@ -43,7 +44,9 @@ public:
     /// `wake(by)` is called (with no lock held) when the background thread must call service()
     /// no later than `by`: time_point::min() for a SUBSCRIBE that a waiter waits for, a later
     /// time for a lingering channel to drop (nobody waits for that; it may come late).
-    subscriber(std::vector<connection_settings> servers,
+    /// `servers`: the nodes any of which carries every release; the connection goes to a node's
+    /// current address (a node that moved is reconnected at the next service()).
+    subscriber(std::vector<std::shared_ptr<node>> servers,
                std::function<void(steady::time_point by)> wake);
 
     enum class wake_mode {
@@ -141,7 +144,7 @@ private:
     /// Doubles the reconnect delay (within [min, max]) and schedules the next attempt.
     void back_off_locked() DLOCK_REQUIRES(mutex_);
 
-    const std::vector<connection_settings> servers_;
+    const std::vector<std::shared_ptr<node>> servers_;
     std::function<void(steady::time_point)> wake_;
     std::size_t server_ = 0;            // background thread only
     std::unique_ptr<connection> conn_;  // background thread only

@@ -21,14 +21,13 @@ constexpr auto retry_period = 1s;
 
 class redis_watch final : public dlock::lock_watch {
 public:
-    redis_watch(const std::vector<connection_settings>& servers, std::string lock_key,
+    redis_watch(const std::vector<std::shared_ptr<node>>& servers, std::string lock_key,
                 std::string channel)
         : lock_key_(std::move(lock_key)), channel_(std::move(channel)) {
-        for (const auto& s : servers) {
+        for (const auto& n : servers) {
             auto p = std::make_unique<server>();
-            p->settings = s;
-            p->settings.client_name = "dlock:watch";
-            p->conn = std::make_unique<connection>(p->settings);
+            p->at = n;
+            p->conn = n->connect(node::role::watch);
             servers_.push_back(std::move(p));
         }
     }
@@ -62,7 +61,7 @@ public:
 
 private:
     struct server {
-        connection_settings settings;
+        std::shared_ptr<node> at;  // where the connection goes: its current address
         std::unique_ptr<connection> conn;
         bool subscribed = false;
         bool tracking = false;
@@ -73,6 +72,7 @@ private:
     bool subscribe(server& s, std::error_code& ec) {
         s.subscribed = false;
         s.conn->close();
+        if (!s.at->current(*s.conn)) s.conn = s.at->connect(node::role::watch);  // it moved
         s.retry_at = steady::now() + retry_period;
         auto id = s.conn->execute({"CLIENT", "ID"}, ec);
         if (ec) return false;
@@ -104,14 +104,14 @@ private:
         if (!s.conn->receive(r, deadline, ec)) {
             if (!ec) {
                 fail(ec, errc::server_timeout,
-                     "redis " + s.settings.endpoint.describe() + ": SUBSCRIBE timed out");
+                     "redis " + s.conn->settings().endpoint.describe() + ": SUBSCRIBE timed out");
             }
             s.conn->close();
             return false;
         }
         if (r.is_error()) {
             fail(ec, errc::server_error,
-                 "redis " + s.settings.endpoint.describe() + ": SUBSCRIBE: " + r.text);
+                 "redis " + s.conn->settings().endpoint.describe() + ": SUBSCRIBE: " + r.text);
             s.conn->close();
             return false;
         }
@@ -201,7 +201,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<dlock::lock_watch> make_watch(const std::vector<connection_settings>& servers,
+std::unique_ptr<dlock::lock_watch> make_watch(const std::vector<std::shared_ptr<node>>& servers,
                                               const std::string& lock_key,
                                               const std::string& channel, std::error_code& ec) {
     auto w = std::make_unique<redis_watch>(servers, lock_key, channel);

@@ -14,14 +14,15 @@
 
 #include <dlock/backend.hpp>
 
-#include "redis/connection.hpp"
+#include "redis/node.hpp"
 
 namespace dlock::redis::detail {
 
-/// A watch of the keys starting with `lock_key` on every server of `servers`; `channel` is the
-/// lock's release channel (the fallback). Subscribes before returning; null and `ec` set when no
-/// server could be subscribed.
-std::unique_ptr<dlock::lock_watch> make_watch(const std::vector<connection_settings>& servers,
+/// A watch of the keys starting with `lock_key` on every node of `servers` (at its current
+/// address; a node that moved is reconnected when its connection fails); `channel` is the lock's
+/// release channel (the fallback). Subscribes before returning; null and `ec` set when no server
+/// could be subscribed.
+std::unique_ptr<dlock::lock_watch> make_watch(const std::vector<std::shared_ptr<node>>& servers,
                                               const std::string& lock_key,
                                               const std::string& channel, std::error_code& ec);
 

@@ -20,7 +20,8 @@
 namespace {
 
 using namespace std::chrono_literals;
-using dlock::redis::detail::connection_settings;
+using dlock::redis::detail::fixed_address;
+using dlock::redis::detail::node;
 using dlock::redis::detail::subscriber;
 using dlock::test::eventually;
 using dlock::test::scaled;
@@ -28,11 +29,11 @@ using dlock::test::unique_name;
 using steady = std::chrono::steady_clock;
 using wake_mode = subscriber::wake_mode;
 
-connection_settings settings_for(const dlock::test::redis_server& server) {
+std::shared_ptr<node> node_for(const dlock::test::redis_server& server) {
     std::error_code ec;
     auto endpoint = dlock::detail::parse_redis_url(server.url(), ec);
     EXPECT_FALSE(ec) << ec.message();
-    return {endpoint, 1000ms, 1000ms, "dlock:sub"};
+    return std::make_shared<node>(std::make_unique<fixed_address>(endpoint), 1000ms, 1000ms);
 }
 
 /// Runs the subscriber the way the client's background thread does (service, poll, on_readable),
@@ -40,7 +41,7 @@ connection_settings settings_for(const dlock::test::redis_server& server) {
 class driver {
 public:
     explicit driver(const dlock::test::redis_server& server)
-        : sub_({settings_for(server)}, [](steady::time_point) {}) {}
+        : sub_({node_for(server)}, [](steady::time_point) {}) {}
     ~driver() { stop(); }
 
     subscriber& sub() { return sub_; }
