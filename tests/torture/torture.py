@@ -745,7 +745,7 @@ class SentinelPhase(Phase):
     """Redis Sentinel: a master, two replicas and three sentinels (down-after 1 s). Faults:
     failovers (the master SIGKILLed, or demoted by SENTINEL FAILOVER), the killed node back as a
     replica; client stop/kill. Clients follow the master through a redis-sentinel:// URL with the
-    WAIT safeguard (DLOCK_TORTURE_SENTINEL_WAIT replicas, default 1; 0 turns it off and shows the
+    WAIT safeguard (DLOCK_TORTURE_SENTINEL_WAIT replicas, default 2, every replica; 0 turns it off and shows the
     hazard of asynchronous replication: docs/guarantees.md)."""
 
     NAME = "mymaster"
@@ -756,7 +756,7 @@ class SentinelPhase(Phase):
         self.sentinels = []
         self.fence = RedisServer(h, "sentinel-fence", aof=False)
         self.busy = False
-        self.wait = int(os.environ.get("DLOCK_TORTURE_SENTINEL_WAIT", "1"))
+        self.wait = int(os.environ.get("DLOCK_TORTURE_SENTINEL_WAIT", "2"))
 
     def master_port(self):
         for p, _ in self.sentinels:
