@@ -950,8 +950,7 @@ struct engine::acquire_run {
         // The WAIT safeguard counts a grant only once replicas acknowledged it: a hand-off
         // message is then only a wake-up, and the attempt that follows (which finds the lock
         // handed to us, refreshes it and is WAITed) grants.
-        if (!waiter->granted_by_message() || self.config_.wait_replicas > 0)
-            return policy.woke();
+        if (!waiter->granted_by_message() || self.config_.wait_replicas > 0) return policy.woke();
         if (const auto handed = waiter->woke(waiting->last_message(), steady::now())) {
             granted = self.grant(name, token, handed->fence, options, request.kind, handed->sent,
                                  handed->valid_until, true);
