@@ -70,6 +70,37 @@ TEST(SentinelFault, WaitRefusesAGrantNoReplicaAcknowledges) {
         << "the unacknowledged grant was released";
 }
 
+TEST(SentinelFault, AHandOffNoReplicaAcknowledgesIsNotAGrant) {
+    // The queued kinds hand the lock over by a message; with WAIT the message only wakes the
+    // waiter, and its WAITed attempt decides.
+    auto& set = shared_sentinels();
+    set.ensure_healthy();
+    const auto url = set.url("wait_replicas=1&wait_timeout=100ms");
+    dlock::redis::client holder_client(options(url));
+    dlock::redis::client waiter_client(options(url));
+    const auto name = unique_name();
+    const dlock::lock_request fair{.kind = dlock::lock_kind::fair};
+    auto held = holder_client.acquire(name, fair, {.lease = scaled(10s)});
+    std::error_code ec;
+    std::string why;
+    dlock::lease handed;
+    std::atomic<bool> done{false};
+    std::jthread waiter([&] {
+        handed = waiter_client.acquire(name, fair, {.lease = scaled(10s), .wait = scaled(5s)}, ec);
+        why = dlock::last_error_message();
+        done = true;
+    });
+    ASSERT_TRUE(eventually([&] { return holder_client.inspect(name).waiters == 1; }, 5s));
+    set.cut_replication();
+    held.release();  // hands the lock to the waiter: a write no replica gets
+    EXPECT_TRUE(eventually([&] { return done.load(); }, 10s));
+    waiter.join();
+    set.restore_replication();
+    EXPECT_FALSE(handed) << "a hand-off no replica has must not count";
+    EXPECT_EQ(ec, dlock::errc::quorum_unreachable);
+    EXPECT_NE(why.find("only 0 of the 1 replicas required acknowledged"), std::string::npos) << why;
+}
+
 TEST(SentinelFault, HolderAndWaiterFollowAFailover) {
     auto& set = shared_sentinels();
     set.ensure_healthy();
