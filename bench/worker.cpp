@@ -15,6 +15,9 @@
 //                    never gives up, so lib_retries is always 0); release = mutex::unlock()
 //                    (compare-and-delete + PUBLISH). A failed unlock() is reported through
 //                    client_options::error_handler and counted in `errors`.
+//   sentinel         dlock::mutex over dlock::redis::client with url
+//                    redis-sentinel://<every --servers entry>/mymaster: the entries are the
+//                    sentinels of a master named mymaster (docs/sentinel.md); options as for mutex.
 //   redlock          dlock::mutex over dlock::redlock::client: one lock over every --servers entry
 //                    as an independent master (quorum N/2+1). client_options: urls = redis://<each
 //                    entry>, everything else at its default (node_timeout lease/200 clamped to
@@ -37,9 +40,10 @@
 //                    session, not a lease (docs/zookeeper.md). acquire = lock() (a watch on the
 //                    node ahead, no polling); release = unlock() (delete of our node).
 //
-// Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,... or zk://),
-// which builds the client named above with its default options and the error handler. With
-// --tls-ca FILE the single-server Redis modes use rediss://<server>?tls_ca=FILE instead.
+// Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,..., zk://,
+// redis-sentinel://), which builds the client named above with its default options and the error
+// handler. With --tls-ca FILE the single-server Redis modes use rediss://<server>?tls_ca=FILE
+// instead.
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
@@ -277,6 +281,10 @@ std::unique_ptr<lock_driver> make_semaphore(const config& c) {
     return std::make_unique<mutex_driver<one_permit>>(c, redis_url(c));
 }
 
+std::unique_ptr<lock_driver> make_sentinel(const config& c) {
+    return std::make_unique<mutex_driver<>>(c, "redis-sentinel://" + server_list(c) + "/mymaster");
+}
+
 std::unique_ptr<lock_driver> make_redlock(const config& c) {
     return std::make_unique<mutex_driver<>>(c, "redlock://" + server_list(c));
 }
@@ -308,6 +316,11 @@ const std::vector<mode_info>& modes() {
              "master "
              "(quorum N/2+1), lease --ttl-ms, all other options at their defaults",
              make_redlock},
+            {"sentinel",
+             "dlock::mutex over dlock::redis::client on a Sentinel set: url "
+             "redis-sentinel://<every --servers entry, the sentinels>/mymaster; lease and other "
+             "options as for mutex",
+             make_sentinel},
             {"fair",
              "dlock::fair_mutex over dlock::redis::client (FIFO queue, direct hand-off); url, "
              "lease "

@@ -24,7 +24,9 @@ namespace {
 std::string accepted_forms() {
     std::string out;
 #if DLOCK_HAS_REDIS
-    out += "redis://host[:port][/db], unix:///path, redlock://host:port,host:port,host:port";
+    out +=
+        "redis://host[:port][/db], unix:///path, redlock://host:port,host:port,host:port, "
+        "redis-sentinel://host:port,host:port/master";
 #endif
 #if DLOCK_HAS_ZOOKEEPER
     if (!out.empty()) out += " or ";
@@ -56,9 +58,9 @@ constexpr known_scheme known_schemes[] = {
     {"redlock", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redlock},
     {"zk", zk_component, DLOCK_HAS_ZOOKEEPER != 0, false, service_kind::zookeeper},
     {"etcd", "etcd", false, true, service_kind::redis},
-    {"redis+sentinel", "Redis Sentinel", false, true, service_kind::redis},
-    {"redis-sentinel", "Redis Sentinel", false, true, service_kind::redis},
-    {"sentinel", "Redis Sentinel", false, true, service_kind::redis},
+    {"redis-sentinel", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
+    {"redis+sentinel", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
+    {"rediss-sentinel", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
 };
 
 // redlock://[userinfo@]h1:p1,h2:p2,...[/db][?query]: one redis:// URL per server, each with the
@@ -162,10 +164,12 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
     if (options.password) {
         const std::string lowered = detail::lower_scheme(url);
         const auto scheme = detail::url_scheme(lowered);
-        if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock") {
+        if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock" &&
+            scheme != "redis-sentinel" && scheme != "redis+sentinel" &&
+            scheme != "rediss-sentinel") {
             fail(errc::invalid_argument, url,
-                 "a separate password applies to redis://, rediss://, unix:// and redlock:// URLs "
-                 "only");
+                 "a separate password applies to redis://, rediss://, unix://, redlock:// and "
+                 "redis-sentinel:// URLs only");
         }
         full = url_with_password(url, *options.password);
     }

@@ -146,6 +146,9 @@ redis_server::redis_server(redis_server_options options)
     }
     dir_ = tmpl;
     try {
+        if (!options_.sentinel_config.empty()) {
+            std::ofstream(dir_ + "/sentinel.conf") << options_.sentinel_config;
+        }
         std::string why;
         for (int attempt = 1; attempt <= max_port_attempts; ++attempt) {
             port_ = free_port();
@@ -206,6 +209,9 @@ void redis_server::spawn() {
         "--logfile", dir_ + "/redis.log",
     };
     // clang-format on
+    if (!options_.sentinel_config.empty()) {
+        argv.insert(argv.begin() + 1, {dir_ + "/sentinel.conf", "--sentinel"});
+    }
     if (options_.appendonly) {
         argv.insert(argv.end(), {"--appendonly", "yes", "--appendfsync", "always"});
     } else {

@@ -31,6 +31,9 @@ struct redis_server_options {
     /// (--tls-auth-clients optional; CONFIG SET changes any of it). The plain port stays for
     /// command() and the readiness check.
     std::string tls_dir{};
+    /// Not empty: a sentinel (`redis-server <dir>/sentinel.conf --sentinel`) with this text as its
+    /// configuration file (the sentinel rewrites it, so it lives in the server's dir).
+    std::string sentinel_config{};
 };
 
 class redis_server {

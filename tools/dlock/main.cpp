@@ -58,6 +58,9 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   rediss://[user:password@]host[:port][/db]   one Redis server over TLS (--tls-ca ...)
   unix://[user:password@]/path/to.sock        one Redis server on a Unix socket
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
+  redis-sentinel://[user:password@]s1:p1,s2:p2/MASTER[/db]
+                                              the master of a Sentinel set, followed across
+                                              failovers (?wait_replicas=K&wait_timeout=D)
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
 Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
 $DLOCK_PASSWORD to a password in the URL (every user can read command lines).)";
@@ -181,6 +184,7 @@ struct server_args {
                         "rediss://... (TLS), "
                         "unix://[user:password@]/path/to.sock,\n"
                         "redlock://[user:password@]host:port,host:port,host:port\n"
+                        "redis-sentinel://[user:password@]host:port,host:port/master\n"
                         "or zk://host:port,host:port[/base]\n"
                         "(default: $DLOCK_URL, else redis://127.0.0.1:6379)")
             ->type_name("URL");
