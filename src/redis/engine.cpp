@@ -672,7 +672,9 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
          keys(protocol, name),
          {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
           ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
-          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}})};
+          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry),
+          // The fence's clock floor (lib/fence.lua): one server, not Redlock's quorum.
+          single ? "1" : "0"}})};
     plan.pool_wait = deadline;
     // Counted from `connected`, not from `sent`: a wait for a free connection is no server's
     // fault. One server: its own timeouts. Several: each gets node_timeout, far below the lease,

@@ -4,8 +4,8 @@
 -- free lock is reserved for), KEYS[7] the waiter id the latest wake-up went to (KEYS[3..7] may
 -- be absent); ARGV[1] owner token, ARGV[2] lease in ms, ARGV[5] waiter liveness ms, ARGV[9]
 -- waiter id (<kind>:<client>.<random>; empty or absent: the caller does not register, e.g. a
--- first attempt, try_lock() or Redlock), ARGV[10] the fence counter's idle period in ms
--- (lib/fence.lua).
+-- first attempt, try_lock() or Redlock), ARGV[10] the fence counter's idle period in ms,
+-- ARGV[11] '0' when the token must not take the server's clock as a floor (Redlock; lib/fence.lua).
 -- Returns {1, fencing token} when granted, {0, ms} when not: held (ms: the holder's remaining
 -- lease, -1: no expiry), or free but reserved as another waiter's turn (the turn counts as held
 -- for everyone but its waiter, try_lock() included; ms: the turn's remaining time for a caller
@@ -27,7 +27,7 @@ if waiter == '' or not KEYS[5] then waiter = nil end
 -- The grant: the token before SET (if the counter is unusable nothing has been taken yet).
 -- Returns the fencing token, or nil and the error reply.
 local function take()
-  local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2])
+  local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2], ARGV[11])
   if not fence then return nil, bad end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return fence
