@@ -63,12 +63,13 @@ struct lock_options {
     std::stop_token cancel{};
 };
 
-/// TLS settings for `rediss://` servers (docs/tls.md). The server's certificate is verified by
-/// default: against the system's trust store (OpenSSL's default paths, so SSL_CERT_FILE and
-/// SSL_CERT_DIR apply) unless a CA file or directory is given, and for the host name of the URL
-/// (or `server_name`). TLS 1.2 at least. Paths are read when the client is constructed; a file
-/// that cannot be loaded is errc::invalid_argument naming it. Setting any field for a URL that is
-/// not rediss:// is errc::invalid_argument. A URL's own tls_* query options take precedence.
+/// TLS settings for `rediss://` servers and `rediss-sentinel://` sets (docs/tls.md). The server's
+/// certificate is verified by default: against the system's trust store (OpenSSL's default
+/// paths, so SSL_CERT_FILE and SSL_CERT_DIR apply) unless a CA file or directory is given, and
+/// for the host name of the URL (or `server_name`). TLS 1.2 at least. Paths are read when the
+/// client is constructed; a file that cannot be loaded is errc::invalid_argument naming it. Setting
+/// any field for a URL that is not rediss:// is errc::invalid_argument. A URL's own tls_* query
+/// options take precedence.
 struct tls_options {
     /// PEM file of the CA certificates to trust instead of the system's trust store.
     std::string ca_file{};

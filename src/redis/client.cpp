@@ -45,14 +45,11 @@ private:
         std::error_code ec;
         auto settings = detail::parse_sentinel_url(o.url, ec);
         dlock::detail::throw_if(ec);
-        if (settings.tls) {
-            // The TLS transport serves rediss:// (docs/tls.md); the sentinel connections do not
-            // use it yet.
-            throw error(errc::unsupported,
-                        "URL \"" + dlock::detail::redact_url(o.url) +
-                            "\": rediss-sentinel:// (TLS to the sentinels) is not supported yet; "
-                            "use redis-sentinel:// over a trusted network");
-        }
+        // rediss-sentinel://: the client's TLS options fill what the URL's tls_* left unset, for
+        // the sentinels and the master alike (redis-sentinel:// refuses them, as redis:// does).
+        dlock::detail::apply_tls_options(settings.master, o.tls, ec);
+        dlock::detail::throw_if(ec);
+        for (auto& sentinel : settings.sentinels) sentinel.tls = settings.master.tls;
         auto placeholder = settings.master;
         placeholder.host = settings.master_name;
         detail::engine_config config{{std::move(placeholder)},

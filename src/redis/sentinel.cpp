@@ -125,7 +125,9 @@ sentinel_settings parse_sentinel_url(std::string_view written, std::error_code& 
             return bad(why +
                        " (Sentinel query options: wait_replicas=K, wait_timeout=DURATION, "
                        "wait_aof=0|1, failover_wait=DURATION, sentinel_user=NAME, "
-                       "sentinel_password=SECRET, and db, user, password for the master)");
+                       "sentinel_password=SECRET, and db, user, password for the master; "
+                       "rediss-sentinel:// also tls_ca, tls_ca_dir, tls_cert, tls_key, "
+                       "tls_server_name, tls_insecure)");
         };
         if (ok && dlock::detail::iequals(key, "wait_replicas")) {
             long long k = 0;
@@ -160,7 +162,10 @@ sentinel_settings parse_sentinel_url(std::string_view written, std::error_code& 
     if (out.wait_aof && out.wait_replicas == 0) return bad("wait_aof needs wait_replicas");
 
     // The master's credentials and database: one Redis URL's worth, parsed by the Redis parser.
-    std::string master_url = "redis://" + std::string(userinfo) + "master";
+    // rediss-sentinel:// takes rediss://'s tls_* options (docs/tls.md), for the sentinels and
+    // the master alike.
+    std::string master_url =
+        std::string(out.tls ? "rediss://" : "redis://") + std::string(userinfo) + "master";
     if (!db_part.empty()) master_url += "/" + std::string(db_part);
     if (!master_query.empty()) master_url += "?" + master_query;
     std::error_code master_ec;
@@ -193,7 +198,10 @@ sentinel_settings parse_sentinel_url(std::string_view written, std::error_code& 
         ep.user = sentinel_user;
         ep.password = sentinel_password;
         ep.has_password = sentinel_auth;
-        if (out.tls) ep.kind = redis_endpoint::transport::tls;
+        if (out.tls) {
+            ep.kind = redis_endpoint::transport::tls;
+            ep.tls = out.master.tls;
+        }
         for (const auto& seen : out.sentinels) {
             if (seen.describe() == ep.describe())
                 return bad("sentinel " + ep.describe() + " is listed more than once");

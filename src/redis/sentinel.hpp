@@ -2,8 +2,8 @@
 // follows its failovers (docs/sentinel.md).
 //
 //   redis-sentinel://[user[:password]@]s1[:p1],s2[:p2],.../<master-name>[/db][?query]
-//   redis+sentinel://...   the same;   rediss-sentinel://...   TLS (refused without a TLS
-//   transport)
+//   redis+sentinel://...   the same;   rediss-sentinel://...   TLS to the sentinels and the master
+//   (rediss://'s verification and tls_* query options, docs/tls.md)
 //
 // The user-info authenticates to the master; the sentinels get AUTH only with sentinel_password=
 // (and sentinel_user=). Query: db, user/username, password, sentinel_user, sentinel_password,

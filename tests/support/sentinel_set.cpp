@@ -36,13 +36,17 @@ std::string ask(const redis_server& s, const std::vector<std::string>& args) {
 
 }  // namespace
 
-sentinel_set::sentinel_set() {
-    nodes_.push_back(
-        std::make_unique<redis_server>(redis_server_options{{"--repl-diskless-sync-delay", "0"}}));
-    const auto master_port = std::to_string(nodes_.front()->port());
+sentinel_set::sentinel_set(const std::string& tls_dir) : tls_dir_(tls_dir) {
+    const auto options = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), {"--repl-diskless-sync-delay", "0"});
+        if (!tls_dir_.empty()) args.insert(args.end(), {"--tls-replication", "yes"});
+        return redis_server_options{.extra_args = std::move(args), .tls_dir = tls_dir_};
+    };
+    nodes_.push_back(std::make_unique<redis_server>(options({})));
+    const auto master_port = std::to_string(data_port(0));
     for (int i = 0; i < 2; ++i) {
-        nodes_.push_back(std::make_unique<redis_server>(redis_server_options{
-            {"--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", master_port}}));
+        nodes_.push_back(
+            std::make_unique<redis_server>(options({"--replicaof", "127.0.0.1", master_port})));
     }
     // Sentinels learn replicas from INFO every 10 s: start them once both links are up.
     if (!eventually(
@@ -62,10 +66,11 @@ sentinel_set::sentinel_set() {
                                name +
                                " 1000\n"
                                "sentinel failover-timeout " +
-                               name + " 2000\n";
+                               name + " 2000\n" + (tls_dir_.empty() ? "" : "tls-replication yes\n");
     for (int i = 0; i < 3; ++i) {
         redis_server_options o;
         o.sentinel_config = config;
+        o.tls_dir = tls_dir_;
         sentinels_.push_back(std::make_unique<redis_server>(std::move(o)));
     }
     if (!eventually([&] { return healthy(); }, std::chrono::seconds(30)))
@@ -75,9 +80,11 @@ sentinel_set::sentinel_set() {
 sentinel_set::~sentinel_set() = default;
 
 std::string sentinel_set::url(std::string_view query) const {
-    std::string out = "redis-sentinel://";
-    for (std::size_t i = 0; i < sentinels_.size(); ++i)
-        out += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(sentinels_[i]->port());
+    std::string out = tls_dir_.empty() ? "redis-sentinel://" : "rediss-sentinel://";
+    for (std::size_t i = 0; i < sentinels_.size(); ++i) {
+        out += (i ? ",127.0.0.1:" : "127.0.0.1:") +
+               std::to_string(tls_dir_.empty() ? sentinels_[i]->port() : sentinels_[i]->tls_port());
+    }
     out += "/" + std::string(master_name);
     if (!query.empty()) out += "?" + std::string(query);
     return out;
@@ -89,7 +96,7 @@ std::size_t sentinel_set::master_index() const {
             lines_of(ask(*s, {"SENTINEL", "get-master-addr-by-name", std::string(master_name)}));
         if (l.size() != 2) continue;
         for (std::size_t i = 0; i < nodes_.size(); ++i) {
-            if (std::to_string(nodes_[i]->port()) == l[1]) return i;
+            if (std::to_string(data_port(i)) == l[1]) return i;
         }
     }
     throw std::runtime_error("sentinel_set: no sentinel names a master");
@@ -142,7 +149,7 @@ void sentinel_set::restore_replication() {
 
 void sentinel_set::ensure_healthy(std::chrono::milliseconds timeout) {
     restore_replication();
-    const auto port = std::to_string(master().port());
+    const auto port = std::to_string(data_port(master_index()));
     for (auto& n : nodes_) {
         if (n->running()) continue;
         n->start();
@@ -165,7 +172,7 @@ bool sentinel_set::healthy() const {
     const std::string name(master_name);
     for (const auto& s : sentinels_) {
         const auto named = lines_of(ask(*s, {"SENTINEL", "get-master-addr-by-name", name}));
-        if (named.size() != 2 || named[1] != std::to_string(nodes_[m]->port())) return false;
+        if (named.size() != 2 || named[1] != std::to_string(data_port(m))) return false;
         const auto master = lines_of(ask(*s, {"SENTINEL", "master", name}));
         if (field_of(master, 0, master.size(), "flags") != "master" ||
             field_of(master, 0, master.size(), "num-other-sentinels") != "2")
@@ -186,6 +193,10 @@ bool sentinel_set::healthy() const {
         if (ok != 2) return false;
     }
     return true;
+}
+
+std::uint16_t sentinel_set::data_port(std::size_t i) const {
+    return tls_dir_.empty() ? nodes_.at(i)->port() : nodes_.at(i)->tls_port();
 }
 
 sentinel_set& shared_sentinels() {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,13 +25,19 @@ public:
     /// Starts the data nodes, waits for both replica links, then the sentinels, and waits until
     /// every sentinel knows the other two and both replicas. Throws std::runtime_error naming
     /// what never became ready.
-    sentinel_set();
+    sentinel_set() : sentinel_set(std::string()) {}
+    /// With a tls_certs directory (`tls_dir`): every node and sentinel also serves TLS
+    /// (redis_server_options::tls_dir), replication and the sentinels' own links use it
+    /// (`tls-replication yes`), so the sentinels name the master by its TLS port; url() is then
+    /// rediss-sentinel:// with the sentinels' TLS ports. The plain ports stay for the fixture's
+    /// own commands (node(i).command()).
+    explicit sentinel_set(const std::string& tls_dir);
     ~sentinel_set();
     sentinel_set(const sentinel_set&) = delete;
     sentinel_set& operator=(const sentinel_set&) = delete;
 
     /// "redis-sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster" plus `query` (without
-    /// the '?') when not empty.
+    /// the '?') when not empty; rediss-sentinel:// and the TLS ports with a tls_dir.
     std::string url(std::string_view query = "") const;
 
     /// The data node the sentinels name as master now (index into node()).
@@ -55,6 +62,10 @@ public:
     bool healthy() const;
 
 private:
+    /// The port the sentinels know node `i` by (its TLS port with a tls_dir).
+    std::uint16_t data_port(std::size_t i) const;
+
+    std::string tls_dir_;
     std::vector<std::unique_ptr<redis_server>> nodes_;
     std::vector<std::unique_ptr<redis_server>> sentinels_;
 };

@@ -539,6 +539,32 @@ TEST(SentinelUrl, SentinelsMasterCredentialsAndDatabase) {
     EXPECT_TRUE(sentinel_ok("rediss-sentinel://h:1/m").tls);
 }
 
+TEST(SentinelUrl, RedissSentinelTakesTheTlsOptionsForTheSentinelsAndTheMaster) {
+    using transport = dlock::detail::redis_endpoint::transport;
+    const auto s = sentinel_ok(
+        "rediss-sentinel://h:1,h:2/m?tls_ca=/etc/ca.pem&tls_cert=/c.pem&tls_key=/c.key&"
+        "tls_server_name=db.example&wait_replicas=1&wait_timeout=1s");
+    EXPECT_TRUE(s.tls);
+    EXPECT_EQ(s.master.kind, transport::tls);
+    EXPECT_EQ(s.master.tls.ca_file, "/etc/ca.pem");
+    EXPECT_EQ(s.master.tls.server_name, "db.example");
+    ASSERT_EQ(s.sentinels.size(), 2u);
+    for (const auto& sentinel : s.sentinels) {
+        EXPECT_EQ(sentinel.kind, transport::tls);
+        EXPECT_EQ(sentinel.tls.ca_file, "/etc/ca.pem");
+        EXPECT_EQ(sentinel.tls.cert_file, "/c.pem");
+        EXPECT_EQ(sentinel.tls.key_file, "/c.key");
+    }
+    EXPECT_TRUE(
+        sentinel_ok("rediss-sentinel://h/m?tls_insecure=1").sentinels[0].tls.insecure_skip_verify);
+    // redis-sentinel:// is plain TCP: tls_* options are refused, as on redis://.
+    EXPECT_EQ(sentinel_ok("redis-sentinel://h/m").sentinels[0].kind, transport::tcp);
+    EXPECT_NE(sentinel_bad("redis-sentinel://h/m?tls_ca=/etc/ca.pem").find("tls_ca"),
+              std::string::npos);
+    EXPECT_NE(sentinel_bad("rediss-sentinel://h/m?tls_cert=/c.pem").find("tls_cert and tls_key"),
+              std::string::npos);
+}
+
 TEST(SentinelUrl, MistakesAreNamedAndNeverShowThePassword) {
     const std::vector<std::pair<std::string, std::string>> cases = {
         {"redis-sentinel://u:S3cret@h:1", "missing the master's name"},

@@ -61,6 +61,7 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   redis-sentinel://[user:password@]s1:p1,s2:p2/MASTER[/db]
                                               the master of a Sentinel set, followed across
                                               failovers (?wait_replicas=K&wait_timeout=D)
+  rediss-sentinel://...                       the same over TLS (--tls-ca ...)
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
 Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
 $DLOCK_PASSWORD to a password in the URL (every user can read command lines).)";
@@ -185,6 +186,7 @@ struct server_args {
                         "unix://[user:password@]/path/to.sock,\n"
                         "redlock://[user:password@]host:port,host:port,host:port\n"
                         "redis-sentinel://[user:password@]host:port,host:port/master\n"
+                        "rediss-sentinel://... (TLS),\n"
                         "or zk://host:port,host:port[/base]\n"
                         "(default: $DLOCK_URL, else redis://127.0.0.1:6379)")
             ->type_name("URL");

@@ -40,8 +40,9 @@ struct client_options {
     /// also takes `tls_ca=`, `tls_ca_dir=`, `tls_cert=`, `tls_key=`, `tls_server_name=` and
     /// `tls_insecure=1` (see `tls`). The ACL rights dlock needs: docs/cli.md, "Redis ACL".
     /// Or a Sentinel URL, `redis-sentinel://[user[:password]@]s1[:p1],s2[:p2]/master[/db]`
-    /// (`redis+sentinel://` too): the master is found through the sentinels and followed across
-    /// failovers (docs/sentinel.md).
+    /// (`redis+sentinel://` too; `rediss-sentinel://` over TLS, with `tls` and the `tls_*` query
+    /// options): the master is found through the sentinels and followed across failovers
+    /// (docs/sentinel.md).
     std::string url = "redis://127.0.0.1:6379";
     /// Bound on establishing a connection (TCP connect plus AUTH and SELECT).
     std::chrono::milliseconds connect_timeout = 1s;
