@@ -106,21 +106,12 @@ struct redis_single {
     }
 };
 
-/// One server over TLS (rediss://, verified against a CA the binary makes), started once per
-/// binary: the Redis engine over the TLS transport, every kind (docs/tls.md).
-inline tls_certs& conformance_certs() {
-    static tls_certs certs;
-    return certs;
-}
-inline redis_server& conformance_tls_server() {
-    static redis_server server({.tls_dir = conformance_certs().dir()});
-    return server;
-}
-
+/// One server over TLS (rediss://, verified against a CA the binary makes; shared_tls_redis()),
+/// started once per binary: the Redis engine over the TLS transport, every kind (docs/tls.md).
 struct redis_tls : redis_single {
     static constexpr const char* label = "redis_tls";
     static std::string url() {
-        return conformance_tls_server().tls_url() + "?tls_ca=" + conformance_certs().ca();
+        return shared_tls_redis().tls_url() + "?tls_ca=" + shared_tls_certs().ca();
     }
     static std::unique_ptr<backend> make() { return make_child(child_args(), {}); }
     static std::vector<std::string> child_args() { return {url()}; }

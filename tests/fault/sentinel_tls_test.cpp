@@ -22,13 +22,8 @@ using dlock::test::eventually;
 using dlock::test::scaled;
 using dlock::test::unique_name;
 
-dlock::test::tls_certs& certs() {
-    static dlock::test::tls_certs c;
-    return c;
-}
-
 dlock::test::sentinel_set& tls_set() {
-    static dlock::test::sentinel_set set(certs().dir());
+    static dlock::test::sentinel_set set(dlock::test::shared_tls_certs().dir());
     return set;
 }
 
@@ -39,7 +34,8 @@ dlock::redis::client_options options(const std::string& url, dlock::tls_options 
 TEST(SentinelTls, LocksThroughTheSentinelsAndTheMasterOverTls) {
     auto& set = tls_set();
     // The CA from the URL's query, as rediss:// takes it.
-    dlock::redis::client by_query(options(set.url("tls_ca=" + certs().ca())));
+    dlock::redis::client by_query(
+        options(set.url("tls_ca=" + dlock::test::shared_tls_certs().ca())));
     const auto name = unique_name();
     auto grant = by_query.acquire(name, {.lease = scaled(5s)});
     EXPECT_EQ(set.master().command({"EXISTS", by_query.lock_key(name)}), "1");
@@ -47,25 +43,27 @@ TEST(SentinelTls, LocksThroughTheSentinelsAndTheMasterOverTls) {
     EXPECT_EQ(set.master().command({"EXISTS", by_query.lock_key(name)}), "0");
 
     // The CA from client_options::tls, and through connect().
-    dlock::redis::client by_options(options(set.url(), {.ca_file = certs().ca()}));
+    dlock::redis::client by_options(
+        options(set.url(), {.ca_file = dlock::test::shared_tls_certs().ca()}));
     auto again = by_options.acquire(name, {.lease = scaled(5s)});
     again.release();
-    auto backend = dlock::connect(set.url(), {.tls = dlock::tls_options{.ca_file = certs().ca()}});
+    auto backend = dlock::connect(
+        set.url(), {.tls = dlock::tls_options{.ca_file = dlock::test::shared_tls_certs().ca()}});
     dlock::mutex m(*backend, name, {.lease = scaled(5s)});
     m.lock();
     m.unlock();
 
     // The CLI with --tls-ca.
     namespace status = dlock::test::exit_status;
-    auto run = dlock::test::run_cli(
-        {"run", "--url", set.url(), "--tls-ca", certs().ca(), name, "--", "true"});
+    auto run = dlock::test::run_cli({"run", "--url", set.url(), "--tls-ca",
+                                     dlock::test::shared_tls_certs().ca(), name, "--", "true"});
     EXPECT_EQ(run.status, status::ok) << run.err;
 }
 
 TEST(SentinelTls, AFailoverIsFollowedOverTls) {
     auto& set = tls_set();
     set.ensure_healthy();
-    dlock::redis::client redis(options(set.url("tls_ca=" + certs().ca())));
+    dlock::redis::client redis(options(set.url("tls_ca=" + dlock::test::shared_tls_certs().ca())));
     const auto name = unique_name();
     auto held = redis.acquire(name, {.lease = scaled(10s)});
     const auto old = set.master_index();
@@ -88,8 +86,8 @@ TEST(SentinelTls, AFailoverIsFollowedOverTls) {
 TEST(SentinelTls, ASentinelFromAnUnknownCaIsRefusedNamingTheCause) {
     auto& set = tls_set();
     // other-ca.pem did not sign the sentinels' (or the master's) certificate.
-    dlock::redis::client stranger(
-        options(set.url("failover_wait=200ms&tls_ca=" + certs().dir() + "/other-ca.pem")));
+    dlock::redis::client stranger(options(set.url(
+        "failover_wait=200ms&tls_ca=" + dlock::test::shared_tls_certs().dir() + "/other-ca.pem")));
     std::error_code ec;
     auto none = stranger.acquire(unique_name(), {.wait = 0s}, ec);
     EXPECT_FALSE(none);

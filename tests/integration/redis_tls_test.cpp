@@ -29,16 +29,6 @@ namespace {
 using namespace std::chrono_literals;
 using dlock::test::scaled;
 
-dlock::test::tls_certs& certs() {
-    static dlock::test::tls_certs c;
-    return c;
-}
-
-dlock::test::redis_server& server() {
-    static dlock::test::redis_server s({.tls_dir = certs().dir()});
-    return s;
-}
-
 /// The server serves `name`'s certificate (and asks for client certificates when `require`)
 /// while this lives; new connections see it.
 class server_cert {
@@ -52,14 +42,17 @@ public:
 
 private:
     static void set(const std::string& name, const char* auth) {
-        EXPECT_EQ(server().command({"CONFIG", "SET", "tls-cert-file", certs().cert(name),
-                                    "tls-key-file", certs().key(name), "tls-auth-clients", auth}),
+        EXPECT_EQ(dlock::test::shared_tls_redis().command(
+                      {"CONFIG", "SET", "tls-cert-file", dlock::test::shared_tls_certs().cert(name),
+                       "tls-key-file", dlock::test::shared_tls_certs().key(name),
+                       "tls-auth-clients", auth}),
                   "OK");
     }
 };
 
-dlock::redis::client_options tls_client(dlock::tls_options tls = {.ca_file = certs().ca()}) {
-    return {.url = server().tls_url(),
+dlock::redis::client_options tls_client(dlock::tls_options tls = {
+                                            .ca_file = dlock::test::shared_tls_certs().ca()}) {
+    return {.url = dlock::test::shared_tls_redis().tls_url(),
             .connect_timeout = scaled(2s),
             .command_timeout = scaled(2s),
             .tls = std::move(tls)};
@@ -95,23 +88,27 @@ TEST(RedisTls, LocksAndWakesWaitersOverTls) {
     releaser.join();
     b.unlock();
     // The same through the URL's query options instead of client_options::tls.
-    dlock::redis::client q({.url = server().tls_url() + "?tls_ca=" + certs().ca()});
+    dlock::redis::client q({.url = dlock::test::shared_tls_redis().tls_url() +
+                                   "?tls_ca=" + dlock::test::shared_tls_certs().ca()});
     EXPECT_EQ(q.command({"ECHO", "over tls"}).text, "over tls");
 }
 
 TEST(RedisTls, ConnectTakesRedissWithOptionsOrQuery) {
-    auto by_options =
-        dlock::connect(server().tls_url(), {.tls = dlock::tls_options{.ca_file = certs().ca()}});
+    auto by_options = dlock::connect(
+        dlock::test::shared_tls_redis().tls_url(),
+        {.tls = dlock::tls_options{.ca_file = dlock::test::shared_tls_certs().ca()}});
     dlock::mutex m(*by_options, dlock::test::unique_name("tls-connect"), {.lease = 10s});
     ASSERT_TRUE(m.try_lock());
     m.unlock();
-    auto by_query = dlock::connect(server().tls_url() + "?tls_ca=" + certs().ca());
+    auto by_query = dlock::connect(dlock::test::shared_tls_redis().tls_url() +
+                                   "?tls_ca=" + dlock::test::shared_tls_certs().ca());
     dlock::mutex n(*by_query, dlock::test::unique_name("tls-connect"), {.lease = 10s});
     ASSERT_TRUE(n.try_lock());
     n.unlock();
     // redlock:// with TLS options: its servers are rediss:// (one server here: a quorum of 1).
-    auto redlock = dlock::connect("redlock://127.0.0.1:" + std::to_string(server().tls_port()),
-                                  {.tls = dlock::tls_options{.ca_file = certs().ca()}});
+    auto redlock = dlock::connect(
+        "redlock://127.0.0.1:" + std::to_string(dlock::test::shared_tls_redis().tls_port()),
+        {.tls = dlock::tls_options{.ca_file = dlock::test::shared_tls_certs().ca()}});
     dlock::mutex r(*redlock, dlock::test::unique_name("tls-redlock"), {.lease = 10s});
     ASSERT_TRUE(r.try_lock());
     r.unlock();
@@ -119,7 +116,8 @@ TEST(RedisTls, ConnectTakesRedissWithOptionsOrQuery) {
 
 TEST(RedisTls, WrongHostNameIsRefusedNamingIt) {
     // The certificate is for localhost and 127.0.0.1, not for the name the client expects.
-    dlock::redis::client named(tls_client({.ca_file = certs().ca(), .server_name = "db.example"}));
+    dlock::redis::client named(
+        tls_client({.ca_file = dlock::test::shared_tls_certs().ca(), .server_name = "db.example"}));
     const auto by_name = ping_error(named);
     EXPECT_NE(by_name.find("hostname mismatch"), std::string::npos) << by_name;
     EXPECT_NE(by_name.find("db.example"), std::string::npos) << by_name;
@@ -131,8 +129,8 @@ TEST(RedisTls, WrongHostNameIsRefusedNamingIt) {
     EXPECT_NE(ip.find("hostname mismatch"), std::string::npos) << ip;
     // ... and a DNS name as a name: the same certificate is right for localhost.
     dlock::redis::client by_host(
-        {.url = "rediss://localhost:" + std::to_string(server().tls_port()) +
-                "?tls_ca=" + certs().ca()});
+        {.url = "rediss://localhost:" + std::to_string(dlock::test::shared_tls_redis().tls_port()) +
+                "?tls_ca=" + dlock::test::shared_tls_certs().ca()});
     EXPECT_EQ(by_host.command({"ECHO", "named"}).text, "named");
 }
 
@@ -164,9 +162,10 @@ TEST(RedisTls, MissingClientCertificateIsRefusedNamingIt) {
     dlock::redis::client without(tls_client());
     const auto what = ping_error(without);
     EXPECT_NE(what.find("client certificate"), std::string::npos) << what;
-    dlock::redis::client with(tls_client({.ca_file = certs().ca(),
-                                          .cert_file = certs().cert("client"),
-                                          .key_file = certs().key("client")}));
+    dlock::redis::client with(
+        tls_client({.ca_file = dlock::test::shared_tls_certs().ca(),
+                    .cert_file = dlock::test::shared_tls_certs().cert("client"),
+                    .key_file = dlock::test::shared_tls_certs().key("client")}));
     EXPECT_EQ(with.command({"ECHO", "mutual"}).text, "mutual");
 }
 
@@ -193,7 +192,9 @@ TEST(RedisTls, WritingToAClosedStreamIsAnErrorNotSigpipe) {
     const auto previous = std::signal(SIGPIPE, SIG_DFL);
     std::error_code ec;
     auto endpoint =
-        dlock::detail::parse_redis_url(server().tls_url() + "?tls_ca=" + certs().ca(), ec);
+        dlock::detail::parse_redis_url(dlock::test::shared_tls_redis().tls_url() +
+                                           "?tls_ca=" + dlock::test::shared_tls_certs().ca(),
+                                       ec);
     ASSERT_FALSE(ec);
     auto stream = dlock::redis::detail::make_transport(endpoint, ec);
     ASSERT_FALSE(ec) << ec.message();
@@ -220,14 +221,16 @@ TEST(RedisTls, WritingToAClosedStreamIsAnErrorNotSigpipe) {
 
 TEST(RedisTls, BadOptionsAreRefusedAtConstruction) {
     try {
-        dlock::redis::client c(tls_client({.ca_file = certs().dir() + "/missing.pem"}));
+        dlock::redis::client c(
+            tls_client({.ca_file = dlock::test::shared_tls_certs().dir() + "/missing.pem"}));
         ADD_FAILURE() << "a missing CA file was accepted";
     } catch (const dlock::error& e) {
         EXPECT_EQ(e.code(), dlock::make_error_code(dlock::errc::invalid_argument));
         EXPECT_NE(std::string(e.what()).find("missing.pem"), std::string::npos) << e.what();
     }
     try {
-        dlock::redis::client c({.url = server().url(), .tls = {.ca_file = certs().ca()}});
+        dlock::redis::client c({.url = dlock::test::shared_tls_redis().url(),
+                                .tls = {.ca_file = dlock::test::shared_tls_certs().ca()}});
         ADD_FAILURE() << "TLS options for redis:// were accepted";
     } catch (const dlock::error& e) {
         EXPECT_NE(std::string(e.what()).find("rediss://"), std::string::npos) << e.what();

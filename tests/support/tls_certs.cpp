@@ -1,5 +1,7 @@
 #include "tls_certs.hpp"
 
+#include "redis_server.hpp"
+
 #include <stdlib.h>  // NOLINT(modernize-deprecated-headers): mkdtemp
 
 #include <cerrno>
@@ -69,6 +71,16 @@ tls_certs::tls_certs() {
 tls_certs::~tls_certs() {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+}
+
+tls_certs& shared_tls_certs() {
+    static tls_certs certs;
+    return certs;
+}
+
+redis_server& shared_tls_redis() {
+    static redis_server server({.tls_dir = shared_tls_certs().dir()});
+    return server;
 }
 
 }  // namespace dlock::test

@@ -29,4 +29,12 @@ private:
     std::string dir_;
 };
 
+class redis_server;
+
+/// One set of certificates per test binary, made at first use.
+tls_certs& shared_tls_certs();
+/// One redis-server per test binary serving TLS with shared_tls_certs() (tls_url(), clients
+/// verified against its ca()), started at first use.
+redis_server& shared_tls_redis();
+
 }  // namespace dlock::test
