@@ -750,6 +750,11 @@ class SentinelPhase(Phase):
 
     NAME = "mymaster"
 
+    def quiet_seconds(self):
+        # With WAIT for every replica, nothing is granted until a killed master is back as a
+        # replica and resynchronised (docs/sentinel.md): longer than the other phases' window.
+        return 15.0 * self.h.scale
+
     def __init__(self, h, seconds):
         super().__init__(h, "sentinel", seconds)
         self.nodes = []
