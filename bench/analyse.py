@@ -232,6 +232,7 @@ def analyse_workload(wdir):
     total = sum(counts.values())
     worker_cpu = sum(w.get("cpu_s", 0.0) for w in meta["workers"])
     ctx = sum(w.get("ctx_switches", 0) for w in meta["workers"])
+    wakeups = sum(w.get("wakeups", 0) for w in meta["workers"])
     cmds = meta.get("server_commands") or {}
     all_cycles = sum(len(c) for c in per_worker.values())
     contended = any(len(v) > 1 for v in keys.values())
@@ -262,6 +263,11 @@ def analyse_workload(wdir):
         "longest_streak": longest_streak if contended else None,
         "worker_cpu_us_per_cycle": (worker_cpu * 1e6 / all_cycles) if all_cycles else None,
         "ctx_switches_per_cycle": (ctx / all_cycles) if all_cycles and ctx else None,
+        "wakeups_per_cycle": (wakeups / all_cycles) if all_cycles and wakeups else None,
+        "commands_per_cycle": (sum(c.get("calls", 0) for c in cmds.values()) / all_cycles)
+        if all_cycles and cmds else None,
+        "server_cpu_us_per_cycle": (meta["server_cpu_pct"] / 100 * meta["duration_s"] * 1e6 / total)
+        if total and meta.get("server_cpu_pct") is not None else None,
         "scripts_per_cycle": (sum(cmds.get(c, {}).get("calls", 0) for c in ("evalsha", "eval", "fcall"))
                               / all_cycles) if all_cycles and cmds else None,
         "subscribes_per_cycle": (sum(cmds.get(c, {}).get("calls", 0) for c in ("subscribe", "unsubscribe"))
@@ -473,7 +479,10 @@ ROWS = [
     ("errors / lib retries / late starts", ("errs", None)),
     ("client CPU per cycle (all workers)", ("cpu", ("worker_cpu_us_per_cycle",))),
     ("context switches per cycle (all workers)", ("float1", ("ctx_switches_per_cycle",))),
+    ("wake-ups per cycle (voluntary context switches, all workers)", ("float1", ("wakeups_per_cycle",))),
     ("script calls (EVALSHA) per cycle, server side", ("float1", ("scripts_per_cycle",))),
+    ("server commands per cycle (scripts' commands included)", ("float1", ("commands_per_cycle",))),
+    ("redis-server CPU per cycle", ("cpu", ("server_cpu_us_per_cycle",))),
     ("(UN)SUBSCRIBEs per cycle, server side", ("float2", ("subscribes_per_cycle",))),
     ("redis-server CPU (share of one core)", ("srvpct", ("server_cpu_pct",))),
 ]
@@ -732,6 +741,14 @@ def report(run_dir, plots_dir, report_path):
     L.append("|---|---|---|---|---|")
     for row in target_rows:
         L.append("| " + " | ".join(row) + " |")
+    tls = run.get("tls") or {}
+    for key, what, limit in (("acquire_ratio_W1", "TLS / TCP acquire p50 (W1, once connected)", 1.15),
+                             ("handoff_ratio_W3", "TLS / TCP hand-off to another worker p50 (W3)", None)):
+        if key in tls:
+            v = tls[key]
+            verdict = "—" if v is None or limit is None else ("met" if v <= limit else "**missed**")
+            L.append(f"| mutex | {what} | {'%.2f×' % v if v else 'not measured'} | "
+                     f"{'<= %.2f×' % limit if limit else 'reported'} | {verdict} |")
     for item in run.get("pending", []):
         L.append(f"| — | {item} | not yet available | | pending |")
     L.append("")

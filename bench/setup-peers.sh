@@ -31,3 +31,18 @@ if [ -f "$peers/node/package-lock.json" ]; then
   (cd "$node_dir" && npm ci --no-audit --no-fund)
   echo "node modules in $modules"
 fi
+
+# The C++ peer, redis-plus-plus: not packaged by Debian, and its source never enters this
+# repository. Build and install it yourself from its public repository (CMake,
+# -DREDIS_PLUS_PLUS_BUILD_SHARED=OFF, against Debian's libhiredis-dev) and pass its prefix in
+# RPP_PREFIX: DIR/rpp's driver is then compiled into the cache directory, where bench/run finds it
+# ($DLOCK_BENCH_RPP_DRIVER overrides the place).
+rpp_driver=${DLOCK_BENCH_RPP_DRIVER:-$HOME/.cache/dlock-bench-peers/rpp/rpp_driver}
+if [ -x "$peers/rpp/build_driver.sh" ]; then
+  if [ -n "${RPP_PREFIX:-}" ]; then
+    PEERS_BUILD=$(dirname "$rpp_driver") RPP_PREFIX=$RPP_PREFIX "$peers/rpp/build_driver.sh"
+    [ "$(dirname "$rpp_driver")/rpp_driver" = "$rpp_driver" ] || cp "$(dirname "$rpp_driver")/rpp_driver" "$rpp_driver"
+  else
+    echo "redis-plus-plus peer not built: set RPP_PREFIX to an installed redis-plus-plus" >&2
+  fi
+fi

@@ -23,6 +23,13 @@ import analyse
 NODE_MODULES = os.environ.get("DLOCK_BENCH_PEERS_NODE_MODULES") or os.path.join(
     os.path.expanduser("~"), ".cache", "dlock-bench-peers", "node", "node_modules")
 
+# The redis-plus-plus peer's compiled driver (bench/setup-peers.sh builds it there).
+RPP_DRIVER = os.environ.get("DLOCK_BENCH_RPP_DRIVER") or os.path.join(
+    os.path.expanduser("~"), ".cache", "dlock-bench-peers", "rpp", "rpp_driver")
+
+# The tuned mode of each Redis peer (its fastest polling): the one run in the scale curves.
+TUNED_MODES = ["sleep1ms", "tuned", "redlock-poll1ms"]
+
 # backend -> the dlock worker modes compared on it, with what the report calls them.
 DLOCK_VARIANTS = {
     "redis": [("mutex", "dlock mutex"), ("fair", "dlock fair_mutex")],
@@ -69,6 +76,20 @@ def peer_catalogue(peers_dir):
     out.append(peer)
     # The same worker on 3 masters is node-redlock's Redlock.
     out.append(dict(peer, backend="redlock"))
+    # redis-plus-plus (C++ over hiredis): a compiled driver. Its source and the library stay
+    # outside this repository; bench/setup-peers.sh compiles DIR/rpp's driver into RPP_DRIVER.
+    source = os.path.join(peers_dir, "rpp", "rpp_driver.cpp")
+    missing = None
+    if not os.path.exists(source):
+        missing = f"{source} not found"
+    elif not os.access(RPP_DRIVER, os.X_OK):
+        missing = (f"{RPP_DRIVER} not built (bench/setup-peers.sh with RPP_PREFIX set to an installed "
+                   "redis-plus-plus)")
+    peer = {"name": "redis-plus-plus", "backend": "redis", "argv": [RPP_DRIVER],
+            "modes": ["redlock-poll1ms", "redmutex"], "env": {}, "missing": missing}
+    out.append(peer)
+    # One --servers entry is a single master, 3 are its RedLock quorum.
+    out.append(dict(peer, backend="redlock"))
     return out
 
 
@@ -94,6 +115,10 @@ def plan(a, peers, have_zk):
     for wl, workers, cs in (("W1", 1, 0), ("W3", 8, 0), ("W4", 8, 1000)):
         groups.append({"id": f"{wl}-redis", "backend": "redis", "workload": wl, "workers": workers,
                        "cs_us": cs, "servers": 1, "variants": variants("redis")})
+    # W2, 8 workers on 8 keys: uncontended lock/unlock pairs under load, for the server's commands
+    # and CPU per pair (INFO commandstats and the server's CPU time around the run).
+    groups.append({"id": "W2-redis", "backend": "redis", "workload": "W2", "workers": 8, "cs_us": 0,
+                   "servers": 1, "keys": "per-worker", "variants": variants("redis")})
     for wl, workers, cs, nodes in (("W1", 1, 0, 3), ("W1", 1, 0, 5), ("W3", 8, 0, 3)):
         groups.append({"id": f"{wl}-redlock{nodes}", "backend": "redlock", "workload": wl, "workers": workers,
                        "cs_us": cs, "servers": nodes, "variants": variants("redlock")})
@@ -103,7 +128,7 @@ def plan(a, peers, have_zk):
                            "servers": 1, "variants": variants("zk")})
     for n in a.scale:
         groups.append({"id": f"S{n}-redis", "backend": "redis", "workload": f"S{n}", "workers": n, "cs_us": 0,
-                       "servers": 1, "variants": variants("redis", ["sleep1ms", "tuned"])})
+                       "servers": 1, "variants": variants("redis", TUNED_MODES)})
     return groups
 
 
@@ -179,6 +204,7 @@ def analyse_side(run_dir, side):
                     "floor_load": floor_p50(os.path.join(wdir, "floor_load.jsonl")),
                     "client_cpu_per_grant_us": r.get("worker_cpu_us_per_cycle"),
                     "ctx_per_grant": r.get("ctx_switches_per_cycle"),
+                    "wakeups_per_grant": r.get("wakeups_per_cycle"),
                     "scripts_per_grant": r.get("scripts_per_cycle"),
                     "commands_per_grant": (sum(c.get("calls", 0) for c in (r.get("server_commands") or {}).values())
                                            / r["cycles_total"]) if r.get("cycles_total") else None,
@@ -266,6 +292,12 @@ def section(run_dir, run, plots_dir):
                 cells.append(cell)
             L.append(f"| {'**' + lab + '**' if f['kind'] == 'dlock' else lab} | " + " | ".join(cells) +
                      f" | {us(f['floor_idle'])} / {us(f['floor_load'])} | {f['reps']} |")
+        # The best peer of each column, named: the ratios above are to it.
+        best = []
+        for name, key, hb, fmt in cols:
+            blab, bv = best_peer(r, key, hb)
+            best.append("—" if blab is None else f"{blab}: {fmt(bv)}")
+        L.append("| *best peer* | " + " | ".join(best) + " | | |")
         L.append("")
 
     pct = lambda x: "—" if x is None else f"{100 * x:.1f} %"  # noqa: E731
@@ -280,6 +312,14 @@ def section(run_dir, run, plots_dir):
     table("W4-redis", "W4: hot key, 8 workers, 1 ms critical section, single Redis",
           [("lock held", "held", True, pct), ("longest wait", "acquire_max", False, us),
            ("mean cycle", "mean_cycle", False, us), ("hand-off to another p50", "handoff_other_p50", False, us)])
+    num2 = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
+    cpu_us = lambda x: "—" if x is None else f"{x:.1f} µs"  # noqa: E731
+    table("W2-redis", "W2: 8 workers, 8 keys (uncontended lock/unlock pairs under load), single Redis: "
+          "server cost per pair",
+          [("Redis CPU per pair", "server_cpu_per_grant_us", False, cpu_us),
+           ("server commands per pair", "commands_per_grant", False, num2),
+           ("acquire p50", "acquire_p50", False, us),
+           ("wake-ups per pair", "wakeups_per_grant", False, num2)])
     table("W1-redlock3", "W5: Redlock, 3 masters, uncontended acquire",
           [("acquire p50", "acquire_p50", False, us)])
     table("W1-redlock5", "W5: Redlock, 5 masters, uncontended acquire",
@@ -316,23 +356,27 @@ def section(run_dir, run, plots_dir):
         L.append("")
 
     # Where the time and CPU go, per grant: the profile the bounds below are read from.
-    prof = [("W3-redis", "W3 Redis"), ("W4-redis", "W4 Redis"), ("W3-redlock3", "W3 Redlock 3"),
+    prof = [("W1-redis", "W1 Redis"), ("W2-redis", "W2 Redis"), ("W3-redis", "W3 Redis"),
+            ("W4-redis", "W4 Redis"), ("W3-redlock3", "W3 Redlock 3"),
             ("W3-zk", "W3 ZooKeeper")] + [(f"S{n}-redis", f"scale {n}") for n in scale]
     if any(res.get(g) for g, _ in prof):
         L.append("### Profile per grant (same runs)")
         L.append("")
         L.append("Whole worker processes (start-up included, so interpreted peers carry their interpreter's "
                  "start): CPU and context switches (voluntary + involuntary, `getrusage` of each worker) "
-                 "divided by the grants they made; server side from `INFO commandstats` (commands a script "
-                 "runs are counted too) and the server process's CPU time.")
+                 "divided by the grants they made, and of those the wake-ups (voluntary switches: a thread "
+                 "slept and was woken); server side from `INFO commandstats` (commands a script "
+                 "runs are counted too) and the server process's CPU time. A grant is one lock/unlock pair.")
         L.append("")
-        L.append("| workload | variant | client CPU | context switches | server commands (scripts) | server CPU |")
-        L.append("|---|---|---|---|---|---|")
+        L.append("| workload | variant | client CPU | context switches | wake-ups | server commands (scripts) "
+                 "| server CPU |")
+        L.append("|---|---|---|---|---|---|---|")
         num = lambda x, f="{:.1f}": "—" if x is None else f.format(x)  # noqa: E731
         for gid, title in prof:
             for lab, f in (res.get(gid) or {}).items():
                 L.append(f"| {title} | {lab} | {us(f['client_cpu_per_grant_us'] * 1000 if f.get('client_cpu_per_grant_us') else None)} | "
-                         f"{num(f.get('ctx_per_grant'))} | {num(f.get('commands_per_grant'))} "
+                         f"{num(f.get('ctx_per_grant'))} | {num(f.get('wakeups_per_grant'))} | "
+                         f"{num(f.get('commands_per_grant'))} "
                          f"({num(f.get('scripts_per_grant'))}) | "
                          f"{us(f['server_cpu_per_grant_us'] * 1000 if f.get('server_cpu_per_grant_us') else None)} |")
         L.append("")
@@ -351,9 +395,26 @@ def section(run_dir, run, plots_dir):
         rows.append((desc, f"{us(f[key])} vs {blab} {us(bv)}: {q:.2f}×", f"<= {limit:g}× best peer",
                      "met" if q <= limit else "**missed**"))
 
-    vs_best("W3-redis", "dlock fair_mutex", "handoff_other_p50", 0.5, "W3 fair_mutex hand-off to another p50")
-    vs_best("W3-redis", "dlock mutex", "handoff_other_p50", 0.7, "W3 mutex hand-off to another p50")
+    vs_best("W3-redis", "dlock fair_mutex", "handoff_other_p50", 0.6, "W3 fair_mutex hand-off to another p50")
+    vs_best("W3-redis", "dlock mutex", "handoff_other_p50", 0.8, "W3 mutex hand-off to another p50")
+    f = (res.get("W3-redis") or {}).get("dlock fair_mutex")
+    if f and f.get("handoff_other_p50") and f.get("floor_load"):
+        q = f["handoff_other_p50"] / f["floor_load"]
+        rows.append(("W3 fair_mutex hand-off to another p50 vs PING under the same load",
+                     f"{us(f['handoff_other_p50'])} vs {us(f['floor_load'])}: {q:.2f}×", "<= 1.5× PING",
+                     "met" if q <= 1.5 else "**missed**"))
     vs_best("W1-redis", "dlock mutex", "acquire_p50", 1.0, "W1 mutex acquire p50")
+    for lab in ("dlock mutex", "dlock fair_mutex"):
+        r = res.get("W2-redis") or {}
+        f = r.get(lab)
+        blab, bv = best_peer(r, "server_cpu_per_grant_us")
+        if f and f.get("server_cpu_per_grant_us") and bv:
+            q = f["server_cpu_per_grant_us"] / bv
+            cmds = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
+            rows.append((f"W2 {lab.split()[-1]} Redis CPU per lock/unlock pair",
+                         f"{f['server_cpu_per_grant_us']:.1f} µs in {cmds(f.get('commands_per_grant'))} commands "
+                         f"vs {blab} {bv:.1f} µs in {cmds(r[blab].get('commands_per_grant'))}: {q:.2f}×",
+                         "<= 1× best peer", "met" if q <= 1.0 else "**missed**"))
     for lab, lim in (("dlock fair_mutex", 0.90), ("dlock mutex", 0.85)):
         f = (res.get("W4-redis") or {}).get(lab)
         if f and f.get("held") is not None:
@@ -382,7 +443,7 @@ def section(run_dir, run, plots_dir):
     if v and fair:
         rows.append(("W5 Redlock hot-key hand-off vs single-node fair hand-off", f"{us(v)} vs {us(fair)}: "
                      f"{v / fair:.2f}×", "<= 2×", "met" if v / fair <= 2 else "**missed**"))
-    vs_best("W3-zk", "dlock mutex over ZooKeeper", "handoff_other_p50", 0.5, "ZooKeeper hand-off to another p50")
+    vs_best("W3-zk", "dlock mutex over ZooKeeper", "handoff_other_p50", 0.6, "ZooKeeper hand-off to another p50")
     f = (res.get("W4-zk") or {}).get("dlock mutex over ZooKeeper")
     if f and f.get("held") is not None:
         rows.append(("ZooKeeper W4 lock held", f"{100 * f['held']:.1f} %", ">= 60 %",
@@ -440,7 +501,7 @@ def bound_notes(res, run, scale):
     # The hand-off targets against the round trip measured under the same load: a hand-off between
     # processes needs at least one (the release reaching the server, the grant reaching the waiter).
     w3 = res.get("W3-redis", {})
-    for lab, lim in (("dlock fair_mutex", 0.5), ("dlock mutex", 0.7)):
+    for lab, lim in (("dlock fair_mutex", 0.6), ("dlock mutex", 0.8)):
         f = w3.get(lab)
         blab, bv = best_peer(w3, "handoff_other_p50")
         if f and bv and f.get("floor_load") and f.get("handoff_other_p50"):
@@ -451,7 +512,7 @@ def bound_notes(res, run, scale):
                        f"measured {us(f['handoff_other_p50'])} = {f['handoff_other_p50'] / f['floor_load']:.2f}× that PING.")
     # W3 keeps the lock busy all the time, so grants follow each other as fast as the two cores can
     # do the work of one grant: the CPU per grant (client processes + server) bounds the interval.
-    for lab in ("dlock fair_mutex", "dlock mutex", "redis-py sleep1ms"):
+    for lab in ("dlock fair_mutex", "dlock mutex", "redis-py sleep1ms", "redis-plus-plus redlock-poll1ms"):
         f = w3.get(lab)
         if f and f.get("client_cpu_per_grant_us") and f.get("server_cpu_per_grant_us"):
             tot = f["client_cpu_per_grant_us"] + f["server_cpu_per_grant_us"]

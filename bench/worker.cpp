@@ -15,6 +15,9 @@
 //                    never gives up, so lib_retries is always 0); release = mutex::unlock()
 //                    (compare-and-delete + PUBLISH). A failed unlock() is reported through
 //                    client_options::error_handler and counted in `errors`.
+//   sentinel         dlock::mutex over dlock::redis::client with url
+//                    redis-sentinel://<every --servers entry>/mymaster: the entries are the
+//                    sentinels of a master named mymaster (docs/sentinel.md); options as for mutex.
 //   redlock          dlock::mutex over dlock::redlock::client: one lock over every --servers entry
 //                    as an independent master (quorum N/2+1). client_options: urls = redis://<each
 //                    entry>, everything else at its default (node_timeout lease/200 clamped to
@@ -43,8 +46,10 @@
 //                    lives with the client's etcd lease (docs/etcd.md). acquire = lock() (a watch
 //                    on the key created just before ours); release = unlock() (a fenced delete).
 //
-// Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,..., zk:// or
-// etcd://), which builds the client named above with its default options and the error handler.
+// Every mode reaches its backend with dlock::connect(url) (redis://, redlock://a,b,..., zk://,
+// redis-sentinel://, etcd://), which builds the client named above with its default options and
+// the error handler. With --tls-ca FILE the single-server Redis modes use
+// rediss://<server>?tls_ca=FILE instead.
 //
 // Only one thread of our own (main); the client starts its one background thread. The process
 // ends with std::_Exit(0) once the file is renamed into place, so no destructor can delay it.
@@ -97,6 +102,7 @@ struct config {
     long long cs_us = 0;
     long long ttl_ms = 10000;
     long long start_at_ns = 0;
+    std::string tls_ca;  // --tls-ca: the Redis modes connect with rediss:// (docs/tls.md)
 };
 
 // --- lock types ----------------------------------------------------------------------------
@@ -158,7 +164,10 @@ error_sink& errors_reported() {
     return sink;
 }
 
-std::string redis_url(const config& c) { return "redis://" + c.servers.front(); }
+std::string redis_url(const config& c) {
+    if (c.tls_ca.empty()) return "redis://" + c.servers.front();
+    return "rediss://" + c.servers.front() + "?tls_ca=" + c.tls_ca;
+}
 
 // "a:1,b:2,...": every --servers entry.
 std::string server_list(const config& c) {
@@ -278,6 +287,10 @@ std::unique_ptr<lock_driver> make_semaphore(const config& c) {
     return std::make_unique<mutex_driver<one_permit>>(c, redis_url(c));
 }
 
+std::unique_ptr<lock_driver> make_sentinel(const config& c) {
+    return std::make_unique<mutex_driver<>>(c, "redis-sentinel://" + server_list(c) + "/mymaster");
+}
+
 std::unique_ptr<lock_driver> make_redlock(const config& c) {
     return std::make_unique<mutex_driver<>>(c, "redlock://" + server_list(c));
 }
@@ -314,6 +327,11 @@ const std::vector<mode_info>& modes() {
              "master "
              "(quorum N/2+1), lease --ttl-ms, all other options at their defaults",
              make_redlock},
+            {"sentinel",
+             "dlock::mutex over dlock::redis::client on a Sentinel set: url "
+             "redis-sentinel://<every --servers entry, the sentinels>/mymaster; lease and other "
+             "options as for mutex",
+             make_sentinel},
             {"fair",
              "dlock::fair_mutex over dlock::redis::client (FIFO queue, direct hand-off); url, "
              "lease "
@@ -385,6 +403,7 @@ void print_help(std::FILE* to) {
         "  --cs-us U         busy-wait critical section in microseconds (default 0)\n"
         "  --ttl-ms T        lease in milliseconds (default 10000)\n"
         "  --start-at-ns T   common start instant, CLOCK_MONOTONIC ns; 0 = now (default)\n"
+        "  --tls-ca FILE     Redis over TLS: rediss://<server>?tls_ca=FILE (single-server modes)\n"
         "  --help            this text\n"
         "\n"
         "Modes available in this build:\n");
@@ -488,6 +507,8 @@ config parse(std::span<char*> args) {
             c.out = value, have_out = true;
         else if (name == "--servers")
             c.servers = split_servers(value);
+        else if (name == "--tls-ca")
+            c.tls_ca = value;
         else if (name == "--cs-us")
             c.cs_us = parse_int(name, value, 0);
         else if (name == "--ttl-ms")

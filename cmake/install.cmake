@@ -121,7 +121,7 @@ dlock_pkg_config(dlock-core dlock_core "dlock: backend-neutral distributed lock 
 set(dlock_pc_all "")
 if(TARGET dlock_redis)
   dlock_pkg_config(dlock-redis dlock_redis "dlock: the Redis and Redlock backend (dlock::redis)"
-    REQUIRES dlock-core PRIVATE_REQUIRES hiredis)
+    REQUIRES dlock-core PRIVATE_REQUIRES hiredis openssl)
   list(APPEND dlock_pc_all dlock-redis)
 endif()
 if(TARGET dlock_zk)

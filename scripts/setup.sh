@@ -25,11 +25,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # prometheus-cpp-dev) are found when a later full setup has installed them.
 BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config redis-server libhiredis-dev googletest
                 libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev libcli11-dev
-                libzookeeper-mt-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev)
+                libzookeeper-mt-dev libssl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev)
 # Everything the build and the test stages use (scripts/test.sh).
 PACKAGES=("${BUILD_PACKAGES[@]}" redis-tools libbenchmark-dev gnuplot-nox clang-format clang
           clang-tidy zookeeper etcd-server etcd-client iproute2 iptables spin groff-base zsh prometheus-cpp-dev dpkg-dev
-          file tmux lintian)
+          file tmux lintian openssl)
 
 sanitize=""
 build=1

@@ -27,7 +27,9 @@ namespace {
 std::string accepted_forms() {
     std::string out;
 #if DLOCK_HAS_REDIS
-    out += "redis://host[:port][/db], unix:///path, redlock://host:port,host:port,host:port";
+    out +=
+        "redis://host[:port][/db], unix:///path, redlock://host:port,host:port,host:port, "
+        "redis-sentinel://host:port,host:port/master";
 #endif
 #if DLOCK_HAS_ZOOKEEPER
     if (!out.empty()) out += " or ";
@@ -44,13 +46,11 @@ std::string accepted_forms() {
     throw error(code, "URL \"" + detail::redact_url(url) + "\": " + std::string(why));
 }
 
-// A scheme dlock knows: the component that serves it and whether this build has it, or (planned)
-// a service dlock has no backend for, refused by name rather than as an unknown scheme.
+// A scheme dlock knows: the component that serves it and whether this build has it.
 struct known_scheme {
     std::string_view scheme;
     std::string_view component;  ///< what serves it, for messages
     bool built;
-    bool planned;
     service_kind kind;
 };
 
@@ -58,15 +58,15 @@ constexpr std::string_view redis_component = "the Redis backend (DLOCK_WITH_REDI
 constexpr std::string_view zk_component = "the ZooKeeper backend (DLOCK_WITH_ZOOKEEPER)";
 constexpr std::string_view etcd_component = "the etcd backend (DLOCK_WITH_ETCD)";
 constexpr known_scheme known_schemes[] = {
-    {"redis", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
-    {"rediss", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
-    {"unix", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redis},
-    {"redlock", redis_component, DLOCK_HAS_REDIS != 0, false, service_kind::redlock},
-    {"zk", zk_component, DLOCK_HAS_ZOOKEEPER != 0, false, service_kind::zookeeper},
-    {"etcd", etcd_component, DLOCK_HAS_ETCD != 0, false, service_kind::etcd},
-    {"redis+sentinel", "Redis Sentinel", false, true, service_kind::redis},
-    {"redis-sentinel", "Redis Sentinel", false, true, service_kind::redis},
-    {"sentinel", "Redis Sentinel", false, true, service_kind::redis},
+    {"redis", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
+    {"rediss", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
+    {"unix", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
+    {"redlock", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redlock},
+    {"zk", zk_component, DLOCK_HAS_ZOOKEEPER != 0, service_kind::zookeeper},
+    {"etcd", etcd_component, DLOCK_HAS_ETCD != 0, service_kind::etcd},
+    {"redis-sentinel", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
+    {"redis+sentinel", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
+    {"rediss-sentinel", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
 };
 
 // redlock://[userinfo@]h1:p1,h2:p2,...[/db][?query]: one redis:// URL per server, each with the
@@ -146,12 +146,6 @@ service_url parse_service_url(std::string_view written) {
         fail(errc::invalid_argument, written,
              "unknown scheme \"" + std::string(scheme) + "\" (expected " + accepted_forms() + ")");
     }
-    if (known->planned) {
-        throw error(errc::unsupported, std::string(scheme) + ":// URLs (" +
-                                           std::string(known->component) +
-                                           ") are not available in this build of dlock: it has "
-                                           "no backend for them");
-    }
     if (!known->built) {
         throw error(errc::unsupported, std::string(scheme) + ":// URLs need " +
                                            std::string(known->component) +
@@ -171,10 +165,12 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
     if (options.password) {
         const std::string lowered = detail::lower_scheme(url);
         const auto scheme = detail::url_scheme(lowered);
-        if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock") {
+        if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock" &&
+            scheme != "redis-sentinel" && scheme != "redis+sentinel" &&
+            scheme != "rediss-sentinel") {
             fail(errc::invalid_argument, url,
-                 "a separate password applies to redis://, rediss://, unix:// and redlock:// URLs "
-                 "only");
+                 "a separate password applies to redis://, rediss://, unix://, redlock:// and "
+                 "redis-sentinel:// URLs only");
         }
         full = url_with_password(url, *options.password);
     }
@@ -198,15 +194,25 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
             if (options.command_timeout) o.command_timeout = *options.command_timeout;
             if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
+            if (options.tls) o.tls = std::move(*options.tls);
             return std::make_unique<redis::client>(std::move(o));
         }
         case service_kind::redlock: {
+            // redlock:// names host:port pairs: its servers speak TLS when TLS options are given
+            // (connect_options::tls, even empty, or a tls_* query option), docs/tls.md.
+            bool tls = options.tls.has_value();
+            for (const auto& item : detail::query_items(detail::url_query(full)))
+                tls = tls || item.key.starts_with("tls_");
+            if (tls) {
+                for (auto& server : parsed.servers) server.insert(5, "s");  // redis:// -> rediss://
+            }
             redlock::client_options o{.urls = std::move(parsed.servers),
                                       .observer = std::move(options.observer),
                                       .error_handler = std::move(options.error_handler)};
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
             if (options.command_timeout) o.command_timeout = *options.command_timeout;
             if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
+            if (options.tls) o.tls = std::move(*options.tls);
             return std::make_unique<redlock::client>(std::move(o));
         }
 #endif

@@ -2,7 +2,7 @@
 //
 //   redis://[user[:password]@]host[:port][/db]      one Redis server (dlock::redis::client)
 //   unix:///path/to/socket[?db=N]                    one Redis server on a Unix socket
-//   rediss://...                                     Redis over TLS: errc::unsupported (no TLS)
+//   rediss://[user[:password]@]host[:port][/db]     one Redis server over TLS (docs/tls.md)
 //   redlock://[user[:password]@]h1:p1,h2:p2,...[/db] Redlock over N independent Redis servers
 //                                                    (dlock::redlock::client); the user-info
 //                                                    and db apply to every server
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <dlock/backend.hpp>
+#include <dlock/options.hpp>
 #include <dlock/event.hpp>
 
 namespace dlock {
@@ -55,6 +56,9 @@ struct connect_options {
     /// ZooKeeper has no such bound (its session timeout governs), so setting it for zk:// is
     /// errc::invalid_argument.
     std::optional<std::chrono::milliseconds> command_timeout{};
+    /// TLS settings (CA, client certificate, server name) for a rediss:// URL (docs/tls.md).
+    /// Setting it for any other URL is errc::invalid_argument.
+    std::optional<dlock::tls_options> tls{};
 };
 
 /// Which backend a URL names.

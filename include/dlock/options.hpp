@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <system_error>
 
 namespace dlock {
@@ -60,6 +61,30 @@ struct lock_options {
     /// from lock() and try_lock_for, which throw it). Checked between attempts and while
     /// sleeping, so an attempt in flight finishes first and nothing is left held.
     std::stop_token cancel{};
+};
+
+/// TLS settings for `rediss://` servers and `rediss-sentinel://` sets (docs/tls.md). The server's
+/// certificate is verified by default: against the system's trust store (OpenSSL's default
+/// paths, so SSL_CERT_FILE and SSL_CERT_DIR apply) unless a CA file or directory is given, and
+/// for the host name of the URL (or `server_name`). TLS 1.2 at least. Paths are read when the
+/// client is constructed; a file that cannot be loaded is errc::invalid_argument naming it. Setting
+/// any field for a URL that is not rediss:// is errc::invalid_argument. A URL's own tls_* query
+/// options take precedence.
+struct tls_options {
+    /// PEM file of the CA certificates to trust instead of the system's trust store.
+    std::string ca_file{};
+    /// Directory of hashed CA certificates (c_rehash) to trust instead of the system's.
+    std::string ca_dir{};
+    /// PEM client certificate (chain) for mutual TLS; needs `key_file`.
+    std::string cert_file{};
+    /// PEM private key of `cert_file` (unencrypted).
+    std::string key_file{};
+    /// The name the server's certificate must carry (and SNI), instead of the URL's host: for a
+    /// server reached by an address its certificate does not name.
+    std::string server_name{};
+    /// DANGEROUS: accept any certificate from anyone, so anyone on the path can read and change
+    /// every command, password included. For tests against throw-away servers only.
+    bool insecure_skip_verify = false;
 };
 
 }  // namespace dlock

@@ -16,7 +16,8 @@ namespace dlock {
 
 /// `url` with every secret replaced by "***", for logs and messages (error messages of this
 /// library already redact URLs): the password of its user-info, every query value except those
-/// of `db`, `user` and `username` (`password=`, `token=`, `auth=`, any key dlock does not know:
+/// of `db`, `user`, `username` and rediss://'s `tls_*` options (paths, a host name, a flag)
+/// (`password=`, `token=`, `auth=`, any key dlock does not know:
 /// each could be a credential), every query item without '=', and a fragment. Control characters
 /// are written as %XX, so a quoted URL is always one printable line. A user name is kept.
 std::string redact_url(std::string_view url);

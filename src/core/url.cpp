@@ -194,7 +194,12 @@ std::string lower_scheme(std::string_view url) {
 }
 
 bool is_public_query_key(std::string_view key) noexcept {
-    return iequals(key, "db") || iequals(key, "user") || iequals(key, "username");
+    // The TLS options of rediss:// name files, a host name and a flag, never a secret: showing
+    // them lets a redacted URL say which CA or certificate was used (docs/tls.md).
+    return iequals(key, "db") || iequals(key, "user") || iequals(key, "username") ||
+           iequals(key, "tls_ca") || iequals(key, "tls_ca_dir") || iequals(key, "tls_cert") ||
+           iequals(key, "tls_key") || iequals(key, "tls_server_name") ||
+           iequals(key, "tls_insecure");
 }
 
 std::vector<query_item> query_items(std::string_view query) {

@@ -57,8 +57,9 @@ bool iequals(std::string_view a, std::string_view b) noexcept;
 /// case-insensitive (RFC 3986 3.1). A text without a scheme is returned unchanged.
 std::string lower_scheme(std::string_view url);
 
-/// Query keys whose values are shown in messages: every other query value could be a credential
-/// (password=, token=, auth=, a key dlock does not know...) and is redacted.
+/// Query keys whose values are shown in messages (db, user, username and rediss://'s tls_* paths
+/// and flags): every other query value could be a credential (password=, token=, auth=, a key
+/// dlock does not know...) and is redacted.
 bool is_public_query_key(std::string_view key) noexcept;
 
 /// `text` with control characters written as %XX, to quote a piece of user input in a message.

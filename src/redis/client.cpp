@@ -4,6 +4,7 @@
 #include "core/status.hpp"
 #include "redis/url.hpp"
 #include "redis/engine.hpp"
+#include "redis/sentinel.hpp"
 
 namespace dlock::redis {
 
@@ -24,10 +25,57 @@ public:
 private:
     static detail::engine_config config_for(const client_options& o) {
         std::error_code ec;
+        if (detail::is_sentinel_url(o.url)) return sentinel_config_for(o);
         auto endpoint = dlock::detail::parse_redis_url(o.url, ec);
         dlock::detail::throw_if(ec);
-        return {{std::move(endpoint)}, o.connect_timeout, o.command_timeout, {},           {},
-                o.key_prefix,          o.observer,        o.error_handler,   o.idle_expiry};
+        dlock::detail::apply_tls_options(endpoint, o.tls, ec);
+        dlock::detail::throw_if(ec);
+        detail::engine_config config{
+            {std::move(endpoint)}, o.connect_timeout, o.command_timeout, {},           {},
+            o.key_prefix,          o.observer,        o.error_handler,   o.idle_expiry};
+        config.wait_replicas = o.wait_replicas;
+        config.wait_timeout = o.wait_timeout;
+        config.wait_aof = o.wait_aof;
+        return config;
+    }
+
+    // Sentinel (src/redis/sentinel.hpp): one master, found and followed by a resolver. The URL's
+    // query options win over the client options they duplicate.
+    static detail::engine_config sentinel_config_for(const client_options& o) {
+        std::error_code ec;
+        auto settings = detail::parse_sentinel_url(o.url, ec);
+        dlock::detail::throw_if(ec);
+        // rediss-sentinel://: the client's TLS options fill what the URL's tls_* left unset, for
+        // the sentinels and the master alike (redis-sentinel:// refuses them, as redis:// does).
+        dlock::detail::apply_tls_options(settings.master, o.tls, ec);
+        dlock::detail::throw_if(ec);
+        for (auto& sentinel : settings.sentinels) sentinel.tls = settings.master.tls;
+        auto placeholder = settings.master;
+        placeholder.host = settings.master_name;
+        detail::engine_config config{{std::move(placeholder)},
+                                     o.connect_timeout,
+                                     o.command_timeout,
+                                     {},
+                                     {},
+                                     o.key_prefix,
+                                     o.observer,
+                                     o.error_handler,
+                                     o.idle_expiry};
+        config.wait_replicas =
+            settings.wait_replicas > 0 ? settings.wait_replicas : o.wait_replicas;
+        config.wait_timeout =
+            settings.wait_timeout.count() > 0 ? settings.wait_timeout : o.wait_timeout;
+        config.wait_aof = settings.wait_aof || o.wait_aof;
+        config.failover_wait =
+            settings.failover_wait.count() > 0 ? settings.failover_wait : o.failover_wait;
+        if (config.failover_wait <= std::chrono::milliseconds::zero())
+            throw error(errc::invalid_argument, "client_options.failover_wait must be > 0");
+        config.resolver = std::make_shared<detail::master_resolver>(
+            std::move(settings), o.connect_timeout, o.command_timeout);
+        config.address_source_for = [resolver = config.resolver](const auto&) {
+            return std::make_unique<detail::sentinel_address>(resolver);
+        };
+        return config;
     }
 };
 

@@ -74,7 +74,7 @@ void connection::begin(const std::vector<command_args>& commands, std::error_cod
             if (ec) return;
         }
         decoder_.reset();
-        phase_ = transport_->start_connect(ec) ? phase::ready : phase::connecting;
+        phase_ = transport_->start_connect(ec) ? phase::handshaking : phase::connecting;
         if (ec) return close();
         const auto& ep = settings_.endpoint;
         std::vector<command_args> hello;
@@ -100,14 +100,21 @@ void connection::begin(const std::vector<command_args>& commands, std::error_cod
 
 short connection::wanted_events() const noexcept {
     if (phase_ == phase::connecting) return POLLOUT;
-    return static_cast<short>(POLLIN | (out_sent_ < out_.size() ? POLLOUT : 0));
+    if (phase_ == phase::handshaking) return transport_->wanted_events(stream_op::handshake);
+    const short writing =
+        out_sent_ < out_.size() ? transport_->wanted_events(stream_op::write) : short{0};
+    return static_cast<short>(transport_->wanted_events(stream_op::read) | writing);
+}
+
+bool connection::buffered() const noexcept {
+    return phase_ == phase::ready && transport_->buffered();
 }
 
 bool connection::flush(std::error_code& ec) {
     while (out_sent_ < out_.size()) {
         const auto n = transport_->write_some(std::string_view(out_).substr(out_sent_), ec);
         if (ec) return false;
-        if (n == 0) return true;  // would block: wait for POLLOUT
+        if (n == 0) return true;  // would block: wait for wanted_events()
         out_sent_ += n;
     }
     out_.clear();
@@ -171,11 +178,23 @@ bool connection::advance(std::error_code& ec, short revents) {
             if (ec) close();
             return false;
         }
-        phase_ = phase::ready;
+        phase_ = phase::handshaking;
     }
-    // Read only when poll(2) said so: right after a write the reply cannot be there yet, and an
-    // extra recv() per request is measurable (docs/benchmarks.md).
-    if (!flush(ec) || ((revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !read_available(ec))) {
+    if (phase_ == phase::handshaking) {
+        if (!transport_->handshake(ec)) {
+            if (ec) close();
+            return false;
+        }
+        phase_ = phase::ready;
+        revents = 0;  // the events seen were the handshake's
+    }
+    // Read only when poll(2) said so (or the stream holds bytes poll(2) cannot see): right after
+    // a write the reply cannot be there yet, and an extra recv() per request is measurable
+    // (docs/benchmarks.md).
+    const short readable =
+        static_cast<short>(transport_->wanted_events(stream_op::read) | POLLHUP | POLLERR);
+    if (!flush(ec) ||
+        (((revents & readable) != 0 || transport_->buffered()) && !read_available(ec))) {
         close();
         return false;
     }
@@ -183,7 +202,7 @@ bool connection::advance(std::error_code& ec, short revents) {
 }
 
 void connection::expire(std::error_code& ec) {
-    const bool connecting = phase_ == phase::connecting;
+    const bool connecting = phase_ == phase::connecting || phase_ == phase::handshaking;
     close();
     fail(ec, errc::server_timeout,
          "redis " + settings_.endpoint.describe() +
@@ -213,7 +232,7 @@ void finish(exchange& x) {
 bool drain_ready(exchange& x) {
     for (;;) {
         pollfd p{x.conn->native_handle(), x.conn->wanted_events(), 0};
-        if (::poll(&p, 1, 0) <= 0 || p.revents == 0) return false;
+        if ((::poll(&p, 1, 0) <= 0 || p.revents == 0) && !x.conn->buffered()) return false;
         if (x.conn->advance(x.ec, p.revents)) {
             finish(x);
             return true;
@@ -251,6 +270,7 @@ void exchange_all(std::span<exchange> exchanges) {
         const auto now = steady::now();
         auto next_deadline = steady::time_point::max();
         fds.clear();
+        bool buffered = false;  // bytes poll(2) cannot see wait in a stream: do not sleep
         for (auto it = active.begin(); it != active.end();) {
             auto& x = **it;
             if (now >= x.deadline) {
@@ -269,6 +289,7 @@ void exchange_all(std::span<exchange> exchanges) {
             }
             next_deadline = std::min(next_deadline, x.deadline);
             fds.push_back({x.conn->native_handle(), x.conn->wanted_events(), 0});
+            buffered = buffered || x.conn->buffered();
             ++it;
         }
         if (active.empty()) break;
@@ -278,11 +299,12 @@ void exchange_all(std::span<exchange> exchanges) {
                 std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now).count();
             timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
         }
+        if (buffered) timeout_ms = 0;
         const int n = ::poll(fds.data(), fds.size(), timeout_ms);
-        if (n <= 0) continue;  // timeout (deadlines are checked above) or EINTR
+        if (n <= 0 && !buffered) continue;  // timeout (deadlines are checked above) or EINTR
         for (std::size_t i = 0, j = 0; i < fds.size(); ++i) {
             auto& x = *active[j];
-            if (fds[i].revents == 0) {
+            if (fds[i].revents == 0 && !x.conn->buffered()) {
                 ++j;
                 continue;
             }
@@ -330,7 +352,7 @@ void connection::send(const command_args& command, std::error_code& ec, steady::
         std::min(deadline_after(steady::now(), settings_.command_timeout), latest);
     while (!flush(ec) || out_sent_ < out_.size()) {
         if (ec) return close();
-        pollfd p{native_handle(), POLLOUT, 0};
+        pollfd p{native_handle(), transport_->wanted_events(stream_op::write), 0};
         const auto left =
             std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()).count();
         if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) == 0) {
@@ -360,7 +382,7 @@ bool connection::receive(reply& out, steady::time_point deadline, std::error_cod
         if (!replies_.empty()) continue;
         const auto now = steady::now();
         if (now >= deadline) return false;
-        pollfd p{native_handle(), POLLIN, 0};
+        pollfd p{native_handle(), transport_->wanted_events(stream_op::read), 0};
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
         ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left, 0, 60'000)));
     }

@@ -49,8 +49,12 @@ public:
     /// Queues `commands` (after the handshake if the connection must be opened first; a pooled
     /// connection the server closed while idle is reopened). Sets ec if connecting failed at once.
     void begin(const std::vector<command_args>& commands, std::error_code& ec);
-    /// poll(2) events the exchange waits for.
+    /// poll(2) events the connection waits for: the transport's (connect, handshake, read, and
+    /// write while bytes are queued), never a fixed POLLIN / POLLOUT.
     short wanted_events() const noexcept;
+    /// True when the transport holds bytes it read ahead that poll(2) cannot report: advance()
+    /// (or receive()) without waiting.
+    bool buffered() const noexcept;
     /// Makes progress without blocking, given the poll(2) events seen (0 right after begin(): write
     /// only); true once every reply of the exchange is in. A failure (including a refused
     /// handshake: auth_failed) sets ec and closes the connection.
@@ -79,7 +83,7 @@ public:
     bool receive(reply& out, steady::time_point deadline, std::error_code& ec);
 
 private:
-    enum class phase { closed, connecting, ready };
+    enum class phase { closed, connecting, handshaking, ready };
     bool flush(std::error_code& ec);
     bool read_available(std::error_code& ec);
 

@@ -127,9 +127,18 @@ engine::engine(engine_config config)
             }
         }
     }
+    if (config_.resolver && config_.servers.size() != 1)
+        throw error(errc::invalid_argument, "client_options: Sentinel takes one master");
+    if (config_.wait_replicas > 0 && config_.wait_timeout <= std::chrono::milliseconds::zero()) {
+        throw error(errc::invalid_argument,
+                    "client_options.wait_replicas needs wait_timeout > 0, got " +
+                        ms_text(config_.wait_timeout) + "ms");
+    }
+    if (config_.wait_aof && config_.wait_replicas == 0)
+        throw error(errc::invalid_argument, "client_options.wait_aof needs wait_replicas > 0");
     for (const auto& endpoint : config_.servers) {
         std::error_code ec;
-        make_transport(endpoint, ec);  // refuses rediss:// up front, with its reason
+        make_transport(endpoint, ec);  // TLS files are loaded up front: a bad one fails here
         dlock::detail::throw_if(ec);
         auto s = std::make_unique<voter>();
         s->at = std::make_shared<node>(config_.address_source_for
@@ -600,6 +609,40 @@ std::string engine::record_once(std::string_view name, std::string_view value,
     }
 }
 
+std::string engine::await_replicas(connection& conn, steady::time_point latest) {
+    if (config_.wait_replicas == 0) return {};
+    const auto k = std::to_string(config_.wait_replicas);
+    const auto t = ms_text(config_.wait_timeout);
+    exchange x{&conn, {{"WAIT", k, t}}};
+    if (config_.wait_aof) x.commands.push_back({"WAITAOF", "0", k, t});
+    // The server blocks up to wait_timeout per command; the usual bound comes on top.
+    x.deadline = std::min(
+        latest, deadline_after(steady::now(), config_.command_timeout + config_.wait_timeout * 2));
+    exchange_all({&x, 1});
+    if (x.ec) return "WAIT " + k + " " + t + " failed: " + x.error;
+    const auto& acked = x.replies.front();
+    if (acked.type != reply::kind::integer)
+        return "WAIT " + k + " " + t + " answered " + acked.text;
+    if (acked.integer < config_.wait_replicas) {
+        return "only " + std::to_string(acked.integer) + " of the " + k +
+               " replicas required acknowledged it within " + t + "ms (WAIT " + k + " " + t + ")";
+    }
+    if (!config_.wait_aof) return {};
+    const auto& aof = x.replies.back();
+    if (aof.is_error() && aof.text.find("unknown command") != std::string::npos) {
+        return "wait_aof asks for WAITAOF, which this server lacks (Redis 7.2 or later has it): "
+               "grants cannot wait for the replicas' fsync here";
+    }
+    if (aof.type != reply::kind::array || aof.elements.size() != 2)
+        return "WAITAOF 0 " + k + " " + t + " answered " + aof.text;
+    if (aof.elements[1].integer < config_.wait_replicas) {
+        return "only " + std::to_string(aof.elements[1].integer) + " of the " + k +
+               " replicas required wrote it to their append-only file within " + t +
+               "ms (WAITAOF 0 " + k + " " + t + ")";
+    }
+    return {};
+}
+
 std::chrono::milliseconds engine::node_timeout_for(std::chrono::milliseconds lease) const noexcept {
     if (config_.node_timeout) return *config_.node_timeout;
     return std::clamp(lease / 200, std::chrono::milliseconds(5), std::chrono::milliseconds(50));
@@ -629,7 +672,9 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
          keys(protocol, name),
          {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
           ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
-          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry)}})};
+          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry),
+          // The fence's clock floor (lib/fence.lua): one server, not Redlock's quorum.
+          single ? "1" : "0"}})};
     plan.pool_wait = deadline;
     // Counted from `connected`, not from `sent`: a wait for a free connection is no server's
     // fault. One server: its own timeouts. Several: each gets node_timeout, far below the lease,
@@ -716,9 +761,19 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         const auto validity = quorum::grant_validity(sent, lease, config_.drift);
         if (quorum::decide_acquire(tally, raised, steady::now(), validity) ==
             quorum::acquire_verdict::granted) {
-            out.granted = true;
-            out.fencing_token = static_cast<std::uint64_t>(tally.fence);
-            return out;
+            // The WAIT safeguard: the grant (and the fence counter the same script wrote) counts
+            // only once enough replicas have it; else it is released and never handed out.
+            const auto unacked = single ? await_replicas(*batches.front().conn, validity) : "";
+            if (unacked.empty()) {
+                out.granted = true;
+                out.fencing_token = static_cast<std::uint64_t>(tally.fence);
+                return out;
+            }
+            out.error = make_error_code(errc::quorum_unreachable);
+            out.failures = "lock \"" + std::string(name) + "\" was granted, but " + unacked +
+                           "; the grant was released";
+            out.granting = 0;
+            out.holding = 0;
         }
     }
     // Not granted: undo whatever landed, on every server, including those that did not answer
@@ -894,7 +949,10 @@ struct engine::acquire_run {
 
     step wait(steady::time_point until) {
         waiting->wait(seen, until, options.cancel);
-        if (!waiter->granted_by_message()) return policy.woke();
+        // The WAIT safeguard counts a grant only once replicas acknowledged it: a hand-off
+        // message is then only a wake-up, and the attempt that follows (which finds the lock
+        // handed to us, refreshes it and is WAITed) grants.
+        if (!waiter->granted_by_message() || self.config_.wait_replicas > 0) return policy.woke();
         if (const auto handed = waiter->woke(waiting->last_message(), steady::now())) {
             granted = self.grant(name, token, handed->fence, options, request.kind, handed->sent,
                                  handed->valid_until, true);
@@ -911,8 +969,41 @@ struct engine::acquire_run {
         const auto sent = steady::now();
         const auto lease_ms = *dlock::detail::lease_to_request(plan, sent, sent);
         if (waiter->leaves_as()) leave_armed = true;
-        const auto result = self.attempt(protocol, name, token, lease_ms, request, node_timeout,
-                                         waiter->ticket_floor(), deadline, waiter->waiter_id());
+        auto& master = *self.servers_.front()->at;
+        auto moved_from = master.generation();
+        auto result = self.attempt(protocol, name, token, lease_ms, request, node_timeout,
+                                   waiter->ticket_floor(), deadline, waiter->waiter_id());
+        // Sentinel: a master lost to a failover is not the end of the acquire. Ask for the new
+        // master (verified with ROLE) until the caller's deadline, or failover_wait at most,
+        // then attempt again there (docs/sentinel.md, "Reaction time"). An attempt that failed
+        // on a master the node has since left is made again once on the new one, even past
+        // the deadline (try_lock() right after a failover).
+        bool moved_retry = false;
+        while (self.config_.resolver && result.granting + result.holding == 0 &&
+               failover_retryable(result)) {
+            const auto now = steady::now();
+            if (!failover_until) failover_until = deadline_after(now, self.config_.failover_wait);
+            const auto until = std::min(deadline, *failover_until);
+            if (now >= until) {
+                if (moved_retry || master.generation() == moved_from) {
+                    const auto why = self.config_.resolver->last_failure();
+                    if (!self.config_.resolver->known() && !why.empty())
+                        result.failures += "; " + why;
+                    break;
+                }
+                moved_retry = true;
+            } else {
+                std::error_code ec;
+                self.config_.resolver->master(until, ec);
+                if (ec) {
+                    result.failures += "; " + dlock::detail::message_for(ec);
+                    break;
+                }
+            }
+            moved_from = master.generation();
+            result = self.attempt(protocol, name, token, lease_ms, request, node_timeout,
+                                  waiter->ticket_floor(), deadline, waiter->waiter_id());
+        }
         if (result.recorded_limit > 0 && !limit_reported) {
             // Not an error: the server's number decides, and this caller may have been started
             // before an operator changed it. Said once per acquire call.
@@ -957,6 +1048,12 @@ struct engine::acquire_run {
 
     std::string quoted() const { return "lock \"" + std::string(name) + "\""; }
 
+    /// A failure a failover explains: the master gone, silent, or demoted (READONLY).
+    static bool failover_retryable(const attempt_outcome& result) {
+        return result.error == errc::connection_failed || result.error == errc::server_timeout ||
+               result.failures.find("READONLY") != std::string::npos;
+    }
+
     engine& self;
     std::string_view name;
     const lock_protocol& protocol;
@@ -973,7 +1070,8 @@ struct engine::acquire_run {
     bool leave_armed = false;
     bool limit_reported = false;  // a semaphore's other number on the server, said once
     std::string token;            // the owner token of the latest attempt
-    dlock::lease granted;         // the grant, once the policy says done
+    std::optional<steady::time_point> failover_until;  // Sentinel: set at the first lost master
+    dlock::lease granted;                              // the grant, once the policy says done
 };
 
 dlock::lease engine::acquire_until(std::string_view name, const lock_request& request,
@@ -1145,6 +1243,10 @@ steady::time_point engine::renew_due(steady::time_point now) {
         };
         auto run = run_on_every_server(plan);
         const auto& batches = run.batches;
+        // The WAIT safeguard: a renewal no replica set acknowledged does not extend the validity.
+        std::string unacked;
+        if (servers_.size() == 1 && !batches.front().ec)
+            unacked = await_replicas(*batches.front().conn, latest);
         // Stopped waiting at another lease's deadline, not at the server's own bound: not yet a
         // renewal failure. Retry at once, right after that lease's loss is reported.
         const bool interrupted = cut_short && steady::now() >= latest;
@@ -1183,7 +1285,12 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     votes.push_back(quorum::owner_vote_of(r.integer));
                 }
                 const auto tally = quorum::tally_owner(votes, servers_.size());
-                switch (quorum::decide_renew(tally)) {
+                auto verdict = quorum::decide_renew(tally);
+                if (verdict == quorum::renew_verdict::renewed && !unacked.empty()) {
+                    verdict = quorum::renew_verdict::failed;
+                    why = "renewed, but " + unacked;
+                }
+                switch (verdict) {
                     case quorum::renew_verdict::renewed:
                         lease->renewed(
                             dlock::detail::valid_until(sent, due[i].request, config_.drift));
@@ -1253,15 +1360,22 @@ void engine::run(std::stop_token stop) {
         auto next = renew_due(steady::now());
         const int sub_fd = subscriber_->service(steady::now(), next);
         next = std::min(next, subscriber_->next_retry());
+        // Sentinel: +switch-master on one sentinel (sentinel.hpp).
+        int watch_fd = -1;
+        if (config_.resolver) {
+            watch_fd = config_.resolver->watch_service(steady::now());
+            if (watch_fd < 0) next = std::min(next, config_.resolver->watch_retry());
+        }
 
-        pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sub_fd, POLLIN, 0}};
+        const short sub_events = sub_fd >= 0 ? subscriber_->wanted_events() : short{POLLIN};
+        pollfd fds[3] = {{wake_fd_, POLLIN, 0}, {sub_fd, sub_events, 0}, {watch_fd, POLLIN, 0}};
         int timeout_ms = -1;
         if (next != steady::time_point::max()) {
             const auto left =
                 std::chrono::ceil<std::chrono::milliseconds>(next - steady::now()).count();
             timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
         }
-        const int n = ::poll(fds, sub_fd >= 0 ? 2 : 1, timeout_ms);
+        const int n = ::poll(fds, 3, timeout_ms);  // a negative fd is ignored
         worker_wakes_at_.store(steady::time_point::min().time_since_epoch().count());
         if (n <= 0) continue;
         if (fds[0].revents & POLLIN) {
@@ -1269,6 +1383,7 @@ void engine::run(std::stop_token stop) {
             [[maybe_unused]] const auto r = ::read(wake_fd_, &count, sizeof count);
         }
         if (sub_fd >= 0 && fds[1].revents != 0) subscriber_->on_readable();
+        if (watch_fd >= 0 && fds[2].revents != 0) config_.resolver->watch_readable();
     }
 }
 

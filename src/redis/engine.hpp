@@ -33,6 +33,7 @@
 #include "redis/node.hpp"
 #include "redis/protocol.hpp"
 #include "redis/scripts.hpp"
+#include "redis/sentinel.hpp"
 #include "redis/subscriber.hpp"
 
 namespace dlock::redis::detail {
@@ -55,6 +56,17 @@ struct engine_config {
     /// per server by the constructor. Unset: a fixed_address (the URL as given).
     std::function<std::unique_ptr<address_source>(const dlock::detail::redis_endpoint&)>
         address_source_for{};
+    /// Sentinel (one server only): the resolver behind servers[0]'s address_source
+    /// (sentinel_address); the engine also follows +switch-master with it and, in acquire,
+    /// waits for a new master after a failover (docs/sentinel.md).
+    std::shared_ptr<master_resolver> resolver{};
+    /// The WAIT safeguard: a grant or renewal counts only once this many replicas acknowledged
+    /// it within wait_timeout (WAIT; with wait_aof, WAITAOF too). 0: no WAIT.
+    std::uint32_t wait_replicas = 0;
+    std::chrono::milliseconds wait_timeout{0};
+    bool wait_aof = false;
+    /// Sentinel: how long an acquire that met a failed master asks for a new one.
+    std::chrono::milliseconds failover_wait{std::chrono::seconds(60)};
 };
 
 class engine final : public dlock::detail::lease_owner,
@@ -208,6 +220,9 @@ private:
     /// wake-up of its own on a busy lock's critical path.
     void wake_by(steady::time_point by) noexcept;
     void run(std::stop_token stop);
+    /// The WAIT safeguard on `conn`, right after its writes: empty when wait_replicas replicas
+    /// acknowledged them in time (or no WAIT is asked), else why not (naming k and how many did).
+    std::string await_replicas(connection& conn, steady::time_point latest);
     steady::time_point renew_due(steady::time_point now);
 
     const engine_config config_;

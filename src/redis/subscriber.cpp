@@ -226,6 +226,8 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
     return conn_->native_handle();
 }
 
+short subscriber::wanted_events() const noexcept { return conn_->wanted_events(); }
+
 void subscriber::on_readable() {
     for (;;) {
         reply r;

@@ -102,6 +102,9 @@ public:
     /// Sends pending (UN)SUBSCRIBEs, reconnecting first if needed (with backoff), blocking no later
     /// than `latest`. Returns the descriptor to poll for messages, or -1 when idle or disconnected.
     int service(steady::time_point now, steady::time_point latest);
+    /// poll(2) events to wait for on service()'s descriptor: what the connection's transport
+    /// wants (a TLS stream may need POLLOUT to go on reading).
+    short wanted_events() const noexcept;
     /// Reads and dispatches every message already available.
     void on_readable();
     /// When service() wants to be called again at the latest (reconnect backoff while someone

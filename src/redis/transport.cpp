@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "redis/tls_transport.hpp"
 
 namespace dlock::redis::detail {
 namespace {
@@ -49,6 +50,14 @@ public:
         last_error_ = err;
         return connect_next(ec);
     }
+
+    bool handshake(std::error_code& /*ec*/) override { return true; }
+
+    short wanted_events(stream_op op) const noexcept override {
+        return op == stream_op::read ? POLLIN : POLLOUT;
+    }
+
+    bool buffered() const noexcept override { return false; }
 
     std::size_t write_some(std::string_view bytes, std::error_code& ec) override {
         for (;;) {
@@ -165,14 +174,14 @@ private:
 
 }  // namespace
 
-std::unique_ptr<transport> make_transport(const redis_endpoint& endpoint, std::error_code& ec) {
-    if (endpoint.kind == redis_endpoint::transport::tls) {
-        fail(ec, errc::unsupported,
-             "rediss:// needs TLS, which this build lacks (Debian's hiredis 0.14 has none); "
-             "use redis:// over a trusted network or a TLS tunnel");
-        return nullptr;
-    }
+std::unique_ptr<transport> make_socket_transport(const redis_endpoint& endpoint) {
     return std::make_unique<socket_transport>(endpoint);
+}
+
+std::unique_ptr<transport> make_transport(const redis_endpoint& endpoint, std::error_code& ec) {
+    ec.clear();
+    if (endpoint.kind == redis_endpoint::transport::tls) return make_tls_transport(endpoint, ec);
+    return make_socket_transport(endpoint);
 }
 
 }  // namespace dlock::redis::detail

@@ -154,7 +154,11 @@ redis_endpoint parse_redis_url(std::string_view written, std::error_code& ec) {
     bool db_given = db_in_path;
     for (const auto& item : query_items(query)) {
         const auto item_bad = [&](const std::string& why) {
-            return bad(why + " (query options: db=N, user=NAME, password=SECRET)");
+            return bad(why + " (query options: db=N, user=NAME, password=SECRET" +
+                       (ep.kind == redis_endpoint::transport::tls
+                            ? ", tls_ca=FILE, tls_ca_dir=DIR, tls_cert=FILE, tls_key=FILE, "
+                              "tls_server_name=NAME, tls_insecure=1)"
+                            : ")"));
         };
         if (!item.key_decoded || !item.has_value) return item_bad("malformed query item");
         std::string value;
@@ -174,6 +178,24 @@ redis_endpoint parse_redis_url(std::string_view written, std::error_code& ec) {
             if (user_given) return item_bad("the user name is given twice");
             ep.user = value;
             user_given = true;
+        } else if (item.key.starts_with("tls_") && ep.kind != redis_endpoint::transport::tls) {
+            return item_bad("query option \"" + printable(item.key) +
+                            "\" applies to rediss:// (TLS) URLs only");
+        } else if (std::string* field = iequals(item.key, "tls_ca")            ? &ep.tls.ca_file
+                                        : iequals(item.key, "tls_ca_dir")      ? &ep.tls.ca_dir
+                                        : iequals(item.key, "tls_cert")        ? &ep.tls.cert_file
+                                        : iequals(item.key, "tls_key")         ? &ep.tls.key_file
+                                        : iequals(item.key, "tls_server_name") ? &ep.tls.server_name
+                                                                               : nullptr) {
+            if (!field->empty()) return item_bad("\"" + printable(item.key) + "\" is given twice");
+            if (value.empty()) return item_bad("\"" + printable(item.key) + "\" is empty");
+            *field = value;
+        } else if (iequals(item.key, "tls_insecure")) {
+            if (value == "1" || iequals(value, "true")) {
+                ep.tls.insecure_skip_verify = true;
+            } else if (value != "0" && !iequals(value, "false")) {
+                return item_bad("tls_insecure=" + printable(value) + " is not 0, 1, true or false");
+            }
         } else if (iequals(item.key, "password")) {
             if (!ep.password.empty()) return item_bad("the password is given twice");
             ep.password = value;
@@ -182,7 +204,42 @@ redis_endpoint parse_redis_url(std::string_view written, std::error_code& ec) {
             return item_bad("unknown query option \"" + printable(item.key) + "\"");
         }
     }
+    if (ep.kind == redis_endpoint::transport::tls &&
+        ep.tls.cert_file.empty() != ep.tls.key_file.empty()) {
+        return bad("tls_cert and tls_key go together (a client certificate and its key)");
+    }
     return ep;
+}
+
+void apply_tls_options(redis_endpoint& ep, const dlock::tls_options& options, std::error_code& ec) {
+    ec.clear();
+    const bool any = !options.ca_file.empty() || !options.ca_dir.empty() ||
+                     !options.cert_file.empty() || !options.key_file.empty() ||
+                     !options.server_name.empty() || options.insecure_skip_verify;
+    if (!any) return;
+    if (ep.kind != redis_endpoint::transport::tls) {
+        fail(ec, errc::invalid_argument,
+             "redis " + ep.describe() +
+                 ": TLS options (CA, client certificate, server name, insecure) apply to "
+                 "rediss:// URLs only");
+        return;
+    }
+    auto& t = ep.tls;
+    if (t.ca_file.empty() && t.ca_dir.empty()) {
+        t.ca_file = options.ca_file;
+        t.ca_dir = options.ca_dir;
+    }
+    if (t.cert_file.empty()) {
+        t.cert_file = options.cert_file;
+        t.key_file = options.key_file;
+    }
+    if (t.server_name.empty()) t.server_name = options.server_name;
+    t.insecure_skip_verify = t.insecure_skip_verify || options.insecure_skip_verify;
+    if (t.cert_file.empty() != t.key_file.empty()) {
+        fail(ec, errc::invalid_argument,
+             "redis " + ep.describe() +
+                 ": a TLS client certificate and its key go together (give both or neither)");
+    }
 }
 
 }  // namespace dlock::detail

@@ -162,7 +162,7 @@ private:
             std::vector<server*> polled;
             for (auto& s : servers_) {
                 if (!s->subscribed) continue;
-                fds.push_back({s->conn->native_handle(), POLLIN, 0});
+                fds.push_back({s->conn->native_handle(), s->conn->wanted_events(), 0});
                 polled.push_back(s.get());
             }
             const auto left =

@@ -39,6 +39,8 @@ private:
             std::error_code ec;
             config.servers.push_back(dlock::detail::parse_redis_url(url, ec));
             dlock::detail::throw_if(ec);
+            dlock::detail::apply_tls_options(config.servers.back(), o.tls, ec);
+            dlock::detail::throw_if(ec);
         }
         return config;
     }
@@ -58,6 +60,7 @@ client_options options_from(
         o.observer = first.observer;
         o.error_handler = first.error_handler;
         o.idle_expiry = first.idle_expiry;
+        o.tls = first.tls;
     }
     return o;
 }

@@ -26,8 +26,10 @@
 #include <tuple>
 #include <vector>
 
+#include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#include "tls_certs.hpp"
 
 extern char** environ;
 
@@ -279,6 +281,22 @@ TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
     worker_file f;
     check_file(out, 3, f);
     EXPECT_EQ(f.cycles.size(), 7u);
+    EXPECT_EQ(f.done["errors"], 0);
+}
+
+TEST(BenchWorker, TlsCaMakesItUseRediss) {
+    const dlock::test::tls_certs certs;
+    const dlock::test::redis_server server({.tls_dir = certs.dir()});
+    temp_dir dir;
+    const auto out = dir.path() / "w.jsonl";
+    EXPECT_EQ(run_worker({"--ops", "3", "--key", protocol_key(), "--out", out.string(), "--servers",
+                          "127.0.0.1:" + std::to_string(server.tls_port()), "--tls-ca", certs.ca()},
+                         dir.path() / "w.log"),
+              0)
+        << read_file(dir.path() / "w.log");
+    worker_file f;
+    check_file(out, 0, f);
+    EXPECT_EQ(f.cycles.size(), 3u);
     EXPECT_EQ(f.done["errors"], 0);
 }
 

@@ -138,9 +138,9 @@ std::vector<url_case> url_cases(const std::string& redis_hostport, const std::st
         {"redis://:" + pw + "@127.0.0.1\n:1", bad},
         {"redis:" + pw + "@" + dead, bad},
         {"redis://" + dead + "/0?password=" + std::string(3000, 'x') + pw, down},
-        // rediss:// (no TLS in this build)
-        {"rediss://:" + pw + "@" + dead, {unavailable}},
-        {"REDISS://" + dead + "/0?password=" + pw, {unavailable}},
+        // rediss:// (TLS: the same server, unreachable)
+        {"rediss://:" + pw + "@" + dead, down},
+        {"REDISS://" + dead + "/0?password=" + pw, down},
         {"rediss://:" + pw + "@", bad},
         // unix://
         {"unix:///nonexistent/dlock-fuzz.sock", down},

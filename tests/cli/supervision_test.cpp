@@ -72,11 +72,16 @@ private:
 
 bool exists(const std::string& path) { return std::filesystem::exists(path); }
 
-/// The pid written to `file` by a script (`echo $$ > file`), or -1.
+/// The pid written to `file` by a script (`echo $$ > file`), or -1 until its whole line is there:
+/// the shell creates the file before it writes the line, so a file that exists may still be empty.
 pid_t pid_in(const std::string& file) {
     const std::string text = read_text(file);
-    return text.empty() ? -1 : static_cast<pid_t>(std::atol(text.c_str()));
+    if (text.empty() || text.back() != '\n') return -1;
+    return static_cast<pid_t>(std::atol(text.c_str()));
 }
+
+/// Whether a script has written its pid line to `file` (pid_in).
+bool pid_written(const std::string& file) { return pid_in(file) > 0; }
 
 /// Kills the processes whose pids the test's scripts wrote, in case a test failed before they
 /// ended (the loops are bounded anyway).
@@ -115,7 +120,7 @@ bool grandchild_started(const temp_dir& dir, const std::string& log) {
     return eventually(
         [&] {
             const auto l = read_log(log);
-            return exists(dir / "pid") && exists(dir / "gpid") &&
+            return pid_written(dir / "pid") && pid_written(dir / "gpid") &&
                    std::count_if(l.begin(), l.end(), [](auto& x) { return x.who == "G"; }) > 0;
         },
         10s);
@@ -312,7 +317,8 @@ TEST(Supervision, WatchdogIsNamedAndKillingItFirstLeavesNothingRunning) {
     const std::string script = "(" + ticking("G", 400, log) + ") & echo $! > " + (dir / "gpid") +
                                "; echo $$ > " + (dir / "pid") + "; " + ticking("A", 400, log);
     cli_process run({"run", "--url", url(), name, "--", "bash", "-c", script});
-    ASSERT_TRUE(eventually([&] { return exists(dir / "pid") && exists(dir / "gpid"); }, 10s))
+    ASSERT_TRUE(
+        eventually([&] { return pid_written(dir / "pid") && pid_written(dir / "gpid"); }, 10s))
         << run.err();
     const pid_t command = pid_in(dir / "pid"), grandchild = pid_in(dir / "gpid");
     pid_t watchdog = -1;
@@ -398,7 +404,7 @@ void expect_signal_stays_ignored(const std::string& launcher_text, int sig) {
     write_command(dir);
     const auto launcher = dir.write("launcher.sh", launcher_text);
     const pid_t sh = start_script(launcher, {dir.path(), cli_binary(), url(), name});
-    ASSERT_TRUE(eventually([&] { return exists(dir / "ready") && exists(dir / "pid"); }, 10s));
+    ASSERT_TRUE(eventually([&] { return exists(dir / "ready") && pid_written(dir / "pid"); }, 10s));
     const pid_t dlock = pid_in(dir / "pid");
     EXPECT_TRUE(ignores(read_text(dir / "sigign"), sig))
         << "the command does not inherit the ignored signal: " << read_text(dir / "sigign");

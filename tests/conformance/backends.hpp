@@ -43,8 +43,10 @@
 
 #include "memory_backend.hpp"
 #include "redis_fleet.hpp"
+#include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "test_env.hpp"
+#include "tls_certs.hpp"
 #if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
 #endif
@@ -109,6 +111,17 @@ struct redis_single {
                                               : redis::reply{};
         return queued(b, name) + static_cast<std::size_t>(detail::integer_of(entries));
     }
+};
+
+/// One server over TLS (rediss://, verified against a CA the binary makes; shared_tls_redis()),
+/// started once per binary: the Redis engine over the TLS transport, every kind (docs/tls.md).
+struct redis_tls : redis_single {
+    static constexpr const char* label = "redis_tls";
+    static std::string url() {
+        return shared_tls_redis().tls_url() + "?tls_ca=" + shared_tls_certs().ca();
+    }
+    static std::unique_ptr<backend> make() { return make_child(child_args(), {}); }
+    static std::vector<std::string> child_args() { return {url()}; }
 };
 
 /// Three independent servers, started once per binary.

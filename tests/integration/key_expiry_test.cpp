@@ -148,6 +148,22 @@ TEST(KeyExpiry, RedlockTokensRiseAcrossTheCounterExpiry) {
     EXPECT_GT(lock_once(redlock, "mutex", name), first);
 }
 
+// A counter that went back while it existed (a Sentinel failover to a replica that missed the
+// last grants, a restart from an older snapshot) still gives a higher token on one server, every
+// kind: the server's clock is the token's floor (lib/fence.lua), not only a missing counter's seed.
+TEST(KeyExpiry, ACounterThatWentBackStillGivesAHigherToken) {
+    dlock::redis::client redis({.url = shared_redis().url(), .idle_expiry = 60s});
+    for (const auto& kind : kinds()) {
+        SCOPED_TRACE(kind);
+        const auto name = unique_name(kind);
+        const auto first = lock_once(redis, kind, name);
+        const auto fence = redis.lock_key(name) + ":fence";
+        // What a replica that missed the grant would hold: the counter before it.
+        redis.command({"SET", fence, std::to_string(first - 1000)});
+        EXPECT_GT(lock_once(redis, kind, name), first) << "a token was handed out twice";
+    }
+}
+
 // A counter left by a version without expiry (a small number, no TTL) gets one at the next grant,
 // and tokens go on rising from it.
 TEST(KeyExpiry, AnOldCounterWithoutExpiryGetsOne) {

@@ -131,8 +131,11 @@ TEST(RedisErrors, MalformedUrlsAndUnknownSchemes) {
                  dlock::errc::invalid_argument, "99999");
     expect_error([] { dlock::redis::client c({.url = "redis://:6379"}); },
                  dlock::errc::invalid_argument, "host");
-    expect_error([] { dlock::redis::client c({.url = "rediss://127.0.0.1:6379"}); },
-                 dlock::errc::unsupported, "TLS");
+    expect_error(
+        [] {
+            dlock::redis::client c({.url = "rediss://127.0.0.1:6379?tls_ca=/nonexistent/ca.pem"});
+        },
+        dlock::errc::invalid_argument, "/nonexistent/ca.pem");
     expect_error(
         [] { dlock::redis::client c({.url = shared_redis().url(), .connect_timeout = 0ms}); },
         dlock::errc::invalid_argument, "connect_timeout");

@@ -254,6 +254,56 @@ TEST(RedisLock, SurvivesServerRestart) {
     EXPECT_EQ(after.state(), dlock::lock_state::held);
 }
 
+// The server's work for uncontended lock/unlock pairs (docs/redis-lock.md, "Acquire in one round
+// trip" and "Release"): two scripts, and inside them the guard's EXISTS, the fence counter's GET
+// and SET (its TIME only when the counter is missing), the lock's SET; then GET, DEL, PUBLISH and
+// the waiters' EXISTS. Counted with
+// INFO commandstats on a private server (no other client), after a warm-up pair that opens the
+// connections and loads the scripts. Counts, not times.
+struct pair_calls {
+    long scripts = 0;  ///< EVALSHA calls
+    long total = 0;    ///< every command, those the scripts ran included
+    std::string seen;  ///< the calls per command, for the failure message
+};
+
+template <class Lock>
+pair_calls calls_of_pairs(long pairs) {
+    dlock::test::redis_server server;
+    auto redis = make_client(server.url());
+    const auto name = unique_name();
+    {
+        Lock warm(redis, name + ".warm");
+        std::lock_guard lock(warm);
+    }
+    EXPECT_EQ(server.command({"CONFIG", "RESETSTAT"}), "OK");
+    Lock m(redis, name);
+    for (long i = 0; i < pairs; ++i) {
+        m.lock();
+        m.unlock();
+    }
+    pair_calls out;
+    for (const auto& [command, n] : server.command_calls()) {
+        if (command == "evalsha") out.scripts += n;
+        out.total += n;
+        out.seen += command + "=" + std::to_string(n) + " ";
+    }
+    return out;
+}
+
+TEST(RedisLock, UncontendedPairRunsTwoScriptsOfElevenCommands) {
+    constexpr long pairs = 10;
+    const auto calls = calls_of_pairs<dlock::mutex>(pairs);
+    EXPECT_EQ(calls.scripts, 2 * pairs) << calls.seen;
+    EXPECT_EQ(calls.total, 11 * pairs) << calls.seen;
+}
+
+TEST(RedisLock, UncontendedFairPairRunsTwoScriptsOfElevenCommands) {
+    constexpr long pairs = 10;
+    const auto calls = calls_of_pairs<dlock::fair_mutex>(pairs);
+    EXPECT_EQ(calls.scripts, 2 * pairs) << calls.seen;
+    EXPECT_EQ(calls.total, 11 * pairs) << calls.seen;
+}
+
 // Used by RedisWaiting.BlockedWaiterGetsLockAfterHolderCrash (redis_waiting_test.cpp, same binary).
 const bool holder_child =
     dlock::test::register_child("holder", [](const std::vector<std::string>& args) {

@@ -146,9 +146,17 @@ redis_server::redis_server(redis_server_options options)
     }
     dir_ = tmpl;
     try {
+        if (!options_.sentinel_config.empty()) {
+            std::ofstream(dir_ + "/sentinel.conf") << options_.sentinel_config;
+        }
         std::string why;
         for (int attempt = 1; attempt <= max_port_attempts; ++attempt) {
             port_ = free_port();
+            if (!options_.tls_dir.empty()) {
+                do {
+                    tls_port_ = free_port();
+                } while (tls_port_ == port_);
+            }
             const std::string log = dir_ + "/redis.log";
             const auto log_offset = file_size_or_zero(log);
             spawn();
@@ -179,6 +187,10 @@ redis_server::~redis_server() {
 
 std::uint16_t redis_server::port() const { return port_; }
 std::string redis_server::url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+std::uint16_t redis_server::tls_port() const { return tls_port_; }
+std::string redis_server::tls_url() const {
+    return "rediss://127.0.0.1:" + std::to_string(tls_port_);
+}
 const std::string& redis_server::dir() const { return dir_; }
 pid_t redis_server::pid() const { return pid_; }
 bool redis_server::running() const { return pid_ > 0; }
@@ -197,10 +209,20 @@ void redis_server::spawn() {
         "--logfile", dir_ + "/redis.log",
     };
     // clang-format on
+    if (!options_.sentinel_config.empty()) {
+        argv.insert(argv.begin() + 1, {dir_ + "/sentinel.conf", "--sentinel"});
+    }
     if (options_.appendonly) {
         argv.insert(argv.end(), {"--appendonly", "yes", "--appendfsync", "always"});
     } else {
         argv.insert(argv.end(), {"--appendonly", "no"});
+    }
+    if (!options_.tls_dir.empty()) {
+        const auto& d = options_.tls_dir;
+        argv.insert(argv.end(),
+                    {"--tls-port", std::to_string(tls_port_), "--tls-cert-file", d + "/server.pem",
+                     "--tls-key-file", d + "/server.key", "--tls-ca-cert-file", d + "/ca.pem",
+                     "--tls-auth-clients", "optional"});
     }
     argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
 
@@ -310,6 +332,21 @@ void redis_server::resume() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGCONT);
     paused_ = false;
+}
+
+std::map<std::string, long> redis_server::command_calls() const {
+    std::map<std::string, long> calls;
+    std::istringstream lines(command({"INFO", "commandstats"}));
+    for (std::string line; std::getline(lines, line);) {
+        const auto colon = line.find(':');
+        const auto at = line.find("calls=");
+        if (!line.starts_with("cmdstat_") || colon == std::string::npos || at == std::string::npos)
+            continue;
+        const auto name = line.substr(8, colon - 8);
+        if (name == "info" || name.starts_with("config")) continue;
+        calls[name] = std::stol(line.substr(at + 6));
+    }
+    return calls;
 }
 
 std::string redis_server::command(const std::vector<std::string>& args) const {

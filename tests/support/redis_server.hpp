@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,14 @@ struct redis_server_options {
         extra_args{};  // `{}` keeps g++ 12's -Wmissing-field-initializers quiet
     /// `--appendonly yes --appendfsync always` instead of `--appendonly no`.
     bool appendonly = false;
+    /// A tls_certs directory: the server also serves TLS on a second free port (tls_port(),
+    /// tls_url()) with <dir>/server.pem and server.key, clients checked against <dir>/ca.pem
+    /// (--tls-auth-clients optional; CONFIG SET changes any of it). The plain port stays for
+    /// command() and the readiness check.
+    std::string tls_dir{};
+    /// Not empty: a sentinel (`redis-server <dir>/sentinel.conf --sentinel`) with this text as its
+    /// configuration file (the sentinel rewrites it, so it lives in the server's dir).
+    std::string sentinel_config{};
 };
 
 class redis_server {
@@ -45,6 +54,9 @@ public:
     std::uint16_t port() const;
     /// "redis://127.0.0.1:<port>"
     std::string url() const;
+    /// The TLS port (0 without tls_dir) and "rediss://127.0.0.1:<tls port>".
+    std::uint16_t tls_port() const;
+    std::string tls_url() const;
     /// The temp dir: AOF files and redis.log live here.
     const std::string& dir() const;
     /// The server's pid, or -1 when it is not running.
@@ -75,6 +87,10 @@ public:
     /// The same with an explicit (unscaled) connect and reply timeout.
     std::string command(const std::vector<std::string>& args,
                         std::chrono::milliseconds timeout) const;
+    /// The calls per command since the start or the last CONFIG RESETSTAT (INFO commandstats:
+    /// commands run by scripts are counted too), without the INFO and CONFIG calls of this
+    /// fixture. Throws as command() does.
+    std::map<std::string, long> command_calls() const;
 
 private:
     void spawn();                       // fork + exec on port_, sets pid_
@@ -86,6 +102,7 @@ private:
     std::string dir_;
     std::string password_;
     std::uint16_t port_ = 0;
+    std::uint16_t tls_port_ = 0;
     pid_t pid_ = -1;
     bool paused_ = false;
 };

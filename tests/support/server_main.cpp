@@ -3,6 +3,8 @@
 // is started, checked for readiness and torn down by one piece of code.
 //
 //   dlock-test-server redis [REDIS-ARG...]     extra arguments go to redis-server
+//   dlock-test-server redis-tls [REDIS-ARG...] the same, also serving TLS (tls_certs.hpp): the
+//                                              JSON line adds "tls_port" and "ca" (its CA file)
 //   dlock-test-server zk [--tick-ms N] [--force-sync yes|no]
 //
 // Once the server serves, prints ONE line of JSON to stdout and flushes it:
@@ -30,6 +32,7 @@
 #include <dlock/config.hpp>
 
 #include "redis_server.hpp"
+#include "tls_certs.hpp"
 #if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
 #endif
@@ -38,7 +41,7 @@ namespace {
 
 int usage(const std::string& why) {
     std::cerr << "dlock-test-server: " << why
-              << "\nusage: dlock-test-server redis [REDIS-ARG...]\n"
+              << "\nusage: dlock-test-server redis|redis-tls [REDIS-ARG...]\n"
                  "       dlock-test-server zk [--tick-ms N] [--force-sync yes|no]\n";
     return 2;
 }
@@ -61,9 +64,9 @@ std::string json_string(std::string_view s) {
 }
 
 void announce(unsigned port, pid_t pid, const std::string& dir, const std::string& url,
-              const std::string& log) {
+              const std::string& log, const std::string& more = "") {
     std::cout << "{\"port\":" << port << ",\"pid\":" << pid << ",\"dir\":" << json_string(dir)
-              << ",\"url\":" << json_string(url) << ",\"log\":" << json_string(log) << "}"
+              << ",\"url\":" << json_string(url) << ",\"log\":" << json_string(log) << more << "}"
               << std::endl;
 }
 
@@ -107,6 +110,18 @@ int main(int argc, char** argv) {
                 dlock::test::redis_server_options{.extra_args = {args.begin() + 1, args.end()}});
             announce(server.port(), server.pid(), server.dir(), server.url(),
                      server.dir() + "/redis.log");
+            wait_for_stop(stop_signals);
+            server.stop();
+            return 0;
+        }
+        if (args[0] == "redis-tls") {
+            const dlock::test::tls_certs certs;
+            dlock::test::redis_server server(dlock::test::redis_server_options{
+                .extra_args = {args.begin() + 1, args.end()}, .tls_dir = certs.dir()});
+            announce(server.port(), server.pid(), server.dir(), server.url(),
+                     server.dir() + "/redis.log",
+                     ",\"tls_port\":" + std::to_string(server.tls_port()) +
+                         ",\"ca\":" + json_string(certs.ca()));
             wait_for_stop(stop_signals);
             server.stop();
             return 0;

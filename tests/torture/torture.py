@@ -141,8 +141,9 @@ def resp(port, *cmd, host="127.0.0.1", netns=None, timeout=1.0):
 
 
 class RedisServer:
-    def __init__(self, h, name, aof, bind="127.0.0.1", netns=None, port=None):
+    def __init__(self, h, name, aof, bind="127.0.0.1", netns=None, port=None, extra=()):
         self.h, self.name, self.aof, self.bind, self.netns = h, name, aof, bind, netns
+        self.extra = list(extra)  # appended to the command line (Sentinel: replication)
         self.port = port or free_ports(1)[0]
         self.dir = os.path.join(h.dir, name)
         os.makedirs(self.dir, exist_ok=True)
@@ -158,6 +159,7 @@ class RedisServer:
                 "--save", "", "--protected-mode", "no", "--logfile", "redis.log"]
         argv += (["--appendonly", "yes", "--appendfsync", "always"] if self.aof
                  else ["--appendonly", "no"])
+        argv += self.extra
         self.proc = self.h.spawn(argv, os.path.join(self.dir, "stdout.log"), self.netns)
         wait_until(lambda: (resp(self.port, "PING", netns=self.netns) or "").strip() == "PONG",
                    30, f"redis {self.name}")
@@ -739,6 +741,121 @@ class RedlockPhase(Phase):
             s.proc.send_signal(signal.SIGCONT)
 
 
+class SentinelPhase(Phase):
+    """Redis Sentinel: a master, two replicas and three sentinels (down-after 1 s). Faults:
+    failovers (the master SIGKILLed, or demoted by SENTINEL FAILOVER), the killed node back as a
+    replica; client stop/kill. Clients follow the master through a redis-sentinel:// URL with the
+    WAIT safeguard (DLOCK_TORTURE_SENTINEL_WAIT replicas, default 2, every replica; 0 turns it off and shows the
+    hazard of asynchronous replication: docs/guarantees.md)."""
+
+    NAME = "mymaster"
+
+    def quiet_seconds(self):
+        # With WAIT for every replica, nothing is granted until a killed master is back as a
+        # replica and resynchronised (docs/sentinel.md): longer than the other phases' window.
+        return 15.0 * self.h.scale
+
+    def __init__(self, h, seconds):
+        super().__init__(h, "sentinel", seconds)
+        self.nodes = []
+        self.sentinels = []
+        self.fence = RedisServer(h, "sentinel-fence", aof=False)
+        self.busy = False
+        self.wait = int(os.environ.get("DLOCK_TORTURE_SENTINEL_WAIT", "2"))
+
+    def master_port(self):
+        for p, _ in self.sentinels:
+            out = resp(p, "SENTINEL", "get-master-addr-by-name", self.NAME)
+            if out and len(out.split()) == 2:
+                return int(out.split()[1])
+        return None
+
+    def node_at(self, port):
+        return next((n for n in self.nodes if n.port == port), None)
+
+    def healthy(self):
+        port = self.master_port()
+        m = self.node_at(port) if port else None
+        if not m or m.proc is None or m.proc.poll() is not None:
+            return False
+        info = resp(port, "INFO", "replication") or ""
+        return "connected_slaves:2" in info and (resp(port, "ROLE") or "").startswith("master")
+
+    def setup(self):
+        self.fence.start()
+        master = RedisServer(self.h, "sentinel-node0", aof=False,
+                             extra=["--repl-diskless-sync-delay", "0"])
+        master.start()
+        self.nodes.append(master)
+        for i in (1, 2):
+            n = RedisServer(self.h, f"sentinel-node{i}", aof=False,
+                            extra=["--repl-diskless-sync-delay", "0",
+                                   "--replicaof", "127.0.0.1", str(master.port)])
+            n.start()
+            self.nodes.append(n)
+        wait_until(lambda: "connected_slaves:2" in (resp(master.port, "INFO", "replication")
+                                                    or ""), 30, "replicas")
+        for i, port in enumerate(free_ports(3)):
+            d = os.path.join(self.h.dir, f"sentinel-{i}")
+            os.makedirs(d, exist_ok=True)
+            conf = os.path.join(d, "sentinel.conf")
+            with open(conf, "w") as f:
+                f.write(f"sentinel monitor {self.NAME} 127.0.0.1 {master.port} 2\n"
+                        f"sentinel down-after-milliseconds {self.NAME} 1000\n"
+                        f"sentinel failover-timeout {self.NAME} 2000\n")
+            proc = self.h.spawn(["redis-server", conf, "--sentinel", "--port", str(port),
+                                 "--bind", "127.0.0.1", "--dir", d, "--logfile", "sentinel.log"],
+                                os.path.join(d, "stdout.log"), None)
+            self.sentinels.append((port, proc))
+        for p, _ in self.sentinels:
+            wait_until(lambda p=p: "num-other-sentinels\n2" in (
+                resp(p, "SENTINEL", "master", self.NAME) or ""), 30, "sentinels")
+        hosts = ",".join(f"127.0.0.1:{p}" for p, _ in self.sentinels)
+        query = f"?wait_replicas={self.wait}&wait_timeout=300ms" if self.wait else ""
+        url = f"redis-sentinel://{hosts}/{self.NAME}{query}"
+        base = {"lease-ms": 1500, "hold-min-ms": 5, "hold-max-ms": 150, "wait-max-ms": 8000,
+                "idle-expiry-ms": 200}
+        self.add_group("mutex", ["mutex"] * 4, "redis", url, self.fence.url(), base)
+        self.add_group("fair", ["fair"] * 3, "redis", url, self.fence.url(),
+                       dict(base, **{"wait-max-ms": 20000}))
+        self.add_group("sem", ["semaphore"] * 3, "redis", url, self.fence.url(),
+                       dict(base, permits=2))
+        self.add_group("rw", ["write", "write", "read", "read"], "redis", url, self.fence.url(),
+                       dict(base, **{"wait-max-ms": 20000}))
+
+    def inject(self):
+        if self.rng.random() < 0.5 or self.busy or not self.healthy():
+            return self.client_fault()
+        self.busy = True
+        port = self.master_port()
+        old = self.node_at(port)
+        if self.rng.random() < 0.6:
+            old.kill()
+            self.h.fault("master_kill_failover", old.name)
+        else:
+            resp(self.sentinels[0][0], "SENTINEL", "FAILOVER", self.NAME)
+            self.h.fault("sentinel_failover", old.name)
+
+        give_up = time.monotonic() + 30 * self.h.scale
+
+        def rejoin():
+            new = self.master_port()
+            if (new is None or new == port) and time.monotonic() < give_up:
+                self.pending.append((time.monotonic() + 0.5, rejoin))  # failover not done yet
+                return
+            if old.proc.poll() is not None:  # killed: back as a replica of the new master
+                old.extra = ["--repl-diskless-sync-delay", "0"] + (
+                    ["--replicaof", "127.0.0.1", str(new)] if new and new != port else [])
+                old.start()
+            self.busy = False
+        return (time.monotonic() + 2.0, rejoin)
+
+    def heal(self):
+        for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is not None:
+                n.start()
+
+
 class ZkPhase(Phase):
     """ZooKeeper 3-node ensemble (tickTime 500 ms, sessions of 1 s). Namespace B holds server 1
     and the clients that know only server 1; A holds servers 2 and 3 and the other clients.
@@ -1056,7 +1173,7 @@ def main():
     ap.add_argument("--client", default=None, help="dlock-torture-client binary")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
-    ap.add_argument("--phases", default="redis,redlock3,redlock5,zk")
+    ap.add_argument("--phases", default="redis,redlock3,redlock5,sentinel,zk")
     args = ap.parse_args()
     if args.seed is None:
         args.seed = int(time.time() * 1000) % 1_000_000_007
@@ -1072,7 +1189,7 @@ def main():
     if not phases:
         log("no phase to run")
         return 2
-    weights = {"redis": 0.4, "redlock3": 0.1, "redlock5": 0.1, "zk": 0.4}
+    weights = {"redis": 0.4, "redlock3": 0.1, "redlock5": 0.1, "zk": 0.4, "sentinel": 0.2}
     total_w = sum(weights[p] for p in phases)
     log(f"seed {args.seed} (replay: {sys.argv[0]} --seed {args.seed} --minutes {args.minutes} "
         f"--phases {args.phases})")
@@ -1099,6 +1216,8 @@ def main():
                 ph = RedlockPhase(h, int(name[len("redlock"):]), secs)
             elif name == "zk":
                 ph = ZkPhase(h, secs)
+            elif name == "sentinel":
+                ph = SentinelPhase(h, secs)
             else:
                 log(f"unknown phase {name}")
                 return 2

@@ -11,6 +11,7 @@
 #include <dlock/redis/client.hpp>
 
 #include "core/status.hpp"
+#include "redis/sentinel.hpp"
 #include "redis/url.hpp"
 
 namespace {
@@ -189,6 +190,37 @@ TEST(ParseRedisUrl, TlsSchemeParses) {
     EXPECT_EQ(ep.host, "secure.example");
     EXPECT_EQ(ep.port, 6380);
     EXPECT_EQ(ep.db, 1);
+}
+
+TEST(ParseRedisUrl, TlsQueryOptions) {
+    const auto ep = parse_ok(
+        "rediss://h?tls_ca=/etc/ca.pem&tls_ca_dir=/etc/certs&tls_cert=/c.pem&tls_key=/c.key"
+        "&tls_server_name=db.example&tls_insecure=1");
+    EXPECT_EQ(ep.tls.ca_file, "/etc/ca.pem");
+    EXPECT_EQ(ep.tls.ca_dir, "/etc/certs");
+    EXPECT_EQ(ep.tls.cert_file, "/c.pem");
+    EXPECT_EQ(ep.tls.key_file, "/c.key");
+    EXPECT_EQ(ep.tls.server_name, "db.example");
+    EXPECT_TRUE(ep.tls.insecure_skip_verify);
+    EXPECT_FALSE(parse_ok("rediss://h?tls_insecure=0").tls.insecure_skip_verify);
+    EXPECT_NE(parse_bad("redis://h?tls_ca=/ca.pem").find("rediss://"), std::string::npos);
+    EXPECT_NE(parse_bad("rediss://h?tls_insecure=maybe").find("tls_insecure"), std::string::npos);
+    EXPECT_NE(parse_bad("rediss://h?tls_cert=/c.pem").find("tls_key"), std::string::npos);
+    EXPECT_NE(parse_bad("rediss://h?tls_ca=/a&tls_ca=/b").find("twice"), std::string::npos);
+}
+
+TEST(ParseRedisUrl, TlsOptionsFillWhatTheUrlLeaves) {
+    std::error_code ec;
+    auto ep = parse_ok("rediss://h?tls_ca=/url.pem");
+    dlock::detail::apply_tls_options(ep, {.ca_file = "/options.pem", .server_name = "n"}, ec);
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(ep.tls.ca_file, "/url.pem");
+    EXPECT_EQ(ep.tls.server_name, "n");
+    auto plain = parse_ok("redis://h");
+    dlock::detail::apply_tls_options(plain, {.insecure_skip_verify = true}, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    dlock::detail::apply_tls_options(plain, {}, ec);
+    EXPECT_FALSE(ec);
 }
 
 TEST(ParseRedisUrl, MissingScheme) {
@@ -457,3 +489,103 @@ TEST(ParseRedisUrl, SchemesAreCaseInsensitive) {
 }
 
 }  // namespace
+
+// Sentinel URLs (src/redis/sentinel.hpp): the sentinels, the master's name, its credentials and
+// database, and the Sentinel-only query options.
+namespace sentinel_urls {
+
+using dlock::redis::detail::parse_sentinel_url;
+using dlock::redis::detail::sentinel_settings;
+
+sentinel_settings sentinel_ok(std::string_view url) {
+    std::error_code ec;
+    auto s = parse_sentinel_url(url, ec);
+    EXPECT_FALSE(ec) << url << ": " << dlock::detail::message_for(ec);
+    return s;
+}
+
+std::string sentinel_bad(std::string_view url) {
+    std::error_code ec;
+    (void)parse_sentinel_url(url, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
+    return dlock::detail::message_for(ec);
+}
+
+TEST(SentinelUrl, SentinelsMasterCredentialsAndDatabase) {
+    const auto s = sentinel_ok("redis-sentinel://app:pw%40x@a:1,[::1]:2,c/mymaster/3");
+    ASSERT_EQ(s.sentinels.size(), 3u);
+    EXPECT_EQ(s.sentinels[0].describe(), "a:1");
+    EXPECT_EQ(s.sentinels[1].describe(), "[::1]:2");
+    EXPECT_EQ(s.sentinels[2].describe(), "c:26379");  // the sentinels' default port
+    EXPECT_FALSE(s.sentinels[0].has_password) << "the sentinels get AUTH only when asked";
+    EXPECT_EQ(s.master_name, "mymaster");
+    EXPECT_EQ(s.master.user, "app");
+    EXPECT_EQ(s.master.password, "pw@x");
+    EXPECT_EQ(s.master.db, 3);
+    EXPECT_FALSE(s.tls);
+    EXPECT_EQ(s.wait_replicas, 0u);
+
+    const auto plus = sentinel_ok(
+        "REDIS+SENTINEL://h/m%2Fx?db=2&password=p&sentinel_password=sp&sentinel_user=su&"
+        "wait_replicas=2&wait_timeout=50ms&failover_wait=3s");
+    EXPECT_EQ(plus.master_name, "m/x");
+    EXPECT_EQ(plus.master.db, 2);
+    EXPECT_EQ(plus.master.password, "p");
+    EXPECT_EQ(plus.sentinels[0].user, "su");
+    EXPECT_EQ(plus.sentinels[0].password, "sp");
+    EXPECT_EQ(plus.wait_replicas, 2u);
+    EXPECT_EQ(plus.wait_timeout, std::chrono::milliseconds(50));
+    EXPECT_EQ(plus.failover_wait, std::chrono::seconds(3));
+    EXPECT_TRUE(sentinel_ok("rediss-sentinel://h:1/m").tls);
+}
+
+TEST(SentinelUrl, RedissSentinelTakesTheTlsOptionsForTheSentinelsAndTheMaster) {
+    using transport = dlock::detail::redis_endpoint::transport;
+    const auto s = sentinel_ok(
+        "rediss-sentinel://h:1,h:2/m?tls_ca=/etc/ca.pem&tls_cert=/c.pem&tls_key=/c.key&"
+        "tls_server_name=db.example&wait_replicas=1&wait_timeout=1s");
+    EXPECT_TRUE(s.tls);
+    EXPECT_EQ(s.master.kind, transport::tls);
+    EXPECT_EQ(s.master.tls.ca_file, "/etc/ca.pem");
+    EXPECT_EQ(s.master.tls.server_name, "db.example");
+    ASSERT_EQ(s.sentinels.size(), 2u);
+    for (const auto& sentinel : s.sentinels) {
+        EXPECT_EQ(sentinel.kind, transport::tls);
+        EXPECT_EQ(sentinel.tls.ca_file, "/etc/ca.pem");
+        EXPECT_EQ(sentinel.tls.cert_file, "/c.pem");
+        EXPECT_EQ(sentinel.tls.key_file, "/c.key");
+    }
+    EXPECT_TRUE(
+        sentinel_ok("rediss-sentinel://h/m?tls_insecure=1").sentinels[0].tls.insecure_skip_verify);
+    // redis-sentinel:// is plain TCP: tls_* options are refused, as on redis://.
+    EXPECT_EQ(sentinel_ok("redis-sentinel://h/m").sentinels[0].kind, transport::tcp);
+    EXPECT_NE(sentinel_bad("redis-sentinel://h/m?tls_ca=/etc/ca.pem").find("tls_ca"),
+              std::string::npos);
+    EXPECT_NE(sentinel_bad("rediss-sentinel://h/m?tls_cert=/c.pem").find("tls_cert and tls_key"),
+              std::string::npos);
+}
+
+TEST(SentinelUrl, MistakesAreNamedAndNeverShowThePassword) {
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"redis-sentinel://u:S3cret@h:1", "missing the master's name"},
+        {"redis-sentinel://u:S3cret@h:1/", "missing the master's name"},
+        {"redis-sentinel://u:S3cret@/m", "no sentinel given"},
+        {"redis-sentinel://u:S3cret@h:1,,h:2/m", "an empty sentinel address"},
+        {"redis-sentinel://u:S3cret@h:1,h:1/m", "listed more than once"},
+        {"redis-sentinel://u:S3cret@h:99999/m", "expected host[:port]"},
+        {"redis-sentinel://u:S3cret@h/m/x", "database"},
+        {"redis-sentinel://u:S3cret@h/m?wait_replicas=2", "wait_replicas needs wait_timeout"},
+        {"redis-sentinel://u:S3cret@h/m?wait_replicas=x&wait_timeout=1s", "wait_replicas=x"},
+        {"redis-sentinel://u:S3cret@h/m?wait_replicas=1&wait_timeout=0", "wait_timeout"},
+        {"redis-sentinel://u:S3cret@h/m?wait_aof=1", "wait_aof needs wait_replicas"},
+        {"redis-sentinel://u:S3cret@h/m?nope=1", "unknown query option \"nope\""},
+        {"redis-sentinel://u:S3cret@h/m#f", "fragment"},
+    };
+    for (const auto& [url, want] : cases) {
+        const auto message = sentinel_bad(url);
+        EXPECT_NE(message.find(want), std::string::npos) << url << " -> " << message;
+        EXPECT_EQ(message.find("S3cret"), std::string::npos) << message;
+    }
+}
+
+}  // namespace sentinel_urls

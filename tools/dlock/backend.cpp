@@ -101,10 +101,12 @@ std::string with_password(std::string_view url, std::string_view password) {
     std::string scheme(dlock::url_scheme(url));
     std::transform(scheme.begin(), scheme.end(), scheme.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock") {
+    if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock" &&
+        scheme != "redis-sentinel" && scheme != "redis+sentinel" && scheme != "rediss-sentinel") {
         throw cli_error(exit_status::usage,
                         fmt::format("--password-file and $DLOCK_PASSWORD apply to redis://, "
-                                    "rediss://, unix:// and redlock:// URLs only, not to {}",
+                                    "rediss://, unix://, redlock:// and redis-sentinel:// URLs "
+                                    "only, not to {}",
                                     redact_url(url)));
     }
     try {
@@ -147,7 +149,8 @@ lock_service::lock_service(const std::string& url, const std::string& key_prefix
 lock_service::lock_service(const server_options& server, service_callbacks cb)
     : key_prefix_(server.key_prefix),
       connect_timeout_(server.connect_timeout),
-      command_timeout_(server.command_timeout) {
+      command_timeout_(server.command_timeout),
+      tls_(server.tls) {
     const std::string& url = server.url;
     const std::string& key_prefix = server.key_prefix;
     try {
@@ -157,7 +160,8 @@ lock_service::lock_service(const server_options& server, service_callbacks cb)
         dlock::connect_options options{.connect_timeout = server.connect_timeout,
                                        .observer = std::move(cb.observer),
                                        .error_handler = std::move(cb.error_handler),
-                                       .command_timeout = server.command_timeout};
+                                       .command_timeout = server.command_timeout,
+                                       .tls = server.tls};
         // zk:// and etcd:// URLs name their base path or key prefix themselves; --key-prefix is
         // for the Redis family.
         if (kind_ != dlock::service_kind::zookeeper && kind_ != dlock::service_kind::etcd)
@@ -191,6 +195,11 @@ std::vector<dlock::redis::client*> lock_service::servers() {
         for (const auto& u : urls_) {
             try {
                 dlock::redis::client_options o{.url = u, .key_prefix = key_prefix_};
+                if (tls_) {
+                    // connect() made redlock://'s servers rediss:// for the TLS options.
+                    if (o.url.starts_with("redis://")) o.url.insert(5, "s");
+                    o.tls = *tls_;
+                }
                 if (connect_timeout_) o.connect_timeout = *connect_timeout_;
                 if (command_timeout_) o.command_timeout = *command_timeout_;
                 inspectors_.push_back(std::make_unique<dlock::redis::client>(std::move(o)));

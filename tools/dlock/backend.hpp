@@ -2,11 +2,11 @@
 // exit statuses and one-line messages.
 //
 //   redis://[user:password@]host[:port][/db][?db=N&user=U&password=P]   one Redis server
+//   rediss://... (TLS; --tls-ca, --tls-cert, --tls-key, --tls-insecure; docs/tls.md)  one over TLS
 //   unix://[user:password@]/path[?db=N&user=U&password=P]             one Redis server
 //   redlock://[user:password@]host:port,host:port,...[/db][?...]        a Redlock quorum
 //   zk://host:port[,host:port...][/base]                              a ZooKeeper ensemble
 //   etcd://host:port[,host:port...][/prefix]                          an etcd cluster
-//   rediss://                                                         not in this build (status 69)
 #pragma once
 
 #include <dlock/backend.hpp>
@@ -92,7 +92,7 @@ struct service_callbacks {
 class lock_service {
 public:
     /// Validates the URL and options (see parse_service_url; then cli_error with the client's
-    /// message: usage for a malformed URL or key prefix, unavailable for rediss://). Connects
+    /// message: usage for a malformed URL or key prefix, unavailable for etcd://). Connects
     /// lazily; starts the clients' background threads.
     lock_service(const std::string& url, const std::string& key_prefix, service_callbacks cb = {});
     /// The same, with --connect-timeout and --command-timeout (connect_options; a command timeout
@@ -118,6 +118,7 @@ private:
     std::string key_prefix_;
     std::optional<std::chrono::milliseconds> connect_timeout_;  // for the inspection clients
     std::optional<std::chrono::milliseconds> command_timeout_;
+    std::optional<dlock::tls_options> tls_;  // for the inspection clients
     dlock::service_kind kind_ = dlock::service_kind::redis;
     std::vector<std::string> urls_;
     std::unique_ptr<dlock::backend> backend_;

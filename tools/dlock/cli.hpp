@@ -52,6 +52,7 @@ struct server_options {
     std::string key_prefix{};  ///< client_options::key_prefix
     std::optional<std::chrono::milliseconds> connect_timeout{};  ///< --connect-timeout
     std::optional<std::chrono::milliseconds> command_timeout{};  ///< --command-timeout
+    std::optional<dlock::tls_options> tls{};  ///< --tls-ca, --tls-cert, --tls-key, --tls-insecure
 };
 
 struct run_options {

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,8 +55,13 @@ const char* const main_footer = R"(Examples:
 
 The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
   redis://[user:password@]host[:port][/db]    one Redis server
+  rediss://[user:password@]host[:port][/db]   one Redis server over TLS (--tls-ca ...)
   unix://[user:password@]/path/to.sock        one Redis server on a Unix socket
   redlock://[user:password@]h1:p1,h2:p2,h3:p3  Redlock: a majority of independent Redis servers
+  redis-sentinel://[user:password@]s1:p1,s2:p2/MASTER[/db]
+                                              the master of a Sentinel set, followed across
+                                              failovers (?wait_replicas=K&wait_timeout=D)
+  rediss-sentinel://...                       the same over TLS (--tls-ca ...)
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
   etcd://h1:p1,h2:p2,h3:p3[/prefix]           an etcd cluster (etcdctl lock's keys)
 Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
@@ -68,10 +74,10 @@ by the signal that killed the command):
     0  dlock status: the lock is held (and every command: success)
     3  dlock status: the lock is not held (free)
    64  bad command line or option value (unknown option, bad duration, bad URL)
-   69  not available in this build or on this backend (rediss://; --fair, --shared,
-       --write, --permits, set-permits on redlock://; --lease, --key-prefix on zk://
-       and etcd://; --shared, --write, --permits, status on etcd://; dlock demo on
-       zk:// and etcd://), or redis-server not installed for `dlock demo`
+   69  not available in this build or on this backend (--fair, --shared, --write,
+       --permits, set-permits on redlock://; --lease, --key-prefix on zk:// and
+       etcd://; --shared, --write, --permits, status on etcd://; dlock demo on zk://
+       and etcd://), or redis-server not installed for `dlock demo`
    70  internal error in dlock
    71  operating-system error (signalfd, spawn; the watchdog process died)
    74  lock server unreachable or not answering in time (Redlock: no quorum)
@@ -171,12 +177,19 @@ struct server_args {
     std::string key_prefix = "dlock";
     std::string connect_timeout;
     std::string command_timeout;
+    std::string tls_ca;
+    std::string tls_cert;
+    std::string tls_key;
+    bool tls_insecure = false;
 
     void add_to(CLI::App* cmd) {
         cmd->add_option("--url", url,
                         "redis://[user:password@]host[:port][/db],\n"
+                        "rediss://... (TLS), "
                         "unix://[user:password@]/path/to.sock,\n"
                         "redlock://[user:password@]host:port,host:port,host:port\n"
+                        "redis-sentinel://[user:password@]host:port,host:port/master\n"
+                        "rediss-sentinel://... (TLS),\n"
                         "or zk://host:port,host:port[/base]\n"
                         "(default: $DLOCK_URL, else redis://127.0.0.1:6379)")
             ->type_name("URL");
@@ -196,6 +209,18 @@ struct server_args {
         cmd->add_option("--command-timeout", command_timeout,
                         "Bound on one request to a Redis server (default 1s;\nnot for zk://)")
             ->type_name("DURATION");
+        cmd->add_option("--tls-ca", tls_ca,
+                        "rediss://: trust this CA file (or directory of hashed\n"
+                        "certificates) instead of the system's trust store")
+            ->type_name("PATH");
+        cmd->add_option("--tls-cert", tls_cert,
+                        "rediss://: client certificate (PEM) for mutual TLS;\nneeds --tls-key")
+            ->type_name("FILE");
+        cmd->add_option("--tls-key", tls_key, "rediss://: the client certificate's key (PEM)")
+            ->type_name("FILE");
+        cmd->add_flag("--tls-insecure", tls_insecure,
+                      "rediss://: DO NOT verify the server's certificate\n"
+                      "(anyone on the path can read and change the traffic)");
     }
     server_options resolve(const CLI::App* cmd) const;
 };
@@ -328,6 +353,18 @@ server_options server_args::resolve(const CLI::App* cmd) const {
     if (cmd->get_option("--command-timeout")->count() > 0) {
         out.command_timeout =
             parse_duration("--command-timeout", command_timeout, {.allow_zero = false});
+    }
+    if (!tls_ca.empty() || !tls_cert.empty() || !tls_key.empty() || tls_insecure) {
+        if (tls_cert.empty() != tls_key.empty()) {
+            throw cli_error(exit_status::usage,
+                            "--tls-cert and --tls-key go together (a client certificate and its "
+                            "key)");
+        }
+        dlock::tls_options tls{
+            .cert_file = tls_cert, .key_file = tls_key, .insecure_skip_verify = tls_insecure};
+        std::error_code ec;
+        (std::filesystem::is_directory(tls_ca, ec) ? tls.ca_dir : tls.ca_file) = tls_ca;
+        out.tls = std::move(tls);
     }
     return out;
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,8 +36,13 @@ struct client_options {
     /// either with an optional query `?db=N&user=NAME&password=SECRET` (redis-py's spelling;
     /// `username=` too). A user is an ACL user (AUTH user password). Schemes are
     /// case-insensitive. Percent-escapes are decoded in user, password and socket path. Any other
-    /// query option is errc::invalid_argument. `rediss://` is rejected with errc::unsupported:
-    /// this build has no TLS transport. The ACL rights dlock needs: docs/cli.md, "Redis ACL".
+    /// query option is errc::invalid_argument. `rediss://` is Redis over TLS (docs/tls.md), which
+    /// also takes `tls_ca=`, `tls_ca_dir=`, `tls_cert=`, `tls_key=`, `tls_server_name=` and
+    /// `tls_insecure=1` (see `tls`). The ACL rights dlock needs: docs/cli.md, "Redis ACL".
+    /// Or a Sentinel URL, `redis-sentinel://[user[:password]@]s1[:p1],s2[:p2]/master[/db]`
+    /// (`redis+sentinel://` too; `rediss-sentinel://` over TLS, with `tls` and the `tls_*` query
+    /// options): the master is found through the sentinels and followed across failovers
+    /// (docs/sentinel.md).
     std::string url = "redis://127.0.0.1:6379";
     /// Bound on establishing a connection (TCP connect plus AUTH and SELECT).
     std::chrono::milliseconds connect_timeout = 1s;
@@ -59,10 +65,26 @@ struct client_options {
     /// also how far the server's clock may step back across an expiry (docs/redis-lock.md,
     /// "Fencing tokens and key expiry"). Must be > 0; every client of a name should use the same.
     std::chrono::milliseconds idle_expiry = std::chrono::hours(24);
+    /// TLS settings for a rediss:// URL (CA, client certificate, server name); docs/tls.md.
+    dlock::tls_options tls{};
+    /// The WAIT safeguard (docs/sentinel.md): when > 0, a grant counts only once this many
+    /// replicas acknowledged it (WAIT wait_replicas wait_timeout, on the connection that wrote
+    /// it); otherwise it is released and acquire fails with errc::quorum_unreachable naming the
+    /// number required and the number that acknowledged. A renewal they do not acknowledge does
+    /// not extend the lease (the lease turns uncertain). The URL's `?wait_replicas=` wins.
+    std::uint32_t wait_replicas = 0;
+    /// How long the server waits for those replicas (must be > 0 with wait_replicas).
+    std::chrono::milliseconds wait_timeout = std::chrono::milliseconds(0);
+    /// With wait_replicas: also WAITAOF 0 wait_replicas wait_timeout (the replicas' fsync;
+    /// Redis 7.2+). A server without WAITAOF fails every grant, saying so.
+    bool wait_aof = false;
+    /// Sentinel URLs: how long an acquire that meets a failed master keeps asking the sentinels
+    /// for a new one (bounded by its own deadline too). The URL's `?failover_wait=` wins.
+    std::chrono::milliseconds failover_wait = std::chrono::seconds(60);
 };
 
-/// `url` with any password, and every query value but db/user/username, replaced by "***", for
-/// logs and messages (error messages of this library already redact URLs); dlock::redact_url.
+/// `url` with any password, and every query value but db/user/username/tls_*, replaced by "***",
+/// for logs and messages (error messages of this library already redact URLs); dlock::redact_url.
 std::string redact_url(std::string_view url);
 
 class client final : public dlock::backend {

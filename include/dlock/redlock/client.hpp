@@ -52,6 +52,8 @@ struct client_options {
     /// outlive its last grant; the servers' clocks may differ (and step back) by less than this
     /// (docs/redlock.md, "Fencing tokens across independent counters").
     std::chrono::milliseconds idle_expiry = std::chrono::hours(24);
+    /// TLS settings for every rediss:// server in `urls` (docs/tls.md).
+    dlock::tls_options tls{};
 };
 
 class client final : public dlock::backend {

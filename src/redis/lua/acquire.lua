@@ -4,8 +4,8 @@
 -- free lock is reserved for), KEYS[7] the waiter id the latest wake-up went to (KEYS[3..7] may
 -- be absent); ARGV[1] owner token, ARGV[2] lease in ms, ARGV[5] waiter liveness ms, ARGV[9]
 -- waiter id (<kind>:<client>.<random>; empty or absent: the caller does not register, e.g. a
--- first attempt, try_lock() or Redlock), ARGV[10] the fence counter's idle period in ms
--- (lib/fence.lua).
+-- first attempt, try_lock() or Redlock), ARGV[10] the fence counter's idle period in ms,
+-- ARGV[11] '0' when the token must not take the server's clock as a floor (Redlock; lib/fence.lua).
 -- Returns {1, fencing token} when granted, {0, ms} when not: held (ms: the holder's remaining
 -- lease, -1: no expiry), or free but reserved as another waiter's turn (the turn counts as held
 -- for everyone but its waiter, try_lock() included; ms: the turn's remaining time for a caller
@@ -14,13 +14,35 @@
 -- When not granted, a waiter id joins the mutex waiters (or refreshes its liveness: the call is
 -- idempotent); a grant takes it off, and ends its turn and its woken mark.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+-- The uncontended path comes first and returns before the waiter functions are even defined
+-- (docs/redis-lock.md, "Acquire in one round trip": each function a script defines is made anew
+-- on every call, so the common case defines only what it uses).
 --@include lib/kind_guard.lua
 --@include lib/fence.lua
---@include lib/queue.lua
-local refused = dlock_kind_guard(KEYS[1], 'dlock::mutex')
+local refused, free = dlock_kind_guard(KEYS[1], 'dlock::mutex')
 if refused then return refused end
 local waiter = ARGV[9]
 if waiter == '' or not KEYS[5] then waiter = nil end
+
+-- The grant: the token before SET (if the counter is unusable nothing has been taken yet).
+-- Returns the fencing token, or nil and the error reply.
+local function take()
+  local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2], ARGV[11])
+  if not fence then return nil, bad end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return fence
+end
+
+-- A free name (no holder, no turn: dlock_kind_guard checked both) and a caller that is not a
+-- registered waiter (nothing of it to take off the waiters): granted.
+if free and not waiter then
+  local fence, bad = take()
+  if not fence then return bad end
+  return {1, fence}
+end
+
+--@include lib/notify.lua
+--@include lib/queue.lua
 local turn_key, woken_key = KEYS[6], KEYS[7]
 if not woken_key then turn_key = nil end
 
@@ -49,10 +71,8 @@ if turn and turn ~= waiter then
   if waiter and (redis.call('ZRANK', KEYS[3], waiter) or 0) > 1 then reply[2] = -1 end
   return reply
 end
--- The token before SET: if the counter is unusable nothing has been taken yet.
-local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2])
+local fence, bad = take()
 if not fence then return bad end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if waiter then
   redis.call('ZREM', KEYS[3], waiter)
   redis.call('ZREM', KEYS[4], waiter)

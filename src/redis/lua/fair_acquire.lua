@@ -10,11 +10,22 @@
 -- bounded re-check that finds a hand-off whose notification was lost. A hand-off publishes
 -- "granted <fence> <ticket> <token>": the ticket names the queue entry (so the refresh) it answers.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
+-- A free name comes first and returns before the queue functions are even defined (each function
+-- a script defines is made anew on every call; docs/redis-lock.md, "Acquire in one round trip").
 --@include lib/kind_guard.lua
 --@include lib/fence.lua
---@include lib/queue.lua
-local refused = dlock_kind_guard(KEYS[1], 'dlock::fair_mutex')
+local refused, free = dlock_kind_guard(KEYS[1], 'dlock::fair_mutex')
 if refused then return refused end
+if free then
+  -- No owner, no queue, no liveness entries (KEYS[1], KEYS[3], KEYS[4] are the guard's <lock
+  -- key>, :queue and :alive): the grant below, with nothing to take off the queue.
+  local fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2])
+  if not fence then return bad end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, fence}
+end
+--@include lib/notify.lua
+--@include lib/queue.lua
 local held = redis.call('TYPE', KEYS[1]).ok
 if held ~= 'none' and held ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')

@@ -7,6 +7,15 @@
 -- one winner, no extra round trip. Without waiters the key goes and 'released' is published on the release channel.
 -- Returns 1 when we held the lock (it was released or handed over), 0 otherwise (a waiter that
 -- leaves the queue, or a grant already lost: nothing of anyone else's is touched).
+-- Without a queue and liveness entries nobody waits: compare-and-delete, before the queue
+-- functions are even defined (each function a script defines is made anew on every call).
+--@include lib/notify.lua
+if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+  redis.call('DEL', KEYS[1])
+  dlock_notify(ARGV[2], 'released')
+  return 1
+end
 --@include lib/fence.lua
 --@include lib/queue.lua
 if redis.call('TYPE', KEYS[4]).ok == 'hash' then
@@ -23,7 +32,7 @@ while true do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[2], 'released')
+    dlock_notify(ARGV[2], 'released')
     return 1
   end
   redis.call('ZREM', KEYS[3], head[1])

@@ -12,6 +12,7 @@
 -- head, docs/redis-lock.md "Waking one waiter")}. type is mutex, recursive_mutex, fair_mutex, shared_mutex,
 -- counting_semaphore, none or foreign (detail says what was found).
 --@include lib/kind_guard.lua
+--@include lib/notify.lua
 --@include lib/queue.lua
 local now = dlock_now_ms()
 local kind, detail = 'none', ''

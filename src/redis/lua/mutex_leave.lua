@@ -5,6 +5,7 @@
 -- KEYS as acquire.lua; ARGV[1] waiter id, ARGV[2] release channel. Returns 0 (it never holds
 -- the lock: a grant takes it off the waiters).
 --@include lib/fence.lua
+--@include lib/notify.lua
 --@include lib/queue.lua
 if redis.call('TYPE', KEYS[3]).ok == 'zset' then redis.call('ZREM', KEYS[3], ARGV[1]) end
 if redis.call('TYPE', KEYS[4]).ok == 'zset' then redis.call('ZREM', KEYS[4], ARGV[1]) end

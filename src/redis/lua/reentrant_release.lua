@@ -5,11 +5,12 @@
 -- whose outcome the client does not know (it may have landed late): release every level.
 -- Returns 1 when one of our levels was released, 0 when the key is gone, is not a recursive
 -- lock, or does not hold our token (nothing is touched then).
+--@include lib/notify.lua
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if ARGV[4] == '1' or redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  dlock_notify(ARGV[2], 'released')
 end
 return 1

@@ -8,16 +8,18 @@
 -- free lock is first reserved for it as its turn (KEYS[6], lib/queue.lua, dlock_mutex_turn_ms).
 -- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
 -- token (nothing is touched then).
+-- Without registered waiters (no KEYS[3]) the waiter functions are never defined: each function a
+-- script defines is made anew on every call (docs/redis-lock.md, "Release").
+--@include lib/notify.lua
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  if holder then return -1 end
+  return 0
+end
+redis.call('DEL', KEYS[1])
+dlock_notify(ARGV[2], 'released')
+if not KEYS[4] or redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 --@include lib/fence.lua
 --@include lib/queue.lua
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
-  if KEYS[4] then dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], KEYS[6], KEYS[7]) end
-  return 1
-end
-if holder then
-  return -1
-end
-return 0
+dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], KEYS[6], KEYS[7])
+return 1

@@ -10,6 +10,7 @@
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 --@include lib/kind_guard.lua
 --@include lib/fence.lua
+--@include lib/notify.lua
 --@include lib/queue.lua
 local refused = dlock_kind_guard(KEYS[1], 'dlock::shared_mutex')
 if refused then return refused end

@@ -6,6 +6,7 @@
 -- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket> <its token>" on its
 -- client's hand-off channel (lib/queue.lua, dlock_publish_grant).
 --@include lib/fence.lua
+--@include lib/notify.lua
 --@include lib/queue.lua
 local now = dlock_now_ms()
 local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -26,7 +27,7 @@ if redis.call('ZCARD', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 then
                                ARGV[5])
     if bad then return bad end
   elseif dead > 0 then
-    redis.call('PUBLISH', ARGV[2], 'released')  -- the writers readers waited for are dead
+    dlock_notify(ARGV[2], 'released')  -- the writers readers waited for are dead
   end
 end
 return ours

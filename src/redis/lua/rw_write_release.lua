@@ -8,6 +8,7 @@
 -- <its token>" on its client's hand-off channel, lib/queue.lua); if no writer waits any more, PUBLISH "released" on ARGV[2] wakes the
 -- waiting readers.
 --@include lib/fence.lua
+--@include lib/notify.lua
 --@include lib/queue.lua
 local now = dlock_now_ms()
 local ours = 0
@@ -29,7 +30,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
                                ARGV[5])
     if bad then return bad end
   elseif not head and (ours == 1 or left == 1 or dead > 0) then
-    redis.call('PUBLISH', ARGV[2], 'released')
+    dlock_notify(ARGV[2], 'released')
   end
 end
 return ours

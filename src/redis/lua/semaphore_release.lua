@@ -6,6 +6,7 @@
 -- Returns 1 when our live grant was removed, 0 when it is gone or its lease had run out (an
 -- expired entry is removed too; it no longer counted as ours). Never touches another grant.
 --@include lib/semaphore.lua
+--@include lib/notify.lua
 local holders_type = redis.call('TYPE', KEYS[1]).ok
 if holders_type ~= 'none' and holders_type ~= 'zset' then
   return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[1] .. ' holds a ' .. holders_type ..
@@ -17,7 +18,7 @@ if not expiry then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('PUBLISH', ARGV[2], 'released')
+dlock_notify(ARGV[2], 'released')
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 dlock_keep_limit(KEYS[1], KEYS[4], now, ARGV[5])

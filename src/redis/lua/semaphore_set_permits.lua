@@ -6,6 +6,7 @@
 -- that long after the last grant ends, or from now when none is live).
 -- Returns 1.
 --@include lib/semaphore.lua
+--@include lib/notify.lua
 for i, want in ipairs({'zset', 'string', 'hash', 'string'}) do
   local t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= want then
@@ -17,5 +18,5 @@ redis.call('SET', KEYS[4], ARGV[1])
 local time = redis.call('TIME')
 dlock_keep_limit(KEYS[1], KEYS[4], tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000),
                  ARGV[3])
-redis.call('PUBLISH', ARGV[2], 'released')
+dlock_notify(ARGV[2], 'released')
 return 1

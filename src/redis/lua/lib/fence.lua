@@ -3,10 +3,11 @@
 -- (cmake/embed_lua.cmake), so the rule lives here only.
 -- The counter is a string key that expires once the name is unused: every grant sets it to its
 -- token with an expiry of max(idle period, the grant's lease), so it outlives the grant it was
--- issued for. A missing (new or expired) counter is seeded from the server's clock: a token is
--- max(counter + 1, the server's TIME in microseconds). Tokens therefore rise strictly per name
--- across the counter's expiry as long as the server's clock does not step back by more than the
--- idle period (a Redlock write-back also carries other servers' clocks: their skew counts too).
+-- issued for. A token is max(counter + 1, the server's TIME in microseconds) on one server, and
+-- counter + 1 on Redlock (the clock only when there is no counter): see dlock_next_fence. Tokens
+-- therefore rise strictly per name across the counter's expiry as long as the server's clock does
+-- not step back by more than the idle period (a counter rises by one per grant, slower than the
+-- clock; a Redlock write-back also carries other servers' clocks: their skew counts too).
 -- Microseconds stay below 2^53 (exact in Lua's doubles) until the year 2255.
 
 -- The server's time in microseconds.
@@ -60,13 +61,22 @@ local function dlock_store_fence(fence_key, value, keep)
   return nil
 end
 
--- The next fencing token of counter `fence_key`: max(counter + 1, the server's clock in us),
--- stored for max(`idle_ms`, `lease_ms`). Returns it (a number), or nil and an error reply when
--- the counter is unusable (nothing is written then).
-local function dlock_next_fence(fence_key, idle_ms, lease_ms)
+-- The next fencing token of counter `fence_key`, stored for max(`idle_ms`, `lease_ms`):
+-- max(counter + 1, the server's clock in us), or with `clock_floor` == '0' counter + 1 (the
+-- clock only when the counter is missing, 0 or less).
+-- The clock floor is what keeps tokens rising when a counter is lost with the grants it counted:
+-- a Sentinel failover to a replica that missed the last grants (docs/sentinel.md), a restart
+-- without persistence. Redlock passes '0': each master's clock differs, so clock floors would
+-- make the masters' next tokens disagree and nearly every grant pay a write-back round; its
+-- quorum carries the counter instead (a majority that granted a token intersects every later
+-- majority, and a master restarted empty seeds from its clock: docs/redlock.md).
+-- Returns it (a number), or nil and an error reply when the counter is unusable (nothing is
+-- written then).
+local function dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor)
   local value, bad = dlock_read_fence(fence_key)
   if not value then return nil, bad end
-  local fence = math.max(value + 1, dlock_now_us())
+  local fence = value + 1
+  if value <= 0 or clock_floor ~= '0' then fence = math.max(fence, dlock_now_us()) end
   bad = dlock_store_fence(fence_key, fence, dlock_fence_keep(idle_ms, lease_ms))
   if bad then return nil, bad end
   return fence

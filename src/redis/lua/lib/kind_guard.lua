@@ -14,12 +14,16 @@ end
 
 -- The kind that holds the name of lock key `base` (or has a live waiter queued on it) and how,
 -- or nil when none does. A key of a type no lock uses is left to the script's own type check.
+-- A third value, true, says more: the name is free (neither `base` nor its :readers, :mutex_turn,
+-- :queue and :alive exist), so the caller may skip its own checks of those keys.
 local function dlock_name_kind(base)
   -- A free name (the common case) in one call: none of the keys below exists, so every check
-  -- below would find nothing. Each call counts: a Redlock acquire runs this on every server, and
-  -- servers sharing cores answer one after another.
-  if redis.call('EXISTS', base, base .. ':readers', base .. ':mutex_turn', base .. ':queue') == 0 then
-    return nil
+  -- below would find nothing (:alive is read only with :queue; it is asked here for the callers'
+  -- sake). Each call counts: a Redlock acquire runs this on every server, and servers sharing
+  -- cores answer one after another.
+  if redis.call('EXISTS', base, base .. ':readers', base .. ':mutex_turn', base .. ':queue',
+                base .. ':alive') == 0 then
+    return nil, nil, true
   end
   local t = redis.call('TYPE', base).ok
   if t == 'string' then return dlock_token_kind(redis.call('GET', base)), 'holds' end
@@ -57,13 +61,13 @@ local function dlock_name_kind(base)
 end
 
 -- An error reply (WRONGTYPE, so the client reports errc::unexpected_reply) when another kind than
--- `mine` holds or waits on the name of lock key `base`; nil when `mine` may go on. Call it before
--- any write.
+-- `mine` holds or waits on the name of lock key `base`; nil when `mine` may go on, and then true
+-- as a second value when the name is free (dlock_name_kind). Call it before any write.
 local function dlock_kind_guard(base, mine)
-  local other, how = dlock_name_kind(base)
+  local other, how, free = dlock_name_kind(base)
   if other and other ~= mine then
     return redis.error_reply('WRONGTYPE a ' .. other .. ' ' .. how .. ' the lock ' .. base ..
                              '; a ' .. mine .. ' cannot use that name (one name, one lock kind)')
   end
-  return nil
+  return nil, free
 end

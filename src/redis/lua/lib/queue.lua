@@ -1,6 +1,7 @@
 -- The waiter queue of the queued lock kinds (fair_mutex, the write side of shared_mutex;
 -- docs/lock-family.md) and of dlock::mutex's wake-one registration (docs/redis-lock.md):
 -- composed into their scripts at build time (cmake/embed_lua.cmake), so the rules live here only. The keys come as parameters: their KEYS indices differ between the kinds.
+-- Scripts that include this file include lib/notify.lua (its messages go out there) before it.
 -- `queue` is the ZSET waiter token -> ticket (its arrival number), `alive` the ZSET waiter token ->
 -- liveness deadline (server ms), `arrivals` the arrival counter.
 
@@ -76,8 +77,8 @@ end
 -- channel of its own). The token in the message says whose grant it is: one notification, one
 -- winner.
 local function dlock_publish_grant(channel, token, fence, ticket)
-  redis.call('PUBLISH', dlock_waiter_channel(channel, token),
-             'granted ' .. dlock_fence_text(fence) .. ' ' .. ticket .. ' ' .. token)
+  dlock_notify(dlock_waiter_channel(channel, token),
+               'granted ' .. dlock_fence_text(fence) .. ' ' .. ticket .. ' ' .. token)
 end
 
 -- dlock::mutex waiters (docs/redis-lock.md, "Waking one waiter"): they join their own queue with
@@ -125,14 +126,14 @@ local function dlock_wake_mutex_head(queue, alive, channel, turn, woken)
           redis.call('SET', turn, head, 'PX', dlock_mutex_turn_ms)
           local next = redis.call('ZRANGE', queue, 1, 1)[1]
           if next and redis.call('ZSCORE', alive, next) then
-            redis.call('PUBLISH', dlock_waiter_channel(channel, next), 'wake ' .. next)
+            dlock_notify(dlock_waiter_channel(channel, next), 'wake ' .. next)
           end
         else
           -- Kept as long as the head's liveness (acquire.lua extends it with each refresh).
           redis.call('SET', woken, head, 'PX', math.max(1, deadline - now))
         end
       end
-      redis.call('PUBLISH', dlock_waiter_channel(channel, head), 'wake ' .. head)
+      dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
       return
     end
     redis.call('ZREM', queue, head)  -- no liveness deadline: not a live waiter

@@ -1,0 +1,10 @@
+-- How scripts notify waiters (docs/redis-lock.md, "Scripts: EVALSHA with a NOSCRIPT
+-- fallback"): composed into every script that publishes at build time (cmake/embed_lua.cmake),
+-- so the command that carries a notification is named here only (sharded pub/sub, SPUBLISH, is a
+-- change of this file and of the subscriber's SUBSCRIBE). Scripts that include lib/queue.lua
+-- include this file before it.
+
+-- Sends `message` on channel `channel` to whoever is subscribed to it.
+local function dlock_notify(channel, message)
+  redis.call('PUBLISH', channel, message)
+end
