@@ -28,6 +28,7 @@
 
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 #include "tls_certs.hpp"
 
@@ -36,6 +37,7 @@ extern char** environ;
 namespace {
 
 using namespace std::chrono_literals;
+using dlock::test::temp_dir;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -46,26 +48,6 @@ std::int64_t monotonic_ns() {
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
-
-/// A private temp dir, removed at the end of the test.
-class temp_dir {
-public:
-    temp_dir() {
-        std::string pattern = (fs::temp_directory_path() / "dlock-bench-test.XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    temp_dir(const temp_dir&) = delete;
-    temp_dir& operator=(const temp_dir&) = delete;
-    const fs::path& path() const { return path_; }
-
-private:
-    fs::path path_;
-};
 
 /// One worker process: stdin /dev/null, stdout+stderr to `log`.
 class worker_process {
@@ -211,7 +193,7 @@ std::string worker_file_name(int w, const char* suffix) {
 
 void two_workers_on_one_key(const std::string& mode, bool exclusive) {
     SCOPED_TRACE("mode " + mode);
-    temp_dir dir;
+    const temp_dir dir("dlock-bench-test");
     const auto key = protocol_key();
     const auto start_at = monotonic_ns() + dlock::test::scaled(700ms).count() * 1'000'000;
     std::vector<std::unique_ptr<worker_process>> workers;
@@ -219,19 +201,19 @@ void two_workers_on_one_key(const std::string& mode, bool exclusive) {
         workers.push_back(std::make_unique<worker_process>(
             std::vector<std::string>{"--mode", mode, "--key", key, "--duration-s", "0.3",
                                      "--worker-id", std::to_string(w), "--out",
-                                     (dir.path() / worker_file_name(w, ".jsonl")).string(),
-                                     "--servers", servers(), "--cs-us", "20", "--ttl-ms", "10000",
-                                     "--start-at-ns", std::to_string(start_at)},
-            dir.path() / worker_file_name(w, ".log")));
+                                     dir / worker_file_name(w, ".jsonl"), "--servers", servers(),
+                                     "--cs-us", "20", "--ttl-ms", "10000", "--start-at-ns",
+                                     std::to_string(start_at)},
+            dir / worker_file_name(w, ".log")));
     }
     for (int w = 0; w < 2; ++w) {
-        EXPECT_EQ(workers[w]->wait(30s), 0) << read_file(dir.path() / worker_file_name(w, ".log"));
+        EXPECT_EQ(workers[w]->wait(30s), 0) << read_file(dir / worker_file_name(w, ".log"));
     }
 
     std::vector<std::tuple<std::int64_t, std::int64_t, int>> intervals;  // acq, rel, worker
     for (int w = 0; w < 2; ++w) {
-        const auto file = dir.path() / worker_file_name(w, ".jsonl");
-        EXPECT_FALSE(fs::exists(file.string() + ".tmp")) << "FILE.tmp must be renamed to FILE";
+        const auto file = dir / worker_file_name(w, ".jsonl");
+        EXPECT_FALSE(fs::exists(file + ".tmp")) << "FILE.tmp must be renamed to FILE";
         worker_file f;
         check_file(file, w, f);
         for (const auto& [acq, rel, wait] : f.cycles) {
@@ -271,13 +253,13 @@ TEST(BenchWorker, EveryLockTypeOfTheFamilyRunsTheProtocol) {
 }
 
 TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
-    temp_dir dir;
-    const auto out = dir.path() / "w.jsonl";
-    EXPECT_EQ(run_worker({"--ops", "7", "--key", protocol_key(), "--out", out.string(), "--servers",
+    const temp_dir dir("dlock-bench-test");
+    const auto out = dir / "w.jsonl";
+    EXPECT_EQ(run_worker({"--ops", "7", "--key", protocol_key(), "--out", out, "--servers",
                           servers(), "--worker-id", "3"},
-                         dir.path() / "w.log"),
+                         dir / "w.log"),
               0)
-        << read_file(dir.path() / "w.log");
+        << read_file(dir / "w.log");
     worker_file f;
     check_file(out, 3, f);
     EXPECT_EQ(f.cycles.size(), 7u);
@@ -287,13 +269,13 @@ TEST(BenchWorker, OpsStopsAfterThatManyCycles) {
 TEST(BenchWorker, TlsCaMakesItUseRediss) {
     const dlock::test::tls_certs certs;
     const dlock::test::redis_server server({.tls_dir = certs.dir()});
-    temp_dir dir;
-    const auto out = dir.path() / "w.jsonl";
-    EXPECT_EQ(run_worker({"--ops", "3", "--key", protocol_key(), "--out", out.string(), "--servers",
+    const temp_dir dir("dlock-bench-test");
+    const auto out = dir / "w.jsonl";
+    EXPECT_EQ(run_worker({"--ops", "3", "--key", protocol_key(), "--out", out, "--servers",
                           "127.0.0.1:" + std::to_string(server.tls_port()), "--tls-ca", certs.ca()},
-                         dir.path() / "w.log"),
+                         dir / "w.log"),
               0)
-        << read_file(dir.path() / "w.log");
+        << read_file(dir / "w.log");
     worker_file f;
     check_file(out, 0, f);
     EXPECT_EQ(f.cycles.size(), 3u);
@@ -301,59 +283,57 @@ TEST(BenchWorker, TlsCaMakesItUseRediss) {
 }
 
 TEST(BenchWorker, UnknownModeExits64) {
-    temp_dir dir;
-    const auto out = dir.path() / "w.jsonl";
+    const temp_dir dir("dlock-bench-test");
+    const auto out = dir / "w.jsonl";
     EXPECT_EQ(run_worker({"--mode", "no-such-lock", "--key", protocol_key(), "--duration-s", "0.1",
-                          "--out", out.string(), "--servers", servers()},
-                         dir.path() / "w.log"),
+                          "--out", out, "--servers", servers()},
+                         dir / "w.log"),
               64);
     EXPECT_FALSE(fs::exists(out));
-    EXPECT_NE(read_file(dir.path() / "w.log").find("mutex"), std::string::npos)
+    EXPECT_NE(read_file(dir / "w.log").find("mutex"), std::string::npos)
         << "the message lists the available modes";
 }
 
 TEST(BenchWorker, PlannedButUnavailableModeExits64) {
     // A mode --help lists as planned (a lock type not built yet) is refused like an unknown one.
-    temp_dir dir;
-    ASSERT_EQ(run_worker({"--help"}, dir.path() / "help.txt"), 0);
-    const auto help = read_file(dir.path() / "help.txt");
+    const temp_dir dir("dlock-bench-test");
+    ASSERT_EQ(run_worker({"--help"}, dir / "help.txt"), 0);
+    const auto help = read_file(dir / "help.txt");
     const auto section = help.find("Planned (");
     if (section == std::string::npos) GTEST_SKIP() << "every planned lock type exists now";
     const auto name_at = help.find("\n  ", section) + 3;
     const auto planned = help.substr(name_at, help.find(' ', name_at) - name_at);
     EXPECT_EQ(run_worker({"--mode", planned, "--key", protocol_key(), "--duration-s", "0.1",
-                          "--out", (dir.path() / "w.jsonl").string(), "--servers", servers()},
-                         dir.path() / "w.log"),
+                          "--out", dir / "w.jsonl", "--servers", servers()},
+                         dir / "w.log"),
               64)
         << planned;
 }
 
 TEST(BenchWorker, MissingOutExits64) {
-    temp_dir dir;
+    const temp_dir dir("dlock-bench-test");
     EXPECT_EQ(run_worker({"--mode", "mutex", "--key", protocol_key(), "--duration-s", "0.1",
                           "--servers", servers()},
-                         dir.path() / "w.log"),
+                         dir / "w.log"),
               64);
 }
 
 TEST(BenchWorker, BadValuesExit64) {
-    temp_dir dir;
-    const auto out = (dir.path() / "w.jsonl").string();
-    EXPECT_EQ(
-        run_worker({"--key", "bad key", "--duration-s", "0.1", "--out", out}, dir.path() / "a.log"),
-        64);
-    EXPECT_EQ(
-        run_worker({"--key", "k", "--duration-s", "soon", "--out", out}, dir.path() / "b.log"), 64);
+    const temp_dir dir("dlock-bench-test");
+    const auto out = dir / "w.jsonl";
+    EXPECT_EQ(run_worker({"--key", "bad key", "--duration-s", "0.1", "--out", out}, dir / "a.log"),
+              64);
+    EXPECT_EQ(run_worker({"--key", "k", "--duration-s", "soon", "--out", out}, dir / "b.log"), 64);
     EXPECT_EQ(run_worker({"--key", "k", "--duration-s", "0.1", "--out", out, "--bogus", "1"},
-                         dir.path() / "c.log"),
+                         dir / "c.log"),
               64);
     EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(BenchWorker, HelpListsTheAvailableModes) {
-    temp_dir dir;
-    EXPECT_EQ(run_worker({"--help"}, dir.path() / "help.txt"), 0);
-    const auto help = read_file(dir.path() / "help.txt");
+    const temp_dir dir("dlock-bench-test");
+    EXPECT_EQ(run_worker({"--help"}, dir / "help.txt"), 0);
+    const auto help = read_file(dir / "help.txt");
     EXPECT_NE(help.find("Modes available in this build:\n  mutex"), std::string::npos) << help;
     EXPECT_NE(help.find("--start-at-ns"), std::string::npos);
 }

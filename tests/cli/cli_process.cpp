@@ -50,11 +50,7 @@ std::string read_text(const std::string& path) {
 }
 
 cli_process::cli_process(std::vector<std::string> args, const cli_options& options)
-    : args_(std::move(args)) {
-    std::string templ = (std::filesystem::temp_directory_path() / "dlock-cli-test.XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = templ;
-
+    : args_(std::move(args)), dir_("dlock-cli-test") {
     // The environment: ours without DLOCK_URL (tests name their server), plus options.env.
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -77,7 +73,7 @@ cli_process::cli_process(std::vector<std::string> args, const cli_options& optio
     c_env.push_back(nullptr);
 
     const int in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    const int out_fd = ::open((dir_ + "/out.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    const int out_fd = ::open((dir_ / "out.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     int err_fd = -1;
     if (options.tty_stderr) {
         tty_master_ = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
@@ -91,7 +87,7 @@ cli_process::cli_process(std::vector<std::string> args, const cli_options& optio
         err_fd = ::open(slave, O_RDWR | O_NOCTTY | O_CLOEXEC);
         ::fcntl(tty_master_, F_SETFL, O_NONBLOCK);
     } else {
-        err_fd = ::open((dir_ + "/err.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        err_fd = ::open((dir_ / "err.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     }
     if (in_fd < 0 || out_fd < 0 || err_fd < 0) throw std::runtime_error("cannot open output files");
 
@@ -135,8 +131,6 @@ cli_process::~cli_process() {
         }
     }
     if (tty_master_ >= 0) ::close(tty_master_);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
 }
 
 void cli_process::send(int sig) const {
@@ -153,10 +147,10 @@ bool cli_process::running() {
     return true;
 }
 
-std::string cli_process::out() const { return read_text(dir_ + "/out.txt"); }
+std::string cli_process::out() const { return read_text(dir_ / "out.txt"); }
 
 std::string cli_process::err() {
-    if (tty_master_ < 0) return read_text(dir_ + "/err.txt");
+    if (tty_master_ < 0) return read_text(dir_ / "err.txt");
     drain_tty();
     return tty_text_;
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace dlock::test {
 
 struct cli_result {
@@ -52,7 +54,7 @@ private:
     void drain_tty();  // moves what the pseudo-terminal holds into tty_text_
 
     std::vector<std::string> args_;
-    std::string dir_;  // temp dir with out.txt and err.txt
+    temp_dir dir_;  // with out.txt and err.txt
     pid_t pid_ = -1;
     int status_ = -1;
     int tty_master_ = -1;

@@ -24,6 +24,7 @@
 #include "cli_process.hpp"
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
 #if DLOCK_HAS_ETCD
@@ -43,6 +44,7 @@ using dlock::test::read_text;
 using dlock::test::run_cli;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
+using dlock::test::temp_dir;
 
 using namespace dlock::test::exit_status;  // the documented exit statuses
 
@@ -53,25 +55,6 @@ std::string lock_key(const std::string& name) {
     const dlock::redis::client c({.url = url()});  // connects lazily: this opens no connection
     return c.lock_key(name);
 }
-
-/// A fresh temp dir for marker files, removed with the object.
-class temp_dir {
-public:
-    temp_dir() {
-        std::string templ =
-            (std::filesystem::temp_directory_path() / "dlock-cli-markers.XXXXXX").string();
-        if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path_ = templ;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    std::string operator/(const std::string& file) const { return path_ + "/" + file; }
-
-private:
-    std::string path_;
-};
 
 /// A shell loop that runs for at most ~20 s, so no test leaves a command running for long.
 constexpr const char* bounded_loop = "i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done";
@@ -144,7 +127,7 @@ TEST(CliRun, TheCommandIsRunVerbatimWhateverItsWordsLookLike) {
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, "-- hi\n");
     // The command's -c and its "--": grep counts the lines that match "x".
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     std::ofstream(dir / "file") << "x\ny\nx\n";
     r = run_cli({"run", "--url", url(), name, "grep", "-c", "--", "x", dir / "file"});
     EXPECT_EQ(r.status, 0) << r.err;
@@ -238,7 +221,7 @@ TEST(CliRun, VerbosePrintsLockEvents) {
 
 TEST(CliRun, RunsOnOneNameTakeTurns) {
     const auto name = dlock::test::unique_name("turns");
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     const auto log = dir / "log";
     // Each critical section appends "start <ns>" and "end <ns>"; O_APPEND keeps lines whole.
     const std::string section =
@@ -375,7 +358,7 @@ TEST(CliRun, RepeatedWarningsArePrintedOnceWithACount) {
     // Each identical warning is printed once, then counted, not repeated line after line.
     dlock::test::redis_server server;
     const auto name = dlock::test::unique_name("server-killed");
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     cli_process run({"run", "--lease", ms(scaled(3s)), "--url", server.url(), name, "--", "sh",
                      "-c", std::string("touch ") + (dir / "ready") + "; " + bounded_loop});
     ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
@@ -417,7 +400,7 @@ TEST(CliRun, SignalWhileWaitingGivesUp) {
 
 TEST(CliRun, LostLockStopsTheCommand) {
     const auto name = dlock::test::unique_name("lost");
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     const std::string script = "trap 'echo TERM > " + (dir / "term") + "; exit 0' TERM; touch " +
                                (dir / "ready") + "; " + bounded_loop;
     // A 1 s lease is renewed every ~333 ms, so the deletion is noticed quickly.
@@ -433,7 +416,7 @@ TEST(CliRun, LostLockStopsTheCommand) {
 
 TEST(CliRun, LostLockKillsACommandThatIgnoresSigterm) {
     const auto name = dlock::test::unique_name("lost-kill");
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     const std::string script = "trap '' TERM; touch " + (dir / "ready") + "; " + bounded_loop;
     cli_process run({"run", "--lease", "1s", "--grace", "300ms", "--url", url(), name, "--", "sh",
                      "-c", script});
@@ -462,7 +445,7 @@ TEST(CliRun, MaxHoldStopsTheCommand) {
 
 TEST(CliRun, ForwardsSignalsToTheCommand) {
     const auto name = dlock::test::unique_name("signals");
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     const auto log = dir / "log";
     const std::string script = "for s in INT HUP QUIT USR1 USR2; do trap \"echo $s >> " + log +
                                "\" $s; done; "
@@ -490,7 +473,7 @@ TEST(CliRun, ForwardsSignalsToTheCommand) {
 
 TEST(CliRun, ForegroundCommandGetsSignalsToo) {
     const auto name = dlock::test::unique_name("foreground");
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     const std::string script = "trap 'exit 4' TERM; touch " + (dir / "ready") + "; " + bounded_loop;
     cli_process run({"run", "--foreground", "--url", url(), name, "--", "sh", "-c", script});
     ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
@@ -719,7 +702,7 @@ protected:
 
 TEST_F(CliRedlock, RunAndStatus) {
     const auto name = dlock::test::unique_name("redlock");
-    const temp_dir dir;
+    const temp_dir dir("dlock-cli-markers");
     // Every server's counter above its clock in microseconds (the year 2128): the grant's token
     // is the next number on all of them (a token is max(counter + 1, the clock)).
     for (const auto& s : servers_) {

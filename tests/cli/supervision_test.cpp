@@ -24,6 +24,7 @@
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "spawn.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
 
@@ -40,35 +41,11 @@ using dlock::test::read_text;
 using dlock::test::run_cli;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
+using dlock::test::temp_dir;
 
 using namespace dlock::test::exit_status;  // the documented exit statuses
 
 std::string url() { return shared_redis().url(); }
-
-/// A fresh temp dir for scripts, logs and marker files, removed with the object.
-class temp_dir {
-public:
-    temp_dir() {
-        std::string templ =
-            (std::filesystem::temp_directory_path() / "dlock-supervision.XXXXXX").string();
-        if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-        path_ = templ;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    const std::string& path() const { return path_; }
-    std::string operator/(const std::string& file) const { return path_ + "/" + file; }
-    /// Writes `text` to `file` and returns its path.
-    std::string write(const std::string& file, const std::string& text) const {
-        std::ofstream(*this / file) << text;
-        return *this / file;
-    }
-
-private:
-    std::string path_;
-};
 
 bool exists(const std::string& path) { return std::filesystem::exists(path); }
 
@@ -166,7 +143,7 @@ pid_t start_script(const std::string& script, const std::vector<std::string>& ar
 
 TEST(Supervision, KillingDlockKillsTheCommandAndWhatItStarted) {
     const auto name = dlock::test::unique_name("kill9");
-    const temp_dir dir;
+    const temp_dir dir("dlock-supervision");
     const auto log = dir / "log";
     const pid_files cleanup({dir / "pid", dir / "gpid"});
     // The command and a grandchild both write to the log for at most ~20 s.
@@ -232,7 +209,7 @@ TEST(Supervision, CommandStoppedByPidKeepsTheLockAndNeverRunsUnlocked) {
     for (const int sig : {SIGSTOP, SIGTSTP}) {
         SCOPED_TRACE(sig == SIGSTOP ? "SIGSTOP" : "SIGTSTP");
         const auto name = dlock::test::unique_name("stop-by-pid");
-        const temp_dir dir;
+        const temp_dir dir("dlock-supervision");
         const auto log = dir / "log";
         const pid_files cleanup({dir / "pid"});
         const auto lease = scaled(1s);
@@ -264,7 +241,7 @@ TEST(Supervision, StoppedDlockHasItsCommandKilledBeforeTheLeaseEnds) {
     // SIGSTOP of dlock itself (a debugger, a starved or frozen process): nothing renews the lease,
     // and the watchdog kills the command's group before the lease can end.
     const auto name = dlock::test::unique_name("dead-man");
-    const temp_dir dir;
+    const temp_dir dir("dlock-supervision");
     const auto log = dir / "log";
     const pid_files cleanup({dir / "pid", dir / "gpid"});
     const std::string script = "(" + ticking("G", 400, log) + ") & echo $! > " + (dir / "gpid") +
@@ -311,7 +288,7 @@ std::vector<pid_t> children_of(pid_t parent) {
 
 TEST(Supervision, WatchdogIsNamedAndKillingItFirstLeavesNothingRunning) {
     const auto name = dlock::test::unique_name("watchdog");
-    const temp_dir dir;
+    const temp_dir dir("dlock-supervision");
     const auto log = dir / "log";
     const pid_files cleanup({dir / "pid", dir / "gpid"});
     const std::string script = "(" + ticking("G", 400, log) + ") & echo $! > " + (dir / "gpid") +
@@ -352,7 +329,7 @@ TEST(Supervision, WatchdogIsNamedAndKillingItFirstLeavesNothingRunning) {
 
 TEST(Supervision, LostLockKillsGrandchildrenThatIgnoreSigterm) {
     const auto name = dlock::test::unique_name("group");
-    const temp_dir dir;
+    const temp_dir dir("dlock-supervision");
     const pid_files cleanup({dir / "gpid"});
     // The command (the group leader) dies of SIGTERM; its child ignores SIGTERM.
     const std::string script =
@@ -399,7 +376,7 @@ bool ignores(const std::string& sigign_line, int sig) {
 /// (forwarded) as a probe that the first one has been dealt with, and ends the command.
 void expect_signal_stays_ignored(const std::string& launcher_text, int sig) {
     const auto name = dlock::test::unique_name("ignored");
-    const temp_dir dir;
+    const temp_dir dir("dlock-supervision");
     const pid_files cleanup({dir / "pid"});
     write_command(dir);
     const auto launcher = dir.write("launcher.sh", launcher_text);
@@ -454,7 +431,7 @@ std::vector<int> open_fds(pid_t pid) {
 /// Runs a shell under `lock_url` and returns the descriptors it holds once it is waiting for its
 /// `sleep` (a shell that is not reading a script has nothing else open).
 std::vector<int> command_fds(const std::string& lock_url) {
-    const temp_dir dir;
+    const temp_dir dir("dlock-supervision");
     const pid_files cleanup({dir / "pid"});
     cli_process run({"run", "--url", lock_url, dlock::test::unique_name("fds"), "--", "sh", "-c",
                      "echo $$ > " + (dir / "pid") + "; touch " + (dir / "ready") + "; sleep 20"});
@@ -492,7 +469,7 @@ TEST(Supervision, PasswordsStayWithDlock) {
     const std::string plain = "redis://127.0.0.1:" + std::to_string(server.port());
     const std::string with_password = "redis://:s3cret@127.0.0.1:" + std::to_string(server.port());
     const auto name = dlock::test::unique_name("password");
-    const temp_dir dir;
+    const temp_dir dir("dlock-supervision");
     const std::vector<std::string> print_env = {"--", "sh", "-c", "env; cat /proc/$PPID/cmdline"};
     const auto run_with = [&](std::vector<std::string> args, std::vector<std::string> env) {
         args.push_back(name);
@@ -555,7 +532,7 @@ struct terminal_session {
         : name(dlock::test::unique_name(hint)),
           shell({"DLOCK=" + cli_binary(), "U=" + url(), "N=" + name, "D=" + dir.path()}) {}
     std::string name;
-    temp_dir dir;
+    const temp_dir dir{"dlock-supervision"};
     pty_shell shell;
 };
 

@@ -1,0 +1,39 @@
+#include "temp_dir.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+
+namespace dlock::test {
+
+temp_dir::temp_dir(std::string_view stem) {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / (std::string(stem) + ".XXXXXX")).string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+        throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
+    }
+    path_ = std::move(pattern);
+}
+
+temp_dir::~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+}
+
+std::string temp_dir::operator/(std::string_view file) const {
+    return path_ + "/" + std::string(file);
+}
+
+std::string temp_dir::write(std::string_view file, std::string_view text) const {
+    const auto path = *this / file;
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw std::runtime_error("cannot write " + path);
+    return path;
+}
+
+}  // namespace dlock::test

@@ -1,0 +1,28 @@
+// A private temporary directory for a test's scripts, logs and marker files, removed with the
+// object.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dlock::test {
+
+class temp_dir {
+public:
+    /// Creates $TMPDIR/<stem>.XXXXXX (mkdtemp). Throws std::runtime_error if it cannot.
+    explicit temp_dir(std::string_view stem = "dlock-test");
+    ~temp_dir();  ///< removes the directory and everything in it; never throws
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+
+    const std::string& path() const noexcept { return path_; }
+    /// The path of `file` inside the directory.
+    std::string operator/(std::string_view file) const;
+    /// Writes `text` to `file` and returns its path. Throws std::runtime_error if it cannot.
+    std::string write(std::string_view file, std::string_view text) const;
+
+private:
+    std::string path_;
+};
+
+}  // namespace dlock::test
