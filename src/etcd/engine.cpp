@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "core/callbacks.hpp"
@@ -23,6 +25,94 @@ struct stubs {
     std::unique_ptr<pb::KV::Stub> kv;
     std::unique_ptr<pb::Watch::Stub> watch;
     std::unique_ptr<pb::Lease::Stub> lease;
+};
+
+/// The client's one LeaseKeepAlive stream (gRPC's callback API, so no thread of ours blocks on
+/// it): the background thread writes one keep-alive at a time (send()), every answer goes to
+/// engine::keep_alive_answered, and the end of the stream to engine::keep_alive_broken. A hold
+/// keeps the call open until close(), so send() may run outside gRPC's reactions at any time
+/// before it; close() cancels the call and waits for OnDone, after which it may be destroyed.
+class keep_alive_stream final
+    : public grpc::ClientBidiReactor<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse> {
+public:
+    keep_alive_stream(engine& owner, pb::Lease::Stub& stub) : owner_(owner) {
+        stub.async()->LeaseKeepAlive(&ctx_, this);
+        AddHold();
+        StartRead(&resp_);
+        StartCall();
+    }
+    keep_alive_stream(const keep_alive_stream&) = delete;
+    keep_alive_stream& operator=(const keep_alive_stream&) = delete;
+    ~keep_alive_stream() override = default;
+
+    /// Writes a keep-alive of lease `id`; false when the stream is broken or a write is still in
+    /// flight (the caller reopens the stream).
+    bool send(std::int64_t id) {
+        {
+            const std::lock_guard lock(m_);
+            if (broken_ || writing_) return false;
+            writing_ = true;
+        }
+        req_.set_id(id);
+        StartWrite(&req_);
+        return true;
+    }
+
+    /// Cancels the call and waits until gRPC is done with it. Idempotent.
+    void close() noexcept {
+        ctx_.TryCancel();
+        bool release = false;
+        {
+            const std::lock_guard lock(m_);
+            release = !released_;
+            released_ = true;
+        }
+        if (release) RemoveHold();
+        std::unique_lock lock(m_);
+        done_cv_.wait(lock, [&] { return done_; });
+    }
+
+    void OnWriteDone(bool ok) override {
+        {
+            const std::lock_guard lock(m_);
+            writing_ = false;
+            if (ok) return;
+            broken_ = true;
+        }
+        owner_.keep_alive_broken();
+    }
+
+    void OnReadDone(bool ok) override {
+        if (!ok) {
+            {
+                const std::lock_guard lock(m_);
+                broken_ = true;
+            }
+            owner_.keep_alive_broken();
+            return;
+        }
+        owner_.keep_alive_answered(resp_.id(), resp_.ttl());
+        StartRead(&resp_);
+    }
+
+    void OnDone(const grpc::Status& /*status*/) override {
+        const std::lock_guard lock(m_);
+        broken_ = true;
+        done_ = true;
+        done_cv_.notify_all();
+    }
+
+private:
+    engine& owner_;
+    grpc::ClientContext ctx_;
+    pb::LeaseKeepAliveRequest req_;    // the write in flight (writing_)
+    pb::LeaseKeepAliveResponse resp_;  // the read in flight
+    std::mutex m_;                     // guards the flags below
+    std::condition_variable done_cv_;
+    bool writing_ = false;
+    bool broken_ = false;
+    bool released_ = false;
+    bool done_ = false;
 };
 
 /// One acquire call's state between the steps of its acquire_policy.
@@ -169,6 +259,7 @@ void engine::stop() noexcept {
         return;
     }
     worker_.stop([this] { wake(); });
+    close_stream();
     std::vector<std::shared_ptr<lease_core>> orphaned;
     std::shared_ptr<session> s;
     {
@@ -204,6 +295,8 @@ void engine::keep_after_fork() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
     worker_.abandon();
     for (auto& e : endpoints_) dlock::detail::keep_forever(e);
     if (session_) dlock::detail::keep_forever(session_);
+    if (stream_)
+        dlock::detail::keep_forever(std::shared_ptr<keep_alive_stream>(std::move(stream_)));
 }
 
 void engine::wake() noexcept {
@@ -730,41 +823,96 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     }
 }
 
-void engine::keep_alive(const std::shared_ptr<session>& s, steady::time_point now) {
-    pb::LeaseKeepAliveRequest req;
-    req.set_id(s->id);
-    pb::LeaseKeepAliveResponse resp;
-    bool answered = false;
-    const auto sent = steady::now();
-    // One keep-alive per stream, bounded by command_timeout and by a third of the TTL, so the
-    // background thread never blocks for longer than the validity margin.
-    const auto bound =
-        std::min(dlock::detail::deadline_after(sent, options_.command_timeout), sent + s->ttl / 3);
-    const auto st = rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) {
-        auto stream = e.lease->LeaseKeepAlive(&ctx);
-        if (!stream->Write(req)) return stream->Finish();
-        stream->WritesDone();
-        answered = stream->Read(&resp);
-        while (stream->Read(&resp)) {
+steady::time_point engine::keep_alive(const std::shared_ptr<session>& s, steady::time_point now) {
+    const auto retry = now + std::min<steady::duration>(milliseconds(200), s->ttl / 10);
+    bool reopen = false;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (ka_broken_ || (ka_session_ && now >= ka_late_)) {
+            // The stream broke, or the keep-alive in flight was not answered in time: every
+            // lock of the session is uncertain until a keep-alive on a new stream is answered.
+            reopen = true;
+            ka_broken_ = false;
+            ka_session_.reset();
+            s->healthy = false;
+            // Tried again soon on a new stream, but not at once: a member that refuses every
+            // stream (down, or not serving yet after a restart) gets one try per retry period.
+            s->next_keep_alive = retry;
         }
-        return stream->Finish();
-    });
+    }
+    if (reopen && stream_) {
+        close_stream();
+        // The member may be down: the next stream goes to the next one (once per failure, as in
+        // rpc()).
+        const auto index = current_.load() % endpoints_.size();
+        auto expected = index;
+        current_.compare_exchange_strong(expected, (index + 1) % endpoints_.size());
+    }
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (ka_session_) return ka_late_;  // wait for its answer
+        if (s->dead) return now + std::chrono::seconds(1);
+        if (now < s->next_keep_alive) return s->next_keep_alive;
+    }
+    if (!stream_) {
+        auto& e = *endpoints_[current_.load() % endpoints_.size()];
+        stream_ = std::make_unique<keep_alive_stream>(*this, *e.lease);
+    }
+    const auto sent = steady::now();
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        ka_session_ = s;
+        ka_sent_ = sent;
+        // Bounded by command_timeout and by a third of the TTL, so a stream that stalls is
+        // replaced while the validity margin lasts.
+        ka_late_ = std::min(dlock::detail::deadline_after(sent, options_.command_timeout),
+                            sent + s->ttl / 3);
+    }
+    if (!stream_->send(s->id)) {
+        dlock::detail::lock_guard lock(mutex_);
+        ka_broken_ = true;
+        return now;
+    }
     dlock::detail::lock_guard lock(mutex_);
-    if (s->dead) return;
-    if (st.ok() && answered) {
-        if (resp.ttl() <= 0) {  // expired or revoked on the server: its keys are gone
+    return ka_session_ ? ka_late_ : now;
+}
+
+void engine::keep_alive_answered(std::int64_t id, std::int64_t ttl) noexcept {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        const auto s = std::move(ka_session_);
+        ka_session_.reset();
+        if (!s || s->id != id || s->dead) return;
+        if (ttl <= 0) {
+            // The lease expired or was revoked on the server: its keys are gone, so every lock of
+            // the session is lost (check_leases) and the next acquire grants a new lease.
             s->dead = true;
             cancel_waits(s.get());
-            return;
+        } else {
+            s->healthy = true;
+            s->valid_until = std::max(
+                s->valid_until, dlock::detail::valid_until(ka_sent_, std::chrono::seconds(ttl)));
+            s->next_keep_alive = ka_sent_ + s->ttl / 3;
+            s->check_due = true;
         }
-        s->healthy = true;
-        s->valid_until = std::max(
-            s->valid_until, dlock::detail::valid_until(sent, std::chrono::seconds(resp.ttl())));
-        s->next_keep_alive = sent + s->ttl / 3;
-    } else {
-        s->healthy = false;
-        s->next_keep_alive = now + std::min<steady::duration>(milliseconds(200), s->ttl / 10);
+        wake_ = true;
     }
+    worker_cv_.notify_all();
+}
+
+void engine::keep_alive_broken() noexcept {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        ka_broken_ = true;
+        wake_ = true;
+    }
+    worker_cv_.notify_all();
+}
+
+void engine::close_stream() noexcept {
+    if (!stream_) return;
+    stream_->close();
+    stream_.reset();
 }
 
 void engine::check_keys(const std::shared_ptr<session>& s,
@@ -885,7 +1033,6 @@ void engine::run(std::stop_token stop) {
     while (!stop.stop_requested()) {
         auto now = steady::now();
         std::shared_ptr<session> s;
-        bool due = false;
         {
             dlock::detail::lock_guard lock(mutex_);
             s = session_;
@@ -895,24 +1042,24 @@ void engine::run(std::stop_token stop) {
                 s->dead = true;
                 cancel_waits(s.get());
             }
-            if (s && !s->dead) due = now >= s->next_keep_alive;
+            if (s && s->dead) s.reset();
         }
+        auto next = now + std::chrono::seconds(1);
         std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
-        if (due) {
-            keep_alive(s, now);
-            bool healthy = false;
+        if (s) {
+            next = keep_alive(s, now);
+            bool check = false;
             {
                 dlock::detail::lock_guard lock(mutex_);
-                healthy = s->healthy && !s->dead;
+                check = std::exchange(s->check_due, false) && s->healthy && !s->dead;
             }
-            if (healthy) check_keys(s, lost);
+            if (check) check_keys(s, lost);
         }
         for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
         run_pending_deletes();
         now = steady::now();
-        auto next = check_leases(now);
+        next = std::min(next, check_leases(now));
         dlock::detail::unique_lock lock(mutex_);
-        if (session_ && !session_->dead) next = std::min(next, session_->next_keep_alive);
         if (!pending_.empty()) next = std::min(next, now + milliseconds(200));
         worker_cv_.wait_until(lock, stop, next,
                               [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return wake_; });

@@ -334,6 +334,30 @@ std::size_t etcd_cluster::count(const std::string& prefix) const {
     throw std::runtime_error("etcd_cluster::count: no member answered");
 }
 
+std::uint64_t etcd_cluster::grpc_started(std::size_t i, std::string_view method) const {
+    const auto deadline = clock::now() + scaled(std::chrono::seconds(10));
+    while (clock::now() < deadline) {
+        const auto answer = http(members_.at(i).client_port, "GET", "/metrics", "",
+                                 std::chrono::milliseconds(2000));
+        if (answer.find("grpc_server_started_total") != std::string::npos) {
+            // grpc_server_started_total{grpc_method="M",grpc_service="...",grpc_type="..."} N
+            const std::string label = "grpc_method=\"" + std::string(method) + "\"";
+            std::uint64_t total = 0;
+            std::istringstream in(answer);
+            for (std::string line; std::getline(in, line);) {
+                if (line.rfind("grpc_server_started_total{", 0) != 0 ||
+                    line.find(label) == std::string::npos)
+                    continue;
+                total += std::stoull(line.substr(line.rfind(' ') + 1));
+            }
+            return total;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    throw std::runtime_error("etcd_cluster::grpc_started: member " + std::to_string(i + 1) +
+                             " did not serve /metrics");
+}
+
 std::vector<std::string> etcd_cluster::etcdctl_argv(const std::vector<std::string>& args) const {
     std::vector<std::string> argv = {etcdctl_binary, "--endpoints=" + endpoints()};
     argv.insert(argv.end(), args.begin(), args.end());

@@ -56,6 +56,11 @@ public:
     /// answers so.
     int leader() const;
 
+    /// How many gRPC calls of `method` (e.g. "LeaseKeepAlive") member i has started since it
+    /// (re)started: etcd's grpc_server_started_total counter from its /metrics. Throws
+    /// std::runtime_error if the member does not answer within scaled(10s).
+    std::uint64_t grpc_started(std::size_t i, std::string_view method) const;
+
     /// How many keys start with `prefix` (a count-only range over the JSON gateway of the first
     /// running member). Throws std::runtime_error if no member answers within scaled(10s).
     std::size_t count(const std::string& prefix) const;
