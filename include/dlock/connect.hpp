@@ -56,8 +56,8 @@ struct connect_options {
     /// ZooKeeper has no such bound (its session timeout governs), so setting it for zk:// is
     /// errc::invalid_argument.
     std::optional<std::chrono::milliseconds> command_timeout{};
-    /// TLS settings (CA, client certificate, server name) for a rediss:// URL (docs/tls.md).
-    /// Setting it for any other URL is errc::invalid_argument.
+    /// TLS settings (CA, client certificate, server name) for a rediss:// URL (docs/tls.md), or
+    /// an etcds:// URL (docs/etcd.md). Setting it for any other URL is errc::invalid_argument.
     std::optional<dlock::tls_options> tls{};
 };
 
@@ -66,7 +66,7 @@ enum class service_kind : std::uint8_t {
     redis,      ///< redis://, rediss://, unix://
     redlock,    ///< redlock://
     zookeeper,  ///< zk://
-    etcd,       ///< etcd://
+    etcd,       ///< etcd://, etcds://
 };
 
 const char* to_string(service_kind kind) noexcept;

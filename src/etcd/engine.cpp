@@ -2,9 +2,17 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <mutex>
 #include <utility>
 
@@ -12,10 +20,12 @@
 #include "core/status.hpp"
 #include "core/validate.hpp"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "etcd/tls_probe.hpp"
 
 namespace dlock::etcd::detail {
 
 using dlock::detail::fail;
+using namespace std::chrono_literals;
 namespace pb = etcdserverpb;
 
 /// The generated stubs of one endpoint, over one channel.
@@ -180,6 +190,57 @@ std::string channel_target(const std::string& host) {
     return "dns:///" + host;
 }
 
+/// The text of a PEM file named by TLS option `field`; errc::invalid_argument naming it when it
+/// cannot be read.
+std::string read_pem(const std::string& path, const char* field) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    if (in) text << in.rdbuf();
+    if (!in || text.str().empty()) {
+        const int err = errno;
+        throw error(
+            errc::invalid_argument,
+            std::string("etcd: TLS ") + field + " \"" + path + "\" cannot be read" +
+                (err != 0 ? std::string(": ") + std::strerror(err) : std::string(" (empty)")));
+    }
+    return text.str();
+}
+
+/// gRPC's channel credentials for `ep`: plain TCP for etcd://; for etcds://, TLS verified against
+/// the CA file (else gRPC's default roots) and the members' address or tls server_name, with a
+/// client certificate when one is given; insecure_skip_verify verifies nothing.
+std::shared_ptr<grpc::ChannelCredentials> credentials_for(const etcd_endpoint& ep,
+                                                          grpc::ChannelArguments& args) {
+    if (!ep.secure) return grpc::InsecureChannelCredentials();
+    const auto& t = ep.tls;
+    std::string cert, key;
+    if (!t.cert_file.empty()) {
+        cert = read_pem(t.cert_file, "cert_file");
+        key = read_pem(t.key_file, "key_file");
+    }
+    if (!t.server_name.empty()) args.SetSslTargetNameOverride(t.server_name);
+    if (t.insecure_skip_verify) {
+        namespace gx = grpc::experimental;
+        gx::TlsChannelCredentialsOptions o;
+        o.set_verify_server_certs(false);
+        o.set_check_call_host(false);
+        o.set_certificate_verifier(std::make_shared<gx::NoOpCertificateVerifier>());
+        if (!cert.empty()) {
+            o.set_certificate_provider(std::make_shared<gx::StaticDataCertificateProvider>(
+                std::vector<gx::IdentityKeyCertPair>{{key, cert}}));
+            o.watch_identity_key_cert_pairs();
+        }
+        auto creds = gx::TlsCredentials(o);
+        if (!creds) throw error(errc::unsupported, "etcd: gRPC refused tls insecure_skip_verify");
+        return creds;
+    }
+    grpc::SslCredentialsOptions o;
+    if (!t.ca_file.empty()) o.pem_root_certs = read_pem(t.ca_file, "ca_file");
+    o.pem_private_key = std::move(key);
+    o.pem_cert_chain = std::move(cert);
+    return grpc::SslCredentials(o);
+}
+
 /// The lease is gone on the server ("etcdserver: requested lease not found").
 bool lease_gone(const grpc::Status& st) { return st.error_code() == grpc::StatusCode::NOT_FOUND; }
 
@@ -223,7 +284,10 @@ engine::engine(client_options options) : options_(std::move(options)) {
     std::error_code ec;
     endpoint_ = parse_etcd_url(options_.url, ec);
     dlock::detail::throw_if(ec);
+    apply_tls_options(endpoint_, options_.tls, ec);
+    dlock::detail::throw_if(ec);
     grpc::ChannelArguments args;
+    const auto creds = credentials_for(endpoint_, args);
     // Reconnect quickly after a member comes back (gRPC's default backoff starts at 1 s and grows
     // to 2 minutes, longer than a lease).
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -232,8 +296,7 @@ engine::engine(client_options options) : options_(std::move(options)) {
     for (const auto& host : endpoint_.hosts) {
         auto s = std::make_shared<stubs>();
         s->host = host;
-        s->channel = grpc::CreateCustomChannel(channel_target(host),
-                                               grpc::InsecureChannelCredentials(), args);
+        s->channel = grpc::CreateCustomChannel(channel_target(host), creds, args);
         s->kv = pb::KV::NewStub(s->channel);
         s->watch = pb::Watch::NewStub(s->channel);
         s->lease = pb::Lease::NewStub(s->channel);
@@ -372,9 +435,16 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
         [&](stubs& e, grpc::ClientContext& ctx) { return e.lease->LeaseGrant(&ctx, req, &resp); });
     if (!st.ok() || !resp.error().empty() || resp.ttl() <= 0) {
         const auto code = st.ok() ? errc::server_error : code_for(st);
-        fail(ec, code,
-             "etcd " + endpoints_[current_.load() % endpoints_.size()]->host +
-                 ": lease grant failed: " + (st.ok() ? resp.error() : status_text(st)));
+        const auto& host = endpoints_[current_.load() % endpoints_.size()]->host;
+        std::string why = st.ok() ? resp.error() : status_text(st);
+        if (endpoint_.secure && code == errc::connection_failed) {
+            // gRPC does not say why a TLS handshake failed: find out with one of our own
+            // (bounded: a member out of reach has no TLS problem to report).
+            const auto problem = tls_problem(
+                host, endpoint_.tls, std::min<milliseconds>(options_.connect_timeout, 1000ms));
+            if (!problem.empty()) why = "TLS: " + problem + " (gRPC: " + why + ")";
+        }
+        fail(ec, code, "etcd " + host + ": lease grant failed: " + why);
         return nullptr;
     }
     auto s = std::make_shared<session>();

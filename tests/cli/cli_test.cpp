@@ -30,6 +30,7 @@
 #include <dlock/etcd/client.hpp>
 
 #include "etcd_server.hpp"
+#include "tls_certs.hpp"
 #endif
 
 namespace {
@@ -1028,6 +1029,30 @@ TEST(CliEtcd, RunHoldsAnEtcdLockWithEtcdctlsVariables) {
     const auto nobody = "etcd://127.0.0.1:" + std::to_string(dlock::test::free_port());
     r = run_cli({"run", "--url", nobody, name, "--", "true"});
     EXPECT_EQ(r.status, 74) << r.err;
+    expect_one_line(r);
+}
+
+// etcds://: --tls-ca trusts the test CA; without it the member is unreachable, with the cause.
+TEST(CliEtcd, RunOverEtcdsWithTheCa) {
+    const auto& certs = dlock::test::shared_tls_certs();
+    dlock::test::etcd_tls tls;
+    tls.ca = certs.ca();
+    tls.cert = certs.cert("server");
+    tls.key = certs.key("server");
+    dlock::test::etcd_cluster etcd(1, tls);
+    const auto name = dlock::test::unique_name("etcds");
+    auto r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.ca(), name, "--", "sh", "-c",
+                      "test -n \"$ETCD_LOCK_KEY\" && exit 7"});
+    EXPECT_EQ(r.status, 7) << r.err;
+    r = run_cli({"run", "--url", etcd.url() + "?tls_ca=" + certs.ca(), name, "--", "true"});
+    EXPECT_EQ(r.status, ok) << r.err;
+    r = run_cli({"run", "--connect-timeout", "1s", "--url", etcd.url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 74) << r.err;
+    EXPECT_NE(r.err.find("unknown CA"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(etcd.endpoint(0)), std::string::npos) << r.err;
+    expect_one_line(r);
+    r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.dir(), name, "--", "true"});
+    EXPECT_EQ(r.status, usage) << r.err;
     expect_one_line(r);
 }
 #endif  // DLOCK_HAS_ETCD

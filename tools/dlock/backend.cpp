@@ -166,7 +166,20 @@ lock_service::lock_service(const server_options& server, service_callbacks cb)
         // for the Redis family.
         if (kind_ != dlock::service_kind::zookeeper && kind_ != dlock::service_kind::etcd)
             options.key_prefix = key_prefix;
-        backend_ = dlock::connect(url, std::move(options));
+        // gRPC (etcd://) prints its own log lines on stderr, e.g. for a refused TLS handshake,
+        // which would break dlock's one-line errors; the library reports their cause itself.
+        // gRPC reads GRPC_VERBOSITY once, when the client makes its channels, so it is set only
+        // meanwhile (unless the user set it) and commands dlock runs do not inherit it.
+        const bool quiet_grpc =
+            kind_ == dlock::service_kind::etcd && std::getenv("GRPC_VERBOSITY") == nullptr;
+        if (quiet_grpc) ::setenv("GRPC_VERBOSITY", "NONE", 0);
+        try {
+            backend_ = dlock::connect(url, std::move(options));
+        } catch (...) {
+            if (quiet_grpc) ::unsetenv("GRPC_VERBOSITY");
+            throw;
+        }
+        if (quiet_grpc) ::unsetenv("GRPC_VERBOSITY");
     } catch (const dlock::error& e) {
         throw to_cli_error(e, url);
     }
