@@ -168,10 +168,10 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
         const auto scheme = detail::url_scheme(lowered);
         if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock" &&
             scheme != "redis-sentinel" && scheme != "redis+sentinel" &&
-            scheme != "rediss-sentinel") {
+            scheme != "rediss-sentinel" && scheme != "etcd" && scheme != "etcds") {
             fail(errc::invalid_argument, url,
-                 "a separate password applies to redis://, rediss://, unix://, redlock:// and "
-                 "redis-sentinel:// URLs only");
+                 "a separate password applies to redis://, rediss://, unix://, redlock://, "
+                 "redis-sentinel://, etcd:// and etcds:// URLs only");
         }
         full = url_with_password(url, *options.password);
     }

@@ -42,9 +42,9 @@ struct connect_options {
     std::optional<std::string> key_prefix{};
     /// The password when it is not in the URL (read from a file or the environment, so that it is
     /// never in a command line), put into the URL's user-info as by dlock::url_with_password: a
-    /// user name in the URL is kept ("redis://alice:@host"). For redis://, rediss:// and
-    /// redlock:// only; another scheme, or a URL with a password already, is
-    /// errc::invalid_argument.
+    /// user name in the URL is kept ("redis://alice:@host"). For redis://, rediss://,
+    /// redlock://, etcd:// and etcds:// ("etcd://root:@host": etcd needs the user name in the
+    /// URL) only; another scheme, or a URL with a password already, is errc::invalid_argument.
     std::optional<std::string> password{};
     /// Lock events (acquired, renewed, released, lost, ...). Silent when unset.
     dlock::observer observer{};

@@ -35,6 +35,7 @@ struct stubs {
     std::unique_ptr<pb::KV::Stub> kv;
     std::unique_ptr<pb::Watch::Stub> watch;
     std::unique_ptr<pb::Lease::Stub> lease;
+    std::unique_ptr<pb::Auth::Stub> auth;
 };
 
 /// The client's one LeaseKeepAlive stream (gRPC's callback API, so no thread of ours blocks on
@@ -46,6 +47,7 @@ class keep_alive_stream final
     : public grpc::ClientBidiReactor<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse> {
 public:
     keep_alive_stream(engine& owner, pb::Lease::Stub& stub) : owner_(owner) {
+        owner_.add_token(ctx_);
         stub.async()->LeaseKeepAlive(&ctx_, this);
         AddHold();
         StartRead(&resp_);
@@ -166,6 +168,10 @@ bool retriable(const grpc::Status& st) {
 }
 
 errc code_for(const grpc::Status& st) {
+    // With auth enabled, a request without a (valid) user is refused with these.
+    if (st.error_message().find("user name is empty") != std::string::npos ||
+        st.error_message().find("permission denied") != std::string::npos)
+        return errc::auth_failed;
     switch (st.error_code()) {
         case grpc::StatusCode::UNAUTHENTICATED:
         case grpc::StatusCode::PERMISSION_DENIED: return errc::auth_failed;
@@ -300,6 +306,7 @@ engine::engine(client_options options) : options_(std::move(options)) {
         s->kv = pb::KV::NewStub(s->channel);
         s->watch = pb::Watch::NewStub(s->channel);
         s->lease = pb::Lease::NewStub(s->channel);
+        s->auth = pb::Auth::NewStub(s->channel);
         endpoints_.push_back(std::move(s));
     }
 }
@@ -388,17 +395,70 @@ void engine::cancel_waits(const session* s) noexcept {
     }
 }
 
+/// etcd's answer to a request whose token expired or was dropped (auth disabled and enabled
+/// again, a restart with simple tokens): authenticate again, once.
+bool invalid_token(const grpc::Status& st) {
+    return st.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+           st.error_message().find("invalid auth token") != std::string::npos;
+}
+
+grpc::Status engine::auth_token(stubs& e, steady::time_point deadline, const std::string& stale,
+                                std::string& token) {
+    token.clear();
+    if (endpoint_.user.empty()) return grpc::Status::OK;
+    dlock::detail::lock_guard lock(auth_mutex_);
+    if (!token_.empty() && token_ != stale) {
+        token = token_;
+        return grpc::Status::OK;
+    }
+    token_.clear();
+    pb::AuthenticateRequest req;
+    req.set_name(endpoint_.user);
+    req.set_password(endpoint_.password);
+    pb::AuthenticateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(wall(std::min(
+        deadline, dlock::detail::deadline_after(steady::now(), options_.command_timeout))));
+    const auto st = e.auth->Authenticate(&ctx, req, &resp);
+    if (!st.ok()) {
+        if (retriable(st)) return st;
+        // etcd says "authentication failed, invalid user ID or password" (or that auth is not
+        // enabled): its text never holds the password.
+        return {grpc::StatusCode::UNAUTHENTICATED,
+                "authentication as user \"" + endpoint_.user + "\" failed: " + st.error_message()};
+    }
+    token_ = resp.token();
+    token = token_;
+    return grpc::Status::OK;
+}
+
+void engine::add_token(grpc::ClientContext& ctx) {
+    if (endpoint_.user.empty()) return;
+    dlock::detail::lock_guard lock(auth_mutex_);
+    if (!token_.empty()) ctx.AddMetadata("token", token_);
+}
+
 grpc::Status engine::rpc(steady::time_point deadline,
                          const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call) {
     grpc::Status st;
+    std::string stale;  // a token etcd refused (once per call)
     for (int tries = 0;; ++tries) {
         const auto now = steady::now();
         const auto index = current_.load() % endpoints_.size();
         auto& e = *endpoints_[index];
-        grpc::ClientContext ctx;
-        ctx.set_deadline(
-            wall(std::min(deadline, dlock::detail::deadline_after(now, options_.command_timeout))));
-        st = call(e, ctx);
+        std::string token;
+        st = auth_token(e, deadline, stale, token);
+        if (st.ok()) {
+            grpc::ClientContext ctx;
+            ctx.set_deadline(wall(
+                std::min(deadline, dlock::detail::deadline_after(now, options_.command_timeout))));
+            if (!token.empty()) ctx.AddMetadata("token", token);
+            st = call(e, ctx);
+            if (invalid_token(st) && stale.empty() && !token.empty()) {
+                stale = token;  // authenticate again, once
+                continue;
+            }
+        }
         if (st.ok() || !retriable(st)) return st;
         // Next member (once per failure: another thread may have moved on already).
         auto expected = index;
@@ -730,6 +790,7 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(wall(bound));
+    add_token(ctx);
     {
         dlock::detail::lock_guard lock(mutex_);
         if (stopped_ || a.s->dead) return;

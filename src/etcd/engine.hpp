@@ -107,6 +107,13 @@ private:
     /// is UNAVAILABLE or late, until `deadline` (each try bounded by command_timeout).
     grpc::Status rpc(steady::time_point deadline,
                      const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call);
+    /// With a user in the URL: the auth token (Authenticate, on first need), "" without auth.
+    /// `stale` is a token etcd called invalid: a new one is asked for unless another thread did
+    /// already. A refused authentication is UNAUTHENTICATED naming the user (never the password).
+    grpc::Status auth_token(stubs& e, steady::time_point deadline, const std::string& stale,
+                            std::string& token);
+    /// Adds the token, if any, to a call's metadata (etcd reads "token").
+    void add_token(grpc::ClientContext& ctx);
     /// The current session, granted first if there is none alive (bounded by connect_timeout).
     std::shared_ptr<session> session_for(std::error_code& ec);
     dlock::detail::attempt_report attempt(attempt_state& a);
@@ -157,6 +164,8 @@ private:
     std::vector<std::shared_ptr<stubs>> endpoints_;
     std::atomic<std::size_t> current_{0};
 
+    dlock::detail::mutex auth_mutex_;  // serialises Authenticate; never taken with mutex_
+    std::string token_ DLOCK_GUARDED_BY(auth_mutex_);
     dlock::detail::mutex connect_mutex_;  // serialises granting a session; taken before mutex_
     dlock::detail::mutex mutex_;          // also guards every session's mutable fields
     std::shared_ptr<session> session_ DLOCK_GUARDED_BY(mutex_);

@@ -47,7 +47,29 @@ etcd_endpoint parse_etcd_url(std::string_view written, std::error_code& ec) {
     } else {
         return bad("must start with etcd:// or etcds://");
     }
-    if (rest.find('@') != std::string_view::npos) return bad("credentials are not supported");
+    // user:password@ (the user-info ends at the last '@', core/url.hpp). Never quoted: only the
+    // redacted URL is.
+    if (const auto span = dlock::detail::find_userinfo(url)) {
+        const auto user = span->user(url);
+        if (span->colon == std::string_view::npos || user.empty()) {
+            return bad(
+                "etcd credentials are user:password@ (a user name is required; with the "
+                "password elsewhere write user:@)");
+        }
+        const auto info = url.substr(span->begin, span->end + 1 - span->begin);
+        if (info.find_first_of("/?#") != std::string_view::npos)
+            return bad(
+                "unencoded '/', '?' or '#' in the user or password (write them as %2F, "
+                "%3F, %23)");
+        if (!dlock::detail::percent_decode(user, out.user) ||
+            !dlock::detail::percent_decode(
+                url.substr(span->password_begin(), span->password_length()), out.password)) {
+            return bad("bad percent-encoding in the user or password");
+        }
+        if (out.password.empty())
+            return bad("empty password for user \"" + printable(out.user) + "\"");
+        rest = url.substr(span->end + 1);
+    }
     if (rest.find('#') != std::string_view::npos) return bad("a fragment (#...) is not allowed");
     const auto question = rest.find('?');
     const auto query =

@@ -1,5 +1,5 @@
-// etcd URLs (docs/etcd.md): `etcd://host1:port1,host2:port2,.../prefix`, and `etcds://...` (TLS,
-// with the tls_* query options of rediss://). Free of I/O.
+// etcd URLs (docs/etcd.md): `etcd://[user:password@]host1:port1,host2:port2,.../prefix`, and
+// `etcds://...` (TLS, with the tls_* query options of rediss://). Free of I/O.
 #pragma once
 
 #include <dlock/options.hpp>
@@ -18,6 +18,10 @@ struct etcd_endpoint {
     /// empty ("etcd://h/a/b" -> "a/b/"); empty without a path, so lock N's keys are "N/<lease>"
     /// exactly as `etcdctl lock N` writes them.
     std::string prefix;
+    /// etcd's user and password ("etcd://user:password@h1,h2"): the client authenticates as
+    /// that user (Authenticate) and sends the token with every request. Empty user: no auth.
+    std::string user{};
+    std::string password{};
     bool secure = false;  ///< etcds://: TLS to every member
     /// etcds://'s TLS settings (the URL's tls_* query options, then client_options::tls).
     dlock::tls_options tls{};

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1054,6 +1055,29 @@ TEST(CliEtcd, RunOverEtcdsWithTheCa) {
     r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.dir(), name, "--", "true"});
     EXPECT_EQ(r.status, usage) << r.err;
     expect_one_line(r);
+}
+
+// etcd://user:@host with --password-file or $DLOCK_PASSWORD; a wrong password is 77 and never
+// shown.
+TEST(CliEtcd, RunAuthenticatesWithAPasswordFile) {
+    dlock::test::etcd_cluster etcd(1);
+    etcd.enable_auth("Cl1-pass");
+    const auto url = "etcd://root:@" + etcd.endpoints();
+    const auto name = dlock::test::unique_name("etcd-auth");
+    const auto file = "/tmp/dlock-etcd-pw." + std::to_string(::getpid());
+    std::ofstream(file) << "Cl1-pass\n";
+    std::filesystem::permissions(
+        file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    auto r = run_cli({"run", "--url", url, "--password-file", file, name, "--", "true"});
+    EXPECT_EQ(r.status, ok) << r.err;
+    r = run_cli({"run", "--url", url, name, "--", "true"}, {.env = {"DLOCK_PASSWORD=Cl1-pass"}});
+    EXPECT_EQ(r.status, ok) << r.err;
+    r = run_cli({"run", "--url", url, name, "--", "true"}, {.env = {"DLOCK_PASSWORD=Wr0ng-pass"}});
+    EXPECT_EQ(r.status, 77) << r.err;
+    EXPECT_EQ(r.err.find("Wr0ng-pass"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("\"root\""), std::string::npos) << r.err;
+    expect_one_line(r);
+    std::filesystem::remove(file);
 }
 #endif  // DLOCK_HAS_ETCD
 

@@ -1,7 +1,8 @@
-// etcds:// (docs/etcd.md): the etcd backend over TLS against private etcd members serving the
-// shared test certificates: lock and unlock with the CA, an unknown CA and a wrong server name
-// refused with their cause and the address, mutual TLS (a client certificate required), the
-// insecure mode, and etcdctl over TLS on the same keys.
+// etcds:// and user/password auth (docs/etcd.md): the etcd backend over TLS against private etcd
+// members serving the shared test certificates (lock and unlock with the CA, an unknown CA and a
+// wrong server name refused with their cause and the address, mutual TLS, the insecure mode,
+// etcdctl over TLS on the same keys), and against a member with auth enabled (the right and a
+// wrong password, never shown; a token etcd dropped is renewed).
 #include <dlock/connect.hpp>
 #include <dlock/dlock.hpp>
 #include <dlock/etcd/client.hpp>
@@ -144,6 +145,79 @@ TEST(EtcdTls, BadTlsSettingsAreInvalidArguments) {
             EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
         }
     }
+}
+
+constexpr const char* root_password = "Pa55-w0rd";
+
+/// One plain member with authentication enabled (user root, root_password).
+dlock::test::etcd_cluster& auth_etcd() {
+    static dlock::test::etcd_cluster etcd(1);
+    static const bool enabled = (etcd.enable_auth(root_password), true);
+    (void)enabled;
+    return etcd;
+}
+
+/// `url` with `userinfo` + "@" after its "://".
+std::string with_user(const std::string& url, const std::string& userinfo) {
+    const auto at = url.find("://") + 3;
+    return url.substr(0, at) + userinfo + "@" + url.substr(at);
+}
+
+TEST(EtcdAuth, TheRightPasswordWorks) {
+    const auto url = with_user(auth_etcd().url(), std::string("root:") + root_password);
+    dlock::etcd::client a({.url = url});
+    dlock::etcd::client b({.url = url});
+    const auto name = dlock::test::unique_name("etcd-auth");
+    auto l = a.acquire(name, {.wait = scaled(5s)});
+    EXPECT_EQ(l.state(), dlock::lock_state::held);
+    std::error_code ec;
+    auto none = b.acquire(name, {.wait = 0ms}, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock::last_error_message(ec);
+    const auto got = auth_etcd().etcdctl({"get", "--prefix", "--keys-only", name + "/"});
+    EXPECT_NE(got.out.find(a.key_of(l)), std::string::npos) << got.out;
+    l.release();
+    // The password apart from the URL (connect_options::password), the user in it.
+    auto c = dlock::connect(with_user(auth_etcd().url(), "root:"), {.password = root_password});
+    auto m = c->acquire(name, {.wait = scaled(5s)});
+    EXPECT_GT(m.fencing_token(), 0u);
+}
+
+TEST(EtcdAuth, AWrongPasswordIsAnAuthErrorThatNeverShowsIt) {
+    const std::string secret = "Wr0ng-Secret";
+    dlock::etcd::client c({.url = with_user(auth_etcd().url(), "root:" + secret)});
+    std::error_code ec;
+    const auto message = refusal(c, ec);
+    EXPECT_EQ(ec, dlock::errc::auth_failed) << message;
+    EXPECT_NE(message.find("\"root\""), std::string::npos) << message;
+    EXPECT_NE(message.find(auth_etcd().endpoint(0)), std::string::npos) << message;
+    EXPECT_EQ(message.find(secret), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    // No user at all: etcd refuses the request, and that is an auth error too.
+    dlock::etcd::client anonymous({.url = auth_etcd().url()});
+    (void)refusal(anonymous, ec);
+    EXPECT_EQ(ec, dlock::errc::auth_failed) << dlock::last_error_message(ec);
+    // A URL's password is redacted wherever the URL is quoted.
+    try {
+        dlock::etcd::client bad({.url = with_user("etcd://127.0.0.1:1", "root:" + secret) + "#x"});
+        ADD_FAILURE() << "accepted";
+    } catch (const dlock::error& e) {
+        EXPECT_EQ(std::string(e.what()).find(secret), std::string::npos) << e.what();
+    }
+}
+
+// etcd drops every token when auth is disabled and enabled again: the next request is refused
+// with "invalid auth token", and the client authenticates again once and goes on.
+TEST(EtcdAuth, ATokenEtcdDroppedIsRenewed) {
+    dlock::etcd::client c(
+        {.url = with_user(auth_etcd().url(), std::string("root:") + root_password)});
+    const auto name = dlock::test::unique_name("etcd-auth-token");
+    c.acquire(name, {.wait = scaled(5s)}).release();
+    ASSERT_EQ(auth_etcd().etcdctl({"auth", "disable"}).status, 0);
+    ASSERT_EQ(auth_etcd().etcdctl({"auth", "enable"}).status, 0);
+    std::error_code ec;
+    auto l = c.acquire(name, {.wait = scaled(5s)}, ec);
+    EXPECT_FALSE(ec) << dlock::last_error_message(ec);
+    EXPECT_EQ(l.state(), dlock::lock_state::held);
 }
 
 }  // namespace

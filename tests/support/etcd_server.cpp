@@ -379,6 +379,7 @@ std::vector<std::string> etcd_cluster::etcdctl_argv(const std::vector<std::strin
             list += (i > 0 ? ",https://" : "https://") + endpoint(i);
     }
     std::vector<std::string> argv = {etcdctl_binary, "--endpoints=" + list};
+    if (!root_.empty()) argv.push_back("--user=" + root_);
     if (secure_) {
         argv.push_back("--cacert=" + tls_.ca);
         if (!tls_.client_cert.empty())
@@ -408,6 +409,17 @@ etcdctl_result etcd_cluster::etcdctl(const std::vector<std::string>& args,
         raw = detail::wait_blocking(pid);
     }
     return {detail::decode_status(raw), tail_of(out_path)};
+}
+
+void etcd_cluster::enable_auth(const std::string& root_password) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"user", "add", "root:" + root_password}, {"auth", "enable"}}) {
+        const auto r = etcdctl(args);
+        if (r.status != 0)
+            throw std::runtime_error("etcd_cluster::enable_auth: etcdctl " + args[0] + " " +
+                                     args[1] + " failed: " + r.out);
+    }
+    root_ = "root:" + root_password;
 }
 
 etcd_cluster& shared_etcd() {

@@ -81,6 +81,10 @@ public:
     /// SIGKILL). Throws std::runtime_error if it cannot be started.
     etcdctl_result etcdctl(const std::vector<std::string>& args,
                            std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+    /// Turns etcd's authentication on: adds user root with `root_password` and enables auth;
+    /// etcdctl() then runs as root (--user). Throws std::runtime_error if etcdctl fails.
+    void enable_auth(const std::string& root_password);
+
     /// argv of `etcdctl --endpoints=<endpoints> args...` (for a child_process of one's own).
     std::vector<std::string> etcdctl_argv(const std::vector<std::string>& args) const;
 
@@ -100,6 +104,7 @@ private:
     std::string token_;
     etcd_tls tls_;
     bool secure_ = false;
+    std::string root_;  // "root:<password>" once enable_auth() ran
     std::vector<member> members_;
 };
 

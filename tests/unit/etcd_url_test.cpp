@@ -33,14 +33,30 @@ TEST(EtcdUrl, HostsPortsAndPrefix) {
 
 TEST(EtcdUrl, BadUrlsNameWhatIsWrongWithoutThePassword) {
     for (const std::string url :
-         {"etcd://", "etcd://a:0", "etcd://a:99999", "etcd://a,,b", "etcd://u:S3cretPw@a",
-          "etcd://a?password=S3cretPw", "etcd://a#x", "etcd://a/%zz", "etcd://a/x%01", "zk://a"}) {
+         {"etcd://", "etcd://a:0", "etcd://a:99999", "etcd://a,,b", "etcd://S3cretPw@a",
+          "etcd://:S3cretPw@a", "etcd://u:S3cret/Pw@a", "etcd://a?password=S3cretPw", "etcd://a#x",
+          "etcd://a/%zz", "etcd://a/x%01", "zk://a"}) {
         std::error_code ec;
         (void)parse_etcd_url(url, ec);
         EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
         const auto message = dlock::last_error_message(ec);
         EXPECT_EQ(message.find("S3cret"), std::string::npos) << message;
     }
+}
+
+TEST(EtcdUrl, UserAndPassword) {
+    auto e = parse_ok("etcd://root:p%40ss@a,b/x");
+    EXPECT_EQ(e.user, "root");
+    EXPECT_EQ(e.password, "p@ss");
+    EXPECT_EQ(e.hosts, (std::vector<std::string>{"a:2379", "b:2379"}));
+    EXPECT_EQ(e.prefix, "x/");
+    e = parse_ok("etcds://u:p@a?tls_ca=/c.pem");
+    EXPECT_EQ(e.user, "u");
+    EXPECT_TRUE(e.secure);
+    EXPECT_EQ(parse_ok("etcd://a").user, "");
+    std::error_code ec;
+    (void)parse_etcd_url("etcd://root:@a", ec);  // the password must come from somewhere
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
 }
 
 TEST(EtcdUrl, EtcdsTakesTheTlsQueryOptions) {

@@ -102,11 +102,12 @@ std::string with_password(std::string_view url, std::string_view password) {
     std::transform(scheme.begin(), scheme.end(), scheme.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock" &&
-        scheme != "redis-sentinel" && scheme != "redis+sentinel" && scheme != "rediss-sentinel") {
+        scheme != "redis-sentinel" && scheme != "redis+sentinel" && scheme != "rediss-sentinel" &&
+        scheme != "etcd" && scheme != "etcds") {
         throw cli_error(exit_status::usage,
                         fmt::format("--password-file and $DLOCK_PASSWORD apply to redis://, "
-                                    "rediss://, unix://, redlock:// and redis-sentinel:// URLs "
-                                    "only, not to {}",
+                                    "rediss://, unix://, redlock://, redis-sentinel://, etcd:// "
+                                    "and etcds:// URLs only, not to {}",
                                     redact_url(url)));
     }
     try {

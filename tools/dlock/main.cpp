@@ -63,8 +63,8 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
                                               failovers (?wait_replicas=K&wait_timeout=D)
   rediss-sentinel://...                       the same over TLS (--tls-ca ...)
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
-  etcd://h1:p1,h2:p2,h3:p3[/prefix]           an etcd cluster (etcdctl lock's keys)
-  etcds://h1:p1,h2:p2,h3:p3[/prefix]          the same over TLS (--tls-ca ...)
+  etcd://[user:password@]h1:p1,h2:p2[/prefix] an etcd cluster (etcdctl lock's keys)
+  etcds://[user:password@]h1:p1,h2:p2[/prefix] the same over TLS (--tls-ca ...)
 Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
 $DLOCK_PASSWORD to a password in the URL (every user can read command lines).)";
 
@@ -197,7 +197,7 @@ struct server_args {
         cmd->add_option("--password-file", password_file,
                         "Read the server's password from FILE (first line), so it\n"
                         "is not in the process list (also: $DLOCK_PASSWORD); an ACL\n"
-                        "user goes in the URL: redis://user:@host")
+                        "user goes in the URL: redis://user:@host, etcd://user:@host")
             ->type_name("FILE");
         cmd->add_option("--key-prefix", key_prefix,
                         "Prefix of the lock's Redis keys (refused on zk://, whose\n"

@@ -32,9 +32,10 @@ namespace dlock::etcd {
 inline constexpr std::size_t max_name_length = 512;
 
 struct client_options {
-    /// `etcd://host1:port1,host2:port2,.../prefix` (or `etcds://...` for TLS, with the query
-    /// options `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name`, `tls_insecure`): the members
-    /// of one cluster (requests go to
+    /// `etcd://[user:password@]host1:port1,host2:port2,.../prefix` (or `etcds://...` for TLS,
+    /// with the query options `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name`,
+    /// `tls_insecure`; a user authenticates with etcd's Authenticate, errc::auth_failed when
+    /// refused): the members of one cluster (requests go to
     /// one, and to the next when it fails) and the key prefix prepended to every lock name
     /// (default none: lock N uses the keys under "N/", exactly as `etcdctl lock N`). Port
     /// defaults to 2379. IPv6 hosts go in brackets.
