@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -207,7 +206,7 @@ std::string read_pem(const std::string& path, const char* field) {
         throw error(
             errc::invalid_argument,
             std::string("etcd: TLS ") + field + " \"" + path + "\" cannot be read" +
-                (err != 0 ? std::string(": ") + std::strerror(err) : std::string(" (empty)")));
+                (err != 0 ? ": " + std::system_category().message(err) : std::string(" (empty)")));
     }
     return text.str();
 }
@@ -419,7 +418,7 @@ grpc::Status engine::auth_token(stubs& e, steady::time_point deadline, const std
     grpc::ClientContext ctx;
     ctx.set_deadline(wall(std::min(
         deadline, dlock::detail::deadline_after(steady::now(), options_.command_timeout))));
-    const auto st = e.auth->Authenticate(&ctx, req, &resp);
+    auto st = e.auth->Authenticate(&ctx, req, &resp);
     if (!st.ok()) {
         if (retriable(st)) return st;
         // etcd says "authentication failed, invalid user ID or password" (or that auth is not
