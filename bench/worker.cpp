@@ -302,6 +302,11 @@ std::unique_ptr<lock_driver> make_zk(const config& c) {
 #endif
 #if DLOCK_HAS_ETCD
 std::unique_ptr<lock_driver> make_etcd(const config& c) {
+    // With --tls-ca: etcds:// verified against that CA (docs/etcd.md).
+    if (!c.tls_ca.empty()) {
+        return std::make_unique<mutex_driver<>>(
+            c, "etcds://" + server_list(c) + "/dlock-bench?tls_ca=" + c.tls_ca);
+    }
     return std::make_unique<mutex_driver<>>(c, "etcd://" + server_list(c) + "/dlock-bench");
 }
 #endif
@@ -403,7 +408,8 @@ void print_help(std::FILE* to) {
         "  --cs-us U         busy-wait critical section in microseconds (default 0)\n"
         "  --ttl-ms T        lease in milliseconds (default 10000)\n"
         "  --start-at-ns T   common start instant, CLOCK_MONOTONIC ns; 0 = now (default)\n"
-        "  --tls-ca FILE     Redis over TLS: rediss://<server>?tls_ca=FILE (single-server modes)\n"
+        "  --tls-ca FILE     Redis over TLS: rediss://<server>?tls_ca=FILE (single-server modes);\n"
+        "                    etcd: etcds://<servers>/dlock-bench?tls_ca=FILE\n"
         "  --help            this text\n"
         "\n"
         "Modes available in this build:\n");

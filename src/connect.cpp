@@ -37,7 +37,7 @@ std::string accepted_forms() {
 #endif
 #if DLOCK_HAS_ETCD
     if (!out.empty()) out += " or ";
-    out += "etcd://host:port[,host:port...][/prefix]";
+    out += "etcd[s]://host:port[,host:port...][/prefix]";
 #endif
     return out;
 }
@@ -64,6 +64,7 @@ constexpr known_scheme known_schemes[] = {
     {"redlock", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redlock},
     {"zk", zk_component, DLOCK_HAS_ZOOKEEPER != 0, service_kind::zookeeper},
     {"etcd", etcd_component, DLOCK_HAS_ETCD != 0, service_kind::etcd},
+    {"etcds", etcd_component, DLOCK_HAS_ETCD != 0, service_kind::etcd},
     {"redis-sentinel", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
     {"redis+sentinel", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
     {"rediss-sentinel", redis_component, DLOCK_HAS_REDIS != 0, service_kind::redis},
@@ -167,10 +168,10 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
         const auto scheme = detail::url_scheme(lowered);
         if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock" &&
             scheme != "redis-sentinel" && scheme != "redis+sentinel" &&
-            scheme != "rediss-sentinel") {
+            scheme != "rediss-sentinel" && scheme != "etcd" && scheme != "etcds") {
             fail(errc::invalid_argument, url,
-                 "a separate password applies to redis://, rediss://, unix://, redlock:// and "
-                 "redis-sentinel:// URLs only");
+                 "a separate password applies to redis://, rediss://, unix://, redlock://, "
+                 "redis-sentinel://, etcd:// and etcds:// URLs only");
         }
         full = url_with_password(url, *options.password);
     }
@@ -247,6 +248,7 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                                    .error_handler = std::move(options.error_handler)};
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
             if (options.command_timeout) o.command_timeout = *options.command_timeout;
+            if (options.tls) o.tls = std::move(*options.tls);
             return std::make_unique<etcd::client>(std::move(o));
         }
 #endif

@@ -42,9 +42,9 @@ struct connect_options {
     std::optional<std::string> key_prefix{};
     /// The password when it is not in the URL (read from a file or the environment, so that it is
     /// never in a command line), put into the URL's user-info as by dlock::url_with_password: a
-    /// user name in the URL is kept ("redis://alice:@host"). For redis://, rediss:// and
-    /// redlock:// only; another scheme, or a URL with a password already, is
-    /// errc::invalid_argument.
+    /// user name in the URL is kept ("redis://alice:@host"). For redis://, rediss://,
+    /// redlock://, etcd:// and etcds:// ("etcd://root:@host": etcd needs the user name in the
+    /// URL) only; another scheme, or a URL with a password already, is errc::invalid_argument.
     std::optional<std::string> password{};
     /// Lock events (acquired, renewed, released, lost, ...). Silent when unset.
     dlock::observer observer{};
@@ -56,8 +56,8 @@ struct connect_options {
     /// ZooKeeper has no such bound (its session timeout governs), so setting it for zk:// is
     /// errc::invalid_argument.
     std::optional<std::chrono::milliseconds> command_timeout{};
-    /// TLS settings (CA, client certificate, server name) for a rediss:// URL (docs/tls.md).
-    /// Setting it for any other URL is errc::invalid_argument.
+    /// TLS settings (CA, client certificate, server name) for a rediss:// URL (docs/tls.md), or
+    /// an etcds:// URL (docs/etcd.md). Setting it for any other URL is errc::invalid_argument.
     std::optional<dlock::tls_options> tls{};
 };
 
@@ -66,7 +66,7 @@ enum class service_kind : std::uint8_t {
     redis,      ///< redis://, rediss://, unix://
     redlock,    ///< redlock://
     zookeeper,  ///< zk://
-    etcd,       ///< etcd://
+    etcd,       ///< etcd://, etcds://
 };
 
 const char* to_string(service_kind kind) noexcept;

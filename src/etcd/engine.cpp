@@ -2,18 +2,29 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <fstream>
 #include <limits>
+#include <sstream>
+#include <mutex>
 #include <utility>
 
 #include "core/callbacks.hpp"
 #include "core/status.hpp"
 #include "core/validate.hpp"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "etcd/tls_probe.hpp"
 
 namespace dlock::etcd::detail {
 
 using dlock::detail::fail;
+using namespace std::chrono_literals;
 namespace pb = etcdserverpb;
 
 /// The generated stubs of one endpoint, over one channel.
@@ -23,6 +34,96 @@ struct stubs {
     std::unique_ptr<pb::KV::Stub> kv;
     std::unique_ptr<pb::Watch::Stub> watch;
     std::unique_ptr<pb::Lease::Stub> lease;
+    std::unique_ptr<pb::Auth::Stub> auth;
+};
+
+/// The client's one LeaseKeepAlive stream (gRPC's callback API, so no thread of ours blocks on
+/// it): the background thread writes one keep-alive at a time (send()), every answer goes to
+/// engine::keep_alive_answered, and the end of the stream to engine::keep_alive_broken. A hold
+/// keeps the call open until close(), so send() may run outside gRPC's reactions at any time
+/// before it; close() cancels the call and waits for OnDone, after which it may be destroyed.
+class keep_alive_stream final
+    : public grpc::ClientBidiReactor<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse> {
+public:
+    keep_alive_stream(engine& owner, pb::Lease::Stub& stub) : owner_(owner) {
+        owner_.add_token(ctx_);
+        stub.async()->LeaseKeepAlive(&ctx_, this);
+        AddHold();
+        StartRead(&resp_);
+        StartCall();
+    }
+    keep_alive_stream(const keep_alive_stream&) = delete;
+    keep_alive_stream& operator=(const keep_alive_stream&) = delete;
+    ~keep_alive_stream() override = default;
+
+    /// Writes a keep-alive of lease `id`; false when the stream is broken or a write is still in
+    /// flight (the caller reopens the stream).
+    bool send(std::int64_t id) {
+        {
+            const std::lock_guard lock(m_);
+            if (broken_ || writing_) return false;
+            writing_ = true;
+        }
+        req_.set_id(id);
+        StartWrite(&req_);
+        return true;
+    }
+
+    /// Cancels the call and waits until gRPC is done with it. Idempotent.
+    void close() noexcept {
+        ctx_.TryCancel();
+        bool release = false;
+        {
+            const std::lock_guard lock(m_);
+            release = !released_;
+            released_ = true;
+        }
+        if (release) RemoveHold();
+        std::unique_lock lock(m_);
+        done_cv_.wait(lock, [&] { return done_; });
+    }
+
+    void OnWriteDone(bool ok) override {
+        {
+            const std::lock_guard lock(m_);
+            writing_ = false;
+            if (ok) return;
+            broken_ = true;
+        }
+        owner_.keep_alive_broken();
+    }
+
+    void OnReadDone(bool ok) override {
+        if (!ok) {
+            {
+                const std::lock_guard lock(m_);
+                broken_ = true;
+            }
+            owner_.keep_alive_broken();
+            return;
+        }
+        owner_.keep_alive_answered(resp_.id(), resp_.ttl());
+        StartRead(&resp_);
+    }
+
+    void OnDone(const grpc::Status& /*status*/) override {
+        const std::lock_guard lock(m_);
+        broken_ = true;
+        done_ = true;
+        done_cv_.notify_all();
+    }
+
+private:
+    engine& owner_;
+    grpc::ClientContext ctx_;
+    pb::LeaseKeepAliveRequest req_;    // the write in flight (writing_)
+    pb::LeaseKeepAliveResponse resp_;  // the read in flight
+    std::mutex m_;                     // guards the flags below
+    std::condition_variable done_cv_;
+    bool writing_ = false;
+    bool broken_ = false;
+    bool released_ = false;
+    bool done_ = false;
 };
 
 /// One acquire call's state between the steps of its acquire_policy.
@@ -66,6 +167,10 @@ bool retriable(const grpc::Status& st) {
 }
 
 errc code_for(const grpc::Status& st) {
+    // With auth enabled, a request without a (valid) user is refused with these.
+    if (st.error_message().find("user name is empty") != std::string::npos ||
+        st.error_message().find("permission denied") != std::string::npos)
+        return errc::auth_failed;
     switch (st.error_code()) {
         case grpc::StatusCode::UNAUTHENTICATED:
         case grpc::StatusCode::PERMISSION_DENIED: return errc::auth_failed;
@@ -88,6 +193,57 @@ std::string channel_target(const std::string& host) {
     if (!name.empty() && name.find_first_not_of("0123456789.") == std::string::npos)
         return "ipv4:" + host;
     return "dns:///" + host;
+}
+
+/// The text of a PEM file named by TLS option `field`; errc::invalid_argument naming it when it
+/// cannot be read.
+std::string read_pem(const std::string& path, const char* field) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    if (in) text << in.rdbuf();
+    if (!in || text.str().empty()) {
+        const int err = errno;
+        throw error(
+            errc::invalid_argument,
+            std::string("etcd: TLS ") + field + " \"" + path + "\" cannot be read" +
+                (err != 0 ? ": " + std::system_category().message(err) : std::string(" (empty)")));
+    }
+    return text.str();
+}
+
+/// gRPC's channel credentials for `ep`: plain TCP for etcd://; for etcds://, TLS verified against
+/// the CA file (else gRPC's default roots) and the members' address or tls server_name, with a
+/// client certificate when one is given; insecure_skip_verify verifies nothing.
+std::shared_ptr<grpc::ChannelCredentials> credentials_for(const etcd_endpoint& ep,
+                                                          grpc::ChannelArguments& args) {
+    if (!ep.secure) return grpc::InsecureChannelCredentials();
+    const auto& t = ep.tls;
+    std::string cert, key;
+    if (!t.cert_file.empty()) {
+        cert = read_pem(t.cert_file, "cert_file");
+        key = read_pem(t.key_file, "key_file");
+    }
+    if (!t.server_name.empty()) args.SetSslTargetNameOverride(t.server_name);
+    if (t.insecure_skip_verify) {
+        namespace gx = grpc::experimental;
+        gx::TlsChannelCredentialsOptions o;
+        o.set_verify_server_certs(false);
+        o.set_check_call_host(false);
+        o.set_certificate_verifier(std::make_shared<gx::NoOpCertificateVerifier>());
+        if (!cert.empty()) {
+            o.set_certificate_provider(std::make_shared<gx::StaticDataCertificateProvider>(
+                std::vector<gx::IdentityKeyCertPair>{{key, cert}}));
+            o.watch_identity_key_cert_pairs();
+        }
+        auto creds = gx::TlsCredentials(o);
+        if (!creds) throw error(errc::unsupported, "etcd: gRPC refused tls insecure_skip_verify");
+        return creds;
+    }
+    grpc::SslCredentialsOptions o;
+    if (!t.ca_file.empty()) o.pem_root_certs = read_pem(t.ca_file, "ca_file");
+    o.pem_private_key = std::move(key);
+    o.pem_cert_chain = std::move(cert);
+    return grpc::SslCredentials(o);
 }
 
 /// The lease is gone on the server ("etcdserver: requested lease not found").
@@ -133,7 +289,10 @@ engine::engine(client_options options) : options_(std::move(options)) {
     std::error_code ec;
     endpoint_ = parse_etcd_url(options_.url, ec);
     dlock::detail::throw_if(ec);
+    apply_tls_options(endpoint_, options_.tls, ec);
+    dlock::detail::throw_if(ec);
     grpc::ChannelArguments args;
+    const auto creds = credentials_for(endpoint_, args);
     // Reconnect quickly after a member comes back (gRPC's default backoff starts at 1 s and grows
     // to 2 minutes, longer than a lease).
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -142,11 +301,11 @@ engine::engine(client_options options) : options_(std::move(options)) {
     for (const auto& host : endpoint_.hosts) {
         auto s = std::make_shared<stubs>();
         s->host = host;
-        s->channel = grpc::CreateCustomChannel(channel_target(host),
-                                               grpc::InsecureChannelCredentials(), args);
+        s->channel = grpc::CreateCustomChannel(channel_target(host), creds, args);
         s->kv = pb::KV::NewStub(s->channel);
         s->watch = pb::Watch::NewStub(s->channel);
         s->lease = pb::Lease::NewStub(s->channel);
+        s->auth = pb::Auth::NewStub(s->channel);
         endpoints_.push_back(std::move(s));
     }
 }
@@ -169,6 +328,7 @@ void engine::stop() noexcept {
         return;
     }
     worker_.stop([this] { wake(); });
+    close_stream();
     std::vector<std::shared_ptr<lease_core>> orphaned;
     std::shared_ptr<session> s;
     {
@@ -204,6 +364,8 @@ void engine::keep_after_fork() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
     worker_.abandon();
     for (auto& e : endpoints_) dlock::detail::keep_forever(e);
     if (session_) dlock::detail::keep_forever(session_);
+    if (stream_)
+        dlock::detail::keep_forever(std::shared_ptr<keep_alive_stream>(std::move(stream_)));
 }
 
 void engine::wake() noexcept {
@@ -232,17 +394,70 @@ void engine::cancel_waits(const session* s) noexcept {
     }
 }
 
+/// etcd's answer to a request whose token expired or was dropped (auth disabled and enabled
+/// again, a restart with simple tokens): authenticate again, once.
+bool invalid_token(const grpc::Status& st) {
+    return st.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+           st.error_message().find("invalid auth token") != std::string::npos;
+}
+
+grpc::Status engine::auth_token(stubs& e, steady::time_point deadline, const std::string& stale,
+                                std::string& token) {
+    token.clear();
+    if (endpoint_.user.empty()) return grpc::Status::OK;
+    dlock::detail::lock_guard lock(auth_mutex_);
+    if (!token_.empty() && token_ != stale) {
+        token = token_;
+        return grpc::Status::OK;
+    }
+    token_.clear();
+    pb::AuthenticateRequest req;
+    req.set_name(endpoint_.user);
+    req.set_password(endpoint_.password);
+    pb::AuthenticateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(wall(std::min(
+        deadline, dlock::detail::deadline_after(steady::now(), options_.command_timeout))));
+    auto st = e.auth->Authenticate(&ctx, req, &resp);
+    if (!st.ok()) {
+        if (retriable(st)) return st;
+        // etcd says "authentication failed, invalid user ID or password" (or that auth is not
+        // enabled): its text never holds the password.
+        return {grpc::StatusCode::UNAUTHENTICATED,
+                "authentication as user \"" + endpoint_.user + "\" failed: " + st.error_message()};
+    }
+    token_ = resp.token();
+    token = token_;
+    return grpc::Status::OK;
+}
+
+void engine::add_token(grpc::ClientContext& ctx) {
+    if (endpoint_.user.empty()) return;
+    dlock::detail::lock_guard lock(auth_mutex_);
+    if (!token_.empty()) ctx.AddMetadata("token", token_);
+}
+
 grpc::Status engine::rpc(steady::time_point deadline,
                          const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call) {
     grpc::Status st;
+    std::string stale;  // a token etcd refused (once per call)
     for (int tries = 0;; ++tries) {
         const auto now = steady::now();
         const auto index = current_.load() % endpoints_.size();
         auto& e = *endpoints_[index];
-        grpc::ClientContext ctx;
-        ctx.set_deadline(
-            wall(std::min(deadline, dlock::detail::deadline_after(now, options_.command_timeout))));
-        st = call(e, ctx);
+        std::string token;
+        st = auth_token(e, deadline, stale, token);
+        if (st.ok()) {
+            grpc::ClientContext ctx;
+            ctx.set_deadline(wall(
+                std::min(deadline, dlock::detail::deadline_after(now, options_.command_timeout))));
+            if (!token.empty()) ctx.AddMetadata("token", token);
+            st = call(e, ctx);
+            if (invalid_token(st) && stale.empty() && !token.empty()) {
+                stale = token;  // authenticate again, once
+                continue;
+            }
+        }
         if (st.ok() || !retriable(st)) return st;
         // Next member (once per failure: another thread may have moved on already).
         auto expected = index;
@@ -279,9 +494,16 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
         [&](stubs& e, grpc::ClientContext& ctx) { return e.lease->LeaseGrant(&ctx, req, &resp); });
     if (!st.ok() || !resp.error().empty() || resp.ttl() <= 0) {
         const auto code = st.ok() ? errc::server_error : code_for(st);
-        fail(ec, code,
-             "etcd " + endpoints_[current_.load() % endpoints_.size()]->host +
-                 ": lease grant failed: " + (st.ok() ? resp.error() : status_text(st)));
+        const auto& host = endpoints_[current_.load() % endpoints_.size()]->host;
+        std::string why = st.ok() ? resp.error() : status_text(st);
+        if (endpoint_.secure && code == errc::connection_failed) {
+            // gRPC does not say why a TLS handshake failed: find out with one of our own
+            // (bounded: a member out of reach has no TLS problem to report).
+            const auto problem = tls_problem(
+                host, endpoint_.tls, std::min<milliseconds>(options_.connect_timeout, 1000ms));
+            if (!problem.empty()) why = "TLS: " + problem + " (gRPC: " + why + ")";
+        }
+        fail(ec, code, "etcd " + host + ": lease grant failed: " + why);
         return nullptr;
     }
     auto s = std::make_shared<session>();
@@ -567,6 +789,7 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(wall(bound));
+    add_token(ctx);
     {
         dlock::detail::lock_guard lock(mutex_);
         if (stopped_ || a.s->dead) return;
@@ -730,41 +953,96 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     }
 }
 
-void engine::keep_alive(const std::shared_ptr<session>& s, steady::time_point now) {
-    pb::LeaseKeepAliveRequest req;
-    req.set_id(s->id);
-    pb::LeaseKeepAliveResponse resp;
-    bool answered = false;
-    const auto sent = steady::now();
-    // One keep-alive per stream, bounded by command_timeout and by a third of the TTL, so the
-    // background thread never blocks for longer than the validity margin.
-    const auto bound =
-        std::min(dlock::detail::deadline_after(sent, options_.command_timeout), sent + s->ttl / 3);
-    const auto st = rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) {
-        auto stream = e.lease->LeaseKeepAlive(&ctx);
-        if (!stream->Write(req)) return stream->Finish();
-        stream->WritesDone();
-        answered = stream->Read(&resp);
-        while (stream->Read(&resp)) {
+steady::time_point engine::keep_alive(const std::shared_ptr<session>& s, steady::time_point now) {
+    const auto retry = now + std::min<steady::duration>(milliseconds(200), s->ttl / 10);
+    bool reopen = false;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (ka_broken_ || (ka_session_ && now >= ka_late_)) {
+            // The stream broke, or the keep-alive in flight was not answered in time: every
+            // lock of the session is uncertain until a keep-alive on a new stream is answered.
+            reopen = true;
+            ka_broken_ = false;
+            ka_session_.reset();
+            s->healthy = false;
+            // Tried again soon on a new stream, but not at once: a member that refuses every
+            // stream (down, or not serving yet after a restart) gets one try per retry period.
+            s->next_keep_alive = retry;
         }
-        return stream->Finish();
-    });
+    }
+    if (reopen && stream_) {
+        close_stream();
+        // The member may be down: the next stream goes to the next one (once per failure, as in
+        // rpc()).
+        const auto index = current_.load() % endpoints_.size();
+        auto expected = index;
+        current_.compare_exchange_strong(expected, (index + 1) % endpoints_.size());
+    }
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (ka_session_) return ka_late_;  // wait for its answer
+        if (s->dead) return now + std::chrono::seconds(1);
+        if (now < s->next_keep_alive) return s->next_keep_alive;
+    }
+    if (!stream_) {
+        auto& e = *endpoints_[current_.load() % endpoints_.size()];
+        stream_ = std::make_unique<keep_alive_stream>(*this, *e.lease);
+    }
+    const auto sent = steady::now();
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        ka_session_ = s;
+        ka_sent_ = sent;
+        // Bounded by command_timeout and by a third of the TTL, so a stream that stalls is
+        // replaced while the validity margin lasts.
+        ka_late_ = std::min(dlock::detail::deadline_after(sent, options_.command_timeout),
+                            sent + s->ttl / 3);
+    }
+    if (!stream_->send(s->id)) {
+        dlock::detail::lock_guard lock(mutex_);
+        ka_broken_ = true;
+        return now;
+    }
     dlock::detail::lock_guard lock(mutex_);
-    if (s->dead) return;
-    if (st.ok() && answered) {
-        if (resp.ttl() <= 0) {  // expired or revoked on the server: its keys are gone
+    return ka_session_ ? ka_late_ : now;
+}
+
+void engine::keep_alive_answered(std::int64_t id, std::int64_t ttl) noexcept {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        const auto s = std::move(ka_session_);
+        ka_session_.reset();
+        if (!s || s->id != id || s->dead) return;
+        if (ttl <= 0) {
+            // The lease expired or was revoked on the server: its keys are gone, so every lock of
+            // the session is lost (check_leases) and the next acquire grants a new lease.
             s->dead = true;
             cancel_waits(s.get());
-            return;
+        } else {
+            s->healthy = true;
+            s->valid_until = std::max(
+                s->valid_until, dlock::detail::valid_until(ka_sent_, std::chrono::seconds(ttl)));
+            s->next_keep_alive = ka_sent_ + s->ttl / 3;
+            s->check_due = true;
         }
-        s->healthy = true;
-        s->valid_until = std::max(
-            s->valid_until, dlock::detail::valid_until(sent, std::chrono::seconds(resp.ttl())));
-        s->next_keep_alive = sent + s->ttl / 3;
-    } else {
-        s->healthy = false;
-        s->next_keep_alive = now + std::min<steady::duration>(milliseconds(200), s->ttl / 10);
+        wake_ = true;
     }
+    worker_cv_.notify_all();
+}
+
+void engine::keep_alive_broken() noexcept {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        ka_broken_ = true;
+        wake_ = true;
+    }
+    worker_cv_.notify_all();
+}
+
+void engine::close_stream() noexcept {
+    if (!stream_) return;
+    stream_->close();
+    stream_.reset();
 }
 
 void engine::check_keys(const std::shared_ptr<session>& s,
@@ -885,7 +1163,6 @@ void engine::run(std::stop_token stop) {
     while (!stop.stop_requested()) {
         auto now = steady::now();
         std::shared_ptr<session> s;
-        bool due = false;
         {
             dlock::detail::lock_guard lock(mutex_);
             s = session_;
@@ -895,24 +1172,24 @@ void engine::run(std::stop_token stop) {
                 s->dead = true;
                 cancel_waits(s.get());
             }
-            if (s && !s->dead) due = now >= s->next_keep_alive;
+            if (s && s->dead) s.reset();
         }
+        auto next = now + std::chrono::seconds(1);
         std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>> lost;
-        if (due) {
-            keep_alive(s, now);
-            bool healthy = false;
+        if (s) {
+            next = keep_alive(s, now);
+            bool check = false;
             {
                 dlock::detail::lock_guard lock(mutex_);
-                healthy = s->healthy && !s->dead;
+                check = std::exchange(s->check_due, false) && s->healthy && !s->dead;
             }
-            if (healthy) check_keys(s, lost);
+            if (check) check_keys(s, lost);
         }
         for (auto& [lease, reason] : lost) lease->lose(make_error_code(errc::lock_lost), reason);
         run_pending_deletes();
         now = steady::now();
-        auto next = check_leases(now);
+        next = std::min(next, check_leases(now));
         dlock::detail::unique_lock lock(mutex_);
-        if (session_ && !session_->dead) next = std::min(next, session_->next_keep_alive);
         if (!pending_.empty()) next = std::min(next, now + milliseconds(200));
         worker_cv_.wait_until(lock, stop, next,
                               [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return wake_; });

@@ -38,7 +38,8 @@ using dlock::detail::lease_core;
 using dlock::detail::steady;
 using std::chrono::milliseconds;
 
-struct stubs;  // the generated gRPC stubs of one endpoint (engine.cpp)
+struct stubs;             // the generated gRPC stubs of one endpoint (engine.cpp)
+class keep_alive_stream;  // the client's one LeaseKeepAlive stream (engine.cpp)
 
 /// The client's etcd lease: every key it puts lives by it (concurrency.Session).
 struct session {
@@ -48,8 +49,9 @@ struct session {
     steady::time_point
         valid_until{};  // send time of the last acknowledged keep-alive + ttl - drift
     steady::time_point next_keep_alive{};
-    bool healthy = true;  // the last keep-alive was answered
-    bool dead = false;    // expired or revoked: its keys are gone
+    bool healthy = true;     // the last keep-alive was answered
+    bool dead = false;       // expired or revoked: its keys are gone
+    bool check_due = false;  // a keep-alive was answered: check_keys() runs next
 };
 
 class engine final : public dlock::detail::lease_owner,
@@ -80,6 +82,7 @@ public:
     std::string key_prefix(std::string_view name) const;
 
 private:
+    friend class keep_alive_stream;
     struct held_key {
         std::weak_ptr<lease_core> lease;
         std::shared_ptr<session> owner;
@@ -104,6 +107,13 @@ private:
     /// is UNAVAILABLE or late, until `deadline` (each try bounded by command_timeout).
     grpc::Status rpc(steady::time_point deadline,
                      const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call);
+    /// With a user in the URL: the auth token (Authenticate, on first need), "" without auth.
+    /// `stale` is a token etcd called invalid: a new one is asked for unless another thread did
+    /// already. A refused authentication is UNAUTHENTICATED naming the user (never the password).
+    grpc::Status auth_token(stubs& e, steady::time_point deadline, const std::string& stale,
+                            std::string& token);
+    /// Adds the token, if any, to a call's metadata (etcd reads "token").
+    void add_token(grpc::ClientContext& ctx);
     /// The current session, granted first if there is none alive (bounded by connect_timeout).
     std::shared_ptr<session> session_for(std::error_code& ec);
     dlock::detail::attempt_report attempt(attempt_state& a);
@@ -128,8 +138,16 @@ public:
     std::size_t waiting_here(std::string_view name);
 
 private:
-    /// One keep-alive of `s` (a short-lived stream, bounded by command_timeout).
-    void keep_alive(const std::shared_ptr<session>& s, steady::time_point now);
+    /// Drives the client's one LeaseKeepAlive stream for session `s` (background thread only):
+    /// reopens it when it broke or an answer is late (the session is then unhealthy), and sends
+    /// the next keep-alive when it is due and none awaits its answer. Returns when it next needs
+    /// to run.
+    steady::time_point keep_alive(const std::shared_ptr<session>& s, steady::time_point now);
+    /// The stream's answer to the keep-alive in flight (from a gRPC thread).
+    void keep_alive_answered(std::int64_t id, std::int64_t ttl) noexcept;
+    /// The stream broke or finished (from a gRPC thread): the background thread reopens it.
+    void keep_alive_broken() noexcept;
+    void close_stream() noexcept;
     /// A keep-alive round confirmed the session: checks that every key it holds still exists
     /// with its create revision (one Txn); a missing one is a lost lease.
     void check_keys(const std::shared_ptr<session>& s,
@@ -146,6 +164,8 @@ private:
     std::vector<std::shared_ptr<stubs>> endpoints_;
     std::atomic<std::size_t> current_{0};
 
+    dlock::detail::mutex auth_mutex_;  // serialises Authenticate; never taken with mutex_
+    std::string token_ DLOCK_GUARDED_BY(auth_mutex_);
     dlock::detail::mutex connect_mutex_;  // serialises granting a session; taken before mutex_
     dlock::detail::mutex mutex_;          // also guards every session's mutable fields
     std::shared_ptr<session> session_ DLOCK_GUARDED_BY(mutex_);
@@ -161,6 +181,14 @@ private:
     };
     std::unordered_map<std::string, turn_line> turns_ DLOCK_GUARDED_BY(mutex_);
     std::uint64_t last_turn_ DLOCK_GUARDED_BY(mutex_) = 0;
+    // The client's one LeaseKeepAlive stream, for every lock of every session it has: used by
+    // the background thread only (and by stop() once that thread is joined).
+    std::unique_ptr<keep_alive_stream> stream_;
+    // The keep-alive in flight on it (at most one): its session, send time and answer deadline.
+    std::shared_ptr<session> ka_session_ DLOCK_GUARDED_BY(mutex_);
+    steady::time_point ka_sent_ DLOCK_GUARDED_BY(mutex_){};
+    steady::time_point ka_late_ DLOCK_GUARDED_BY(mutex_){};
+    bool ka_broken_ DLOCK_GUARDED_BY(mutex_) = false;
     std::condition_variable_any turn_cv_;
     std::condition_variable_any worker_cv_;
     bool wake_ DLOCK_GUARDED_BY(mutex_) = false;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include <dlock/etcd/client.hpp>
 
 #include "etcd_server.hpp"
+#include "tls_certs.hpp"
 #endif
 
 namespace {
@@ -1012,6 +1014,53 @@ TEST(CliEtcd, RunHoldsAnEtcdLockWithEtcdctlsVariables) {
     r = run_cli({"run", "--url", nobody, name, "--", "true"});
     EXPECT_EQ(r.status, 74) << r.err;
     expect_one_line(r);
+}
+
+// etcds://: --tls-ca trusts the test CA; without it the member is unreachable, with the cause.
+TEST(CliEtcd, RunOverEtcdsWithTheCa) {
+    const auto& certs = dlock::test::shared_tls_certs();
+    dlock::test::etcd_tls tls;
+    tls.ca = certs.ca();
+    tls.cert = certs.cert("server");
+    tls.key = certs.key("server");
+    dlock::test::etcd_cluster etcd(1, tls);
+    const auto name = dlock::test::unique_name("etcds");
+    auto r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.ca(), name, "--", "sh", "-c",
+                      "test -n \"$ETCD_LOCK_KEY\" && exit 7"});
+    EXPECT_EQ(r.status, 7) << r.err;
+    r = run_cli({"run", "--url", etcd.url() + "?tls_ca=" + certs.ca(), name, "--", "true"});
+    EXPECT_EQ(r.status, ok) << r.err;
+    r = run_cli({"run", "--connect-timeout", "1s", "--url", etcd.url(), name, "--", "true"});
+    EXPECT_EQ(r.status, 74) << r.err;
+    EXPECT_NE(r.err.find("unknown CA"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(etcd.endpoint(0)), std::string::npos) << r.err;
+    expect_one_line(r);
+    r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.dir(), name, "--", "true"});
+    EXPECT_EQ(r.status, usage) << r.err;
+    expect_one_line(r);
+}
+
+// etcd://user:@host with --password-file or $DLOCK_PASSWORD; a wrong password is 77 and never
+// shown.
+TEST(CliEtcd, RunAuthenticatesWithAPasswordFile) {
+    dlock::test::etcd_cluster etcd(1);
+    etcd.enable_auth("Cl1-pass");
+    const auto url = "etcd://root:@" + etcd.endpoints();
+    const auto name = dlock::test::unique_name("etcd-auth");
+    const auto file = "/tmp/dlock-etcd-pw." + std::to_string(::getpid());
+    std::ofstream(file) << "Cl1-pass\n";
+    std::filesystem::permissions(
+        file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    auto r = run_cli({"run", "--url", url, "--password-file", file, name, "--", "true"});
+    EXPECT_EQ(r.status, ok) << r.err;
+    r = run_cli({"run", "--url", url, name, "--", "true"}, {.env = {"DLOCK_PASSWORD=Cl1-pass"}});
+    EXPECT_EQ(r.status, ok) << r.err;
+    r = run_cli({"run", "--url", url, name, "--", "true"}, {.env = {"DLOCK_PASSWORD=Wr0ng-pass"}});
+    EXPECT_EQ(r.status, 77) << r.err;
+    EXPECT_EQ(r.err.find("Wr0ng-pass"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("\"root\""), std::string::npos) << r.err;
+    expect_one_line(r);
+    std::filesystem::remove(file);
 }
 #endif  // DLOCK_HAS_ETCD
 

@@ -254,9 +254,87 @@ TEST(EtcdLock, RecordOnceKeepsTheFirstValueOutsideEveryLocksKeys) {
     EXPECT_EQ(keys_under(base + "/").size(), 1u);
 }
 
+/// Waits until `l` has been renewed `rounds` times (its expires_in() rising by more than
+/// `step` each time), within `timeout`.
+bool renewed_times(const dlock::lease& l, int rounds, std::chrono::milliseconds step,
+                   std::chrono::milliseconds timeout) {
+    int seen = 0;
+    auto last = l.expires_in();
+    return eventually(
+        [&] {
+            const auto now = l.expires_in();
+            if (now > last + step) ++seen;
+            last = now;
+            return seen >= rounds;
+        },
+        timeout);
+}
+
+// One LeaseKeepAlive stream per client carries every keep-alive of every lock: renewals do not
+// open streams (counted by the member's grpc_server_started_total).
+TEST(EtcdSession, OneKeepAliveStreamServesEveryRenewal) {
+    const auto ttl = std::chrono::ceil<std::chrono::seconds>(scaled(3s));
+    auto c = make_client(ttl);
+    const auto before = shared_etcd().grpc_started(0, "LeaseKeepAlive");
+    auto x = c.acquire(dlock::test::unique_name("etcd-ka-x"), {.lease = 10s});
+    auto y = c.acquire(dlock::test::unique_name("etcd-ka-y"), {.lease = 10s});
+    // Four keep-alive rounds (one each TTL/3), each raising the validity by about TTL/3.
+    ASSERT_TRUE(renewed_times(x, 4, ttl / 6, 4 * ttl));
+    const auto after = shared_etcd().grpc_started(0, "LeaseKeepAlive");
+    EXPECT_LE(after - before, 1u) << "keep-alive streams opened over 4 renewal rounds";
+    EXPECT_EQ(x.state(), dlock::lock_state::held);
+    EXPECT_EQ(y.state(), dlock::lock_state::held);
+}
+
+// An administrator revokes the client's lease: the keep-alive answers TTL 0, every lock of the
+// client is lost (lost_token, on_lost) and the next acquire runs under a new lease.
+TEST(EtcdSession, ARevokedLeaseLosesEveryLockAndTheNextAcquireGetsANewLease) {
+    const auto ttl = std::chrono::ceil<std::chrono::seconds>(scaled(3s));
+    auto c = make_client(ttl);
+    const auto name = dlock::test::unique_name("etcd-revoke");
+    std::atomic<int> on_lost{0};
+    auto x = c.acquire(name + "-x", {.lease = 10s, .on_lost = [&](std::error_code) { ++on_lost; }});
+    auto y = c.acquire(name + "-y", {.lease = 10s, .on_lost = [&](std::error_code) { ++on_lost; }});
+    const auto key = c.key_of(x);
+    const auto lease_hex = key.substr(key.rfind('/') + 1);
+    ASSERT_EQ(shared_etcd().etcdctl({"lease", "revoke", lease_hex}).status, 0);
+    EXPECT_TRUE(eventually([&] { return on_lost.load() == 2; }, ttl + scaled(5s)));
+    EXPECT_TRUE(x.lost_token().stop_requested());
+    EXPECT_TRUE(y.lost_token().stop_requested());
+    EXPECT_EQ(x.state(), dlock::lock_state::lost);
+    auto again = c.acquire(name + "-x", {.lease = 10s, .wait = scaled(5s)});
+    const auto new_key = c.key_of(again);
+    EXPECT_NE(new_key.substr(new_key.rfind('/') + 1), lease_hex);
+    EXPECT_EQ(again.state(), dlock::lock_state::held);
+    std::error_code ec;
+    x.release(ec);  // lost: nothing to delete
+    y.release(ec);
+}
+
+// The single member restarts while a lock is held: the lock is uncertain while the stream is
+// broken, then held again on one new stream; the key (and the lease) survive.
+TEST(EtcdSession, TheStreamComesBackAfterTheMemberRestarts) {
+    dlock::test::etcd_cluster etcd(1);
+    const auto ttl = std::chrono::ceil<std::chrono::seconds>(scaled(6s));
+    dlock::etcd::client c({.url = etcd.url(), .session_ttl = ttl});
+    auto l = c.acquire(dlock::test::unique_name("etcd-restart"), {.lease = 10s});
+    const auto token = l.fencing_token();
+    etcd.stop(0);
+    EXPECT_TRUE(eventually([&] { return l.state() == dlock::lock_state::uncertain; }, ttl));
+    etcd.start(0);
+    EXPECT_TRUE(eventually([&] { return l.state() == dlock::lock_state::held; }, ttl));
+    // Renewals go on over the stream opened after the restart.
+    const auto before = etcd.grpc_started(0, "LeaseKeepAlive");
+    ASSERT_TRUE(renewed_times(l, 3, ttl / 6, 4 * ttl));
+    EXPECT_LE(etcd.grpc_started(0, "LeaseKeepAlive") - before, 1u);
+    EXPECT_EQ(l.state(), dlock::lock_state::held);
+    EXPECT_EQ(l.fencing_token(), token);
+    l.release();  // throws if the key is not ours any more
+}
+
 TEST(EtcdUrl, BadUrlsAreInvalidArguments) {
-    for (const std::string url : {"etcd://", "etcd://h:0", "etcd://u:pw@h", "etcd://h?x=1",
-                                  "redis://h", "etcd://h/a\x01"}) {
+    for (const std::string url :
+         {"etcd://", "etcd://h:0", "etcd://pw@h", "etcd://h?x=1", "redis://h", "etcd://h/a\x01"}) {
         try {
             dlock::etcd::client c({.url = url});
             ADD_FAILURE() << url << " accepted";

@@ -90,7 +90,10 @@ std::string json_number(const std::string& text, const std::string& name) {
 
 }  // namespace
 
-etcd_cluster::etcd_cluster(std::size_t members) {
+etcd_cluster::etcd_cluster(std::size_t members) : etcd_cluster(members, etcd_tls{}) {}
+
+etcd_cluster::etcd_cluster(std::size_t members, etcd_tls tls)
+    : tls_(std::move(tls)), secure_(!tls_.cert.empty()) {
     char tmpl[] = "/tmp/dlock-etcd.XXXXXX";
     if (::mkdtemp(tmpl) == nullptr)
         throw std::runtime_error(std::string("etcd_cluster: mkdtemp: ") + std::strerror(errno));
@@ -109,6 +112,7 @@ etcd_cluster::etcd_cluster(std::size_t members) {
             auto& m = members_[i];
             m.client_port = fresh();
             m.peer_port = fresh();
+            m.http_port = secure_ ? fresh() : m.client_port;
             m.dir = dir_ + "/" + std::to_string(i + 1);
             std::filesystem::create_directories(m.dir);
         }
@@ -153,7 +157,7 @@ std::string etcd_cluster::endpoints() const {
 }
 
 std::string etcd_cluster::url(std::string_view prefix) const {
-    std::string out = "etcd://" + endpoints();
+    std::string out = (secure_ ? "etcds://" : "etcd://") + endpoints();
     if (!prefix.empty()) out += "/" + std::string(prefix);
     return out;
 }
@@ -168,9 +172,10 @@ void etcd_cluster::spawn(std::size_t i) {
         initial += "m" + std::to_string(j + 1) +
                    "=http://127.0.0.1:" + std::to_string(members_[j].peer_port);
     }
-    const auto client = "http://127.0.0.1:" + std::to_string(m.client_port);
+    const auto client =
+        (secure_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(m.client_port);
     const auto peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
-    const std::vector<std::string> argv = {
+    std::vector<std::string> argv = {
         etcd_binary, "--name=m" + std::to_string(i + 1), "--data-dir=" + m.dir + "/data",
         "--listen-client-urls=" + client, "--advertise-client-urls=" + client,
         "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
@@ -178,6 +183,13 @@ void etcd_cluster::spawn(std::size_t i) {
         std::string("--initial-cluster-state=") + (m.started_once ? "existing" : "new"),
         // Elections within about a second (tests on loopback).
         "--heartbeat-interval=50", "--election-timeout=500", "--logger=zap", "--log-level=warn"};
+    if (secure_) {
+        argv.insert(argv.end(),
+                    {"--cert-file=" + tls_.cert, "--key-file=" + tls_.key,
+                     "--listen-metrics-urls=http://127.0.0.1:" + std::to_string(m.http_port)});
+        if (tls_.client_cert_auth)
+            argv.insert(argv.end(), {"--client-cert-auth", "--trusted-ca-file=" + tls_.ca});
+    }
     const std::string log = m.dir + "/etcd.log";
     const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     try {
@@ -191,7 +203,7 @@ void etcd_cluster::spawn(std::size_t i) {
 }
 
 bool etcd_cluster::healthy(std::size_t i, std::chrono::milliseconds timeout) const {
-    const auto answer = http(members_.at(i).client_port, "GET", "/health", "", timeout);
+    const auto answer = http(members_.at(i).http_port, "GET", "/health", "", timeout);
     return answer.find("\"health\":\"true\"") != std::string::npos;
 }
 
@@ -310,6 +322,7 @@ std::string base64(const std::string& in) {
 }  // namespace
 
 std::size_t etcd_cluster::count(const std::string& prefix) const {
+    if (secure_) throw std::runtime_error("etcd_cluster::count: not in TLS mode (use etcdctl)");
     std::string end = prefix;
     while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
     if (end.empty()) {
@@ -334,8 +347,44 @@ std::size_t etcd_cluster::count(const std::string& prefix) const {
     throw std::runtime_error("etcd_cluster::count: no member answered");
 }
 
+std::uint64_t etcd_cluster::grpc_started(std::size_t i, std::string_view method) const {
+    const auto deadline = clock::now() + scaled(std::chrono::seconds(10));
+    while (clock::now() < deadline) {
+        const auto answer =
+            http(members_.at(i).http_port, "GET", "/metrics", "", std::chrono::milliseconds(2000));
+        if (answer.find("grpc_server_started_total") != std::string::npos) {
+            // grpc_server_started_total{grpc_method="M",grpc_service="...",grpc_type="..."} N
+            const std::string label = "grpc_method=\"" + std::string(method) + "\"";
+            std::uint64_t total = 0;
+            std::istringstream in(answer);
+            for (std::string line; std::getline(in, line);) {
+                if (line.rfind("grpc_server_started_total{", 0) != 0 ||
+                    line.find(label) == std::string::npos)
+                    continue;
+                total += std::stoull(line.substr(line.rfind(' ') + 1));
+            }
+            return total;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    throw std::runtime_error("etcd_cluster::grpc_started: member " + std::to_string(i + 1) +
+                             " did not serve /metrics");
+}
+
 std::vector<std::string> etcd_cluster::etcdctl_argv(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv = {etcdctl_binary, "--endpoints=" + endpoints()};
+    std::string list = endpoints();
+    if (secure_) {
+        list.clear();
+        for (std::size_t i = 0; i < members_.size(); ++i)
+            list += (i > 0 ? ",https://" : "https://") + endpoint(i);
+    }
+    std::vector<std::string> argv = {etcdctl_binary, "--endpoints=" + list};
+    if (!root_.empty()) argv.push_back("--user=" + root_);
+    if (secure_) {
+        argv.push_back("--cacert=" + tls_.ca);
+        if (!tls_.client_cert.empty())
+            argv.insert(argv.end(), {"--cert=" + tls_.client_cert, "--key=" + tls_.client_key});
+    }
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
 }
@@ -360,6 +409,17 @@ etcdctl_result etcd_cluster::etcdctl(const std::vector<std::string>& args,
         raw = detail::wait_blocking(pid);
     }
     return {detail::decode_status(raw), tail_of(out_path)};
+}
+
+void etcd_cluster::enable_auth(const std::string& root_password) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"user", "add", "root:" + root_password}, {"auth", "enable"}}) {
+        const auto r = etcdctl(args);
+        if (r.status != 0)
+            throw std::runtime_error("etcd_cluster::enable_auth: etcdctl " + args[0] + " " +
+                                     args[1] + " failed: " + r.out);
+    }
+    root_ = "root:" + root_password;
 }
 
 etcd_cluster& shared_etcd() {

@@ -22,11 +22,22 @@ struct etcdctl_result {
     std::string out;  ///< stdout and stderr
 };
 
+/// TLS on the members' client ports (etcds://), e.g. with shared_tls_certs(): the server
+/// certificate must name 127.0.0.1 (an IP SAN). /health and /metrics are then served over plain
+/// HTTP on a port of their own (--listen-metrics-urls).
+struct etcd_tls {
+    std::string ca, cert, key;      ///< the CA the clients trust, the server certificate and key
+    bool client_cert_auth = false;  ///< --client-cert-auth: clients need a certificate
+    std::string client_cert, client_key;  ///< what etcdctl() presents then
+};
+
 class etcd_cluster {
 public:
     /// Starts `members` members (1 = a single node) and waits until every one is healthy
     /// (deadline scaled(30s)). Throws std::runtime_error with the log tails if they are not.
     explicit etcd_cluster(std::size_t members = 1);
+    /// The same, serving etcds:// (TLS) with `tls`. count() is not available in this mode.
+    etcd_cluster(std::size_t members, etcd_tls tls);
     /// SIGKILL + waitpid every member, remove the temp dir. Never throws.
     ~etcd_cluster();
     etcd_cluster(const etcd_cluster&) = delete;
@@ -37,7 +48,7 @@ public:
     std::string endpoints() const;
     /// "127.0.0.1:<client port>" of member i.
     std::string endpoint(std::size_t i) const;
-    /// "etcd://<endpoints>" plus "/<prefix>" when given.
+    /// "etcd://<endpoints>" (etcds:// in TLS mode) plus "/<prefix>" when given.
     std::string url(std::string_view prefix = "") const;
     pid_t pid(std::size_t i) const;
 
@@ -56,20 +67,31 @@ public:
     /// answers so.
     int leader() const;
 
+    /// How many gRPC calls of `method` (e.g. "LeaseKeepAlive") member i has started since it
+    /// (re)started: etcd's grpc_server_started_total counter from its /metrics. Throws
+    /// std::runtime_error if the member does not answer within scaled(10s).
+    std::uint64_t grpc_started(std::size_t i, std::string_view method) const;
+
     /// How many keys start with `prefix` (a count-only range over the JSON gateway of the first
     /// running member). Throws std::runtime_error if no member answers within scaled(10s).
     std::size_t count(const std::string& prefix) const;
 
-    /// Runs `etcdctl --endpoints=<endpoints> args...` and waits for it (at most `timeout`, then
+    /// Runs `etcdctl --endpoints=<endpoints> args...` (in TLS mode with https:// endpoints,
+    /// --cacert and, with client_cert_auth, --cert/--key) and waits for it (at most `timeout`, then
     /// SIGKILL). Throws std::runtime_error if it cannot be started.
     etcdctl_result etcdctl(const std::vector<std::string>& args,
                            std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+    /// Turns etcd's authentication on: adds user root with `root_password` and enables auth;
+    /// etcdctl() then runs as root (--user). Throws std::runtime_error if etcdctl fails.
+    void enable_auth(const std::string& root_password);
+
     /// argv of `etcdctl --endpoints=<endpoints> args...` (for a child_process of one's own).
     std::vector<std::string> etcdctl_argv(const std::vector<std::string>& args) const;
 
 private:
     struct member {
         std::uint16_t client_port = 0, peer_port = 0;
+        std::uint16_t http_port = 0;  // /health and /metrics: client_port, else the metrics port
         std::string dir;
         pid_t pid = -1;
         bool started_once = false;
@@ -80,6 +102,9 @@ private:
 
     std::string dir_;
     std::string token_;
+    etcd_tls tls_;
+    bool secure_ = false;
+    std::string root_;  // "root:<password>" once enable_auth() ran
     std::vector<member> members_;
 };
 

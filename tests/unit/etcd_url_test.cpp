@@ -33,13 +33,60 @@ TEST(EtcdUrl, HostsPortsAndPrefix) {
 
 TEST(EtcdUrl, BadUrlsNameWhatIsWrongWithoutThePassword) {
     for (const std::string url :
-         {"etcd://", "etcd://a:0", "etcd://a:99999", "etcd://a,,b", "etcd://u:S3cretPw@a",
-          "etcd://a?password=S3cretPw", "etcd://a#x", "etcd://a/%zz", "etcd://a/x%01", "zk://a"}) {
+         {"etcd://", "etcd://a:0", "etcd://a:99999", "etcd://a,,b", "etcd://S3cretPw@a",
+          "etcd://:S3cretPw@a", "etcd://u:S3cret/Pw@a", "etcd://a?password=S3cretPw", "etcd://a#x",
+          "etcd://a/%zz", "etcd://a/x%01", "zk://a"}) {
         std::error_code ec;
         (void)parse_etcd_url(url, ec);
         EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
         const auto message = dlock::last_error_message(ec);
         EXPECT_EQ(message.find("S3cret"), std::string::npos) << message;
+    }
+}
+
+TEST(EtcdUrl, UserAndPassword) {
+    auto e = parse_ok("etcd://root:p%40ss@a,b/x");
+    EXPECT_EQ(e.user, "root");
+    EXPECT_EQ(e.password, "p@ss");
+    EXPECT_EQ(e.hosts, (std::vector<std::string>{"a:2379", "b:2379"}));
+    EXPECT_EQ(e.prefix, "x/");
+    e = parse_ok("etcds://u:p@a?tls_ca=/c.pem");
+    EXPECT_EQ(e.user, "u");
+    EXPECT_TRUE(e.secure);
+    EXPECT_EQ(parse_ok("etcd://a").user, "");
+    std::error_code ec;
+    (void)parse_etcd_url("etcd://root:@a", ec);  // the password must come from somewhere
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+}
+
+TEST(EtcdUrl, EtcdsTakesTheTlsQueryOptions) {
+    auto e = parse_ok(
+        "ETCDS://a,b:1/p?tls_ca=/c.pem&tls_cert=/x.pem&tls_key=/x.key"
+        "&tls_server_name=n&tls_insecure=0");
+    EXPECT_TRUE(e.secure);
+    EXPECT_EQ(e.hosts, (std::vector<std::string>{"a:2379", "b:1"}));
+    EXPECT_EQ(e.prefix, "p/");
+    EXPECT_EQ(e.tls.ca_file, "/c.pem");
+    EXPECT_EQ(e.tls.cert_file, "/x.pem");
+    EXPECT_EQ(e.tls.key_file, "/x.key");
+    EXPECT_EQ(e.tls.server_name, "n");
+    EXPECT_FALSE(e.tls.insecure_skip_verify);
+    EXPECT_FALSE(parse_ok("etcd://a").secure);
+    // The URL's settings come first; the options fill the rest.
+    std::error_code ec;
+    e = parse_ok("etcds://a?tls_ca=/url.pem");
+    dlock::etcd::detail::apply_tls_options(e, {.ca_file = "/o.pem", .server_name = "s"}, ec);
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(e.tls.ca_file, "/url.pem");
+    EXPECT_EQ(e.tls.server_name, "s");
+    e = parse_ok("etcd://a");
+    dlock::etcd::detail::apply_tls_options(e, {.insecure_skip_verify = true}, ec);
+    EXPECT_EQ(ec, dlock::errc::invalid_argument);
+    for (const std::string url :
+         {"etcd://a?tls_ca=/c.pem", "etcds://a?tls_ca_dir=/d", "etcds://a?tls_cert=/x.pem",
+          "etcds://a?tls_insecure=2", "etcds://a?tls_ca=", "etcds://a?other=1"}) {
+        (void)parse_etcd_url(url, ec);
+        EXPECT_EQ(ec, dlock::errc::invalid_argument) << url;
     }
 }
 

@@ -102,11 +102,12 @@ std::string with_password(std::string_view url, std::string_view password) {
     std::transform(scheme.begin(), scheme.end(), scheme.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (scheme != "redis" && scheme != "rediss" && scheme != "unix" && scheme != "redlock" &&
-        scheme != "redis-sentinel" && scheme != "redis+sentinel" && scheme != "rediss-sentinel") {
+        scheme != "redis-sentinel" && scheme != "redis+sentinel" && scheme != "rediss-sentinel" &&
+        scheme != "etcd" && scheme != "etcds") {
         throw cli_error(exit_status::usage,
                         fmt::format("--password-file and $DLOCK_PASSWORD apply to redis://, "
-                                    "rediss://, unix://, redlock:// and redis-sentinel:// URLs "
-                                    "only, not to {}",
+                                    "rediss://, unix://, redlock://, redis-sentinel://, etcd:// "
+                                    "and etcds:// URLs only, not to {}",
                                     redact_url(url)));
     }
     try {
@@ -166,7 +167,20 @@ lock_service::lock_service(const server_options& server, service_callbacks cb)
         // for the Redis family.
         if (kind_ != dlock::service_kind::zookeeper && kind_ != dlock::service_kind::etcd)
             options.key_prefix = key_prefix;
-        backend_ = dlock::connect(url, std::move(options));
+        // gRPC (etcd://) prints its own log lines on stderr, e.g. for a refused TLS handshake,
+        // which would break dlock's one-line errors; the library reports their cause itself.
+        // gRPC reads GRPC_VERBOSITY once, when the client makes its channels, so it is set only
+        // meanwhile (unless the user set it) and commands dlock runs do not inherit it.
+        const bool quiet_grpc =
+            kind_ == dlock::service_kind::etcd && std::getenv("GRPC_VERBOSITY") == nullptr;
+        if (quiet_grpc) ::setenv("GRPC_VERBOSITY", "NONE", 0);
+        try {
+            backend_ = dlock::connect(url, std::move(options));
+        } catch (...) {
+            if (quiet_grpc) ::unsetenv("GRPC_VERBOSITY");
+            throw;
+        }
+        if (quiet_grpc) ::unsetenv("GRPC_VERBOSITY");
     } catch (const dlock::error& e) {
         throw to_cli_error(e, url);
     }

@@ -63,7 +63,8 @@ The lock service is --url, else $DLOCK_URL, else redis://127.0.0.1:6379:
                                               failovers (?wait_replicas=K&wait_timeout=D)
   rediss-sentinel://...                       the same over TLS (--tls-ca ...)
   zk://h1:p1,h2:p2,h3:p3[/base]               a ZooKeeper ensemble
-  etcd://h1:p1,h2:p2,h3:p3[/prefix]           an etcd cluster (etcdctl lock's keys)
+  etcd://[user:password@]h1:p1,h2:p2[/prefix] an etcd cluster (etcdctl lock's keys)
+  etcds://[user:password@]h1:p1,h2:p2[/prefix] the same over TLS (--tls-ca ...)
 Redis URLs also take ?db=N&user=NAME&password=SECRET; prefer --password-file or
 $DLOCK_PASSWORD to a password in the URL (every user can read command lines).)";
 
@@ -196,7 +197,7 @@ struct server_args {
         cmd->add_option("--password-file", password_file,
                         "Read the server's password from FILE (first line), so it\n"
                         "is not in the process list (also: $DLOCK_PASSWORD); an ACL\n"
-                        "user goes in the URL: redis://user:@host")
+                        "user goes in the URL: redis://user:@host, etcd://user:@host")
             ->type_name("FILE");
         cmd->add_option("--key-prefix", key_prefix,
                         "Prefix of the lock's Redis keys (refused on zk://, whose\n"
@@ -210,16 +211,19 @@ struct server_args {
                         "Bound on one request to a Redis server (default 1s;\nnot for zk://)")
             ->type_name("DURATION");
         cmd->add_option("--tls-ca", tls_ca,
-                        "rediss://: trust this CA file (or directory of hashed\n"
-                        "certificates) instead of the system's trust store")
+                        "rediss://, etcds://: trust this CA file (rediss:// also a\n"
+                        "directory of hashed certificates) instead of the system's\n"
+                        "trust store")
             ->type_name("PATH");
         cmd->add_option("--tls-cert", tls_cert,
-                        "rediss://: client certificate (PEM) for mutual TLS;\nneeds --tls-key")
+                        "rediss://, etcds://: client certificate (PEM) for mutual\n"
+                        "TLS; needs --tls-key")
             ->type_name("FILE");
-        cmd->add_option("--tls-key", tls_key, "rediss://: the client certificate's key (PEM)")
+        cmd->add_option("--tls-key", tls_key,
+                        "rediss://, etcds://: the client certificate's key (PEM)")
             ->type_name("FILE");
         cmd->add_flag("--tls-insecure", tls_insecure,
-                      "rediss://: DO NOT verify the server's certificate\n"
+                      "rediss://, etcds://: DO NOT verify the server's certificate\n"
                       "(anyone on the path can read and change the traffic)");
     }
     server_options resolve(const CLI::App* cmd) const;

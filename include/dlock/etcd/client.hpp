@@ -32,7 +32,10 @@ namespace dlock::etcd {
 inline constexpr std::size_t max_name_length = 512;
 
 struct client_options {
-    /// `etcd://host1:port1,host2:port2,.../prefix`: the members of one cluster (requests go to
+    /// `etcd://[user:password@]host1:port1,host2:port2,.../prefix` (or `etcds://...` for TLS,
+    /// with the query options `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name`,
+    /// `tls_insecure`; a user authenticates with etcd's Authenticate, errc::auth_failed when
+    /// refused): the members of one cluster (requests go to
     /// one, and to the next when it fails) and the key prefix prepended to every lock name
     /// (default none: lock N uses the keys under "N/", exactly as `etcdctl lock N`). Port
     /// defaults to 2379. IPv6 hosts go in brackets.
@@ -49,6 +52,12 @@ struct client_options {
     /// Failures with no caller to throw to (a failed release in a destructor, an exception
     /// escaping a callback). Unset: one line on stderr.
     std::function<void(std::error_code, std::string_view what)> error_handler{};
+    /// TLS settings for an `etcds://` URL (docs/etcd.md): the CA file to trust instead of the
+    /// system's roots, a client certificate and key (mutual TLS), the name the members'
+    /// certificates must carry, or insecure_skip_verify. The URL's tls_* query options take
+    /// precedence; ca_dir is not supported (gRPC takes a file); setting any field for an etcd://
+    /// URL is errc::invalid_argument. Files are read when the client is constructed.
+    dlock::tls_options tls{};
 };
 
 class client final : public dlock::backend {
