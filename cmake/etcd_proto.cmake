@@ -7,7 +7,12 @@
 # Defines dlock_etcd_stubs(TARGET): an object library of the generated stubs (a custom command's
 # outputs belong to the directory that defines it, so src/CMakeLists.txt calls it), compiled once
 # per tree, without warnings (generated code), without a sanitizer and without debug information
-# (gRPC and protobuf themselves are neither instrumented nor debugged here).
+# (gRPC and protobuf themselves are neither instrumented nor debugged here), position-independent
+# (for static and shared libraries alike). Their objects are therefore the same in every tree, so
+# a tree configured with DLOCK_ETCD_STUBS_FROM=<another build tree of this source, whose
+# dlock_etcd_stubs target is built> uses that tree's generated headers and objects instead of
+# generating and compiling its own (scripts/test.sh: the sanitizer, Release and clang trees use
+# build/'s).
 find_package(gRPC CONFIG)
 find_program(DLOCK_PROTOC protoc)
 find_program(DLOCK_GRPC_CPP_PLUGIN grpc_cpp_plugin)
@@ -66,6 +71,9 @@ set(dlock_proto_paths
   ${dlock_gogo}/gogoproto/gogo.proto
   ${dlock_googleapis}/google/api/annotations.proto ${dlock_googleapis}/google/api/http.proto)
 
+set(DLOCK_ETCD_STUBS_FROM "" CACHE PATH
+    "A build tree of this source whose built etcd stubs this tree uses (empty: its own)")
+
 set(DLOCK_ETCD_PROTO_IMPORTS ${dlock_proto_imports})
 set(DLOCK_ETCD_PROTO_FILES ${dlock_proto_files})
 set(DLOCK_ETCD_PROTO_PATHS ${dlock_proto_paths})
@@ -83,6 +91,37 @@ function(dlock_etcd_stubs target)
     ${DLOCK_ETCD_PROTO_INCLUDE_DIR}/etcd/etcdserver/etcdserverpb/rpc.grpc.pb.cc)
   list(APPEND DLOCK_ETCD_PROTO_HEADERS
     ${DLOCK_ETCD_PROTO_INCLUDE_DIR}/etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h)
+  if(NOT DLOCK_ETCD_STUBS_FROM STREQUAL "")
+    # Another tree's stubs: its objects (where that tree's ninja puts them) and, through a link in
+    # place of this tree's etcd_stubs directory, its headers.
+    get_filename_component(from ${DLOCK_ETCD_STUBS_FROM} ABSOLUTE)
+    if(from STREQUAL PROJECT_BINARY_DIR)
+      message(FATAL_ERROR "dlock: DLOCK_ETCD_STUBS_FROM names this tree itself")
+    endif()
+    set(objects "")
+    foreach(src IN LISTS DLOCK_ETCD_PROTO_SOURCES)
+      file(RELATIVE_PATH rel ${DLOCK_ETCD_PROTO_INCLUDE_DIR} ${src})
+      set(obj ${from}/src/CMakeFiles/${target}.dir/__/etcd_stubs/${rel}.o)
+      if(NOT EXISTS ${obj})
+        message(FATAL_ERROR "dlock: DLOCK_ETCD_STUBS_FROM=${from}: no ${obj} "
+                            "(build the target ${target} there first: ninja -C ${from} ${target})")
+      endif()
+      list(APPEND objects ${obj})
+    endforeach()
+    if(IS_DIRECTORY ${DLOCK_ETCD_PROTO_INCLUDE_DIR} AND NOT IS_SYMLINK ${DLOCK_ETCD_PROTO_INCLUDE_DIR})
+      file(REMOVE_RECURSE ${DLOCK_ETCD_PROTO_INCLUDE_DIR})
+    endif()
+    file(CREATE_LINK ${from}/etcd_stubs ${DLOCK_ETCD_PROTO_INCLUDE_DIR} SYMBOLIC)
+    add_library(${target} OBJECT IMPORTED GLOBAL)
+    set_target_properties(${target} PROPERTIES IMPORTED_OBJECTS "${objects}")
+    target_include_directories(${target} SYSTEM INTERFACE ${DLOCK_ETCD_PROTO_INCLUDE_DIR})
+    target_link_libraries(${target} INTERFACE gRPC::grpc++ protobuf::libprotobuf)
+    message(STATUS "dlock: the etcd stubs of ${from}")
+    return()
+  endif()
+  if(IS_SYMLINK ${DLOCK_ETCD_PROTO_INCLUDE_DIR})  # DLOCK_ETCD_STUBS_FROM was set before
+    file(REMOVE ${DLOCK_ETCD_PROTO_INCLUDE_DIR})
+  endif()
   add_custom_command(
     OUTPUT ${DLOCK_ETCD_PROTO_SOURCES} ${DLOCK_ETCD_PROTO_HEADERS}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${DLOCK_ETCD_PROTO_INCLUDE_DIR}
@@ -96,7 +135,7 @@ function(dlock_etcd_stubs target)
   add_library(${target} OBJECT ${DLOCK_ETCD_PROTO_SOURCES})
   # Replaces the directory's options (warnings as errors, sanitizers): generated code.
   set_property(TARGET ${target} PROPERTY COMPILE_OPTIONS -w -O1 -g0)
-  set_property(TARGET ${target} PROPERTY POSITION_INDEPENDENT_CODE ${BUILD_SHARED_LIBS})
+  set_property(TARGET ${target} PROPERTY POSITION_INDEPENDENT_CODE ON)
   target_include_directories(${target} SYSTEM PUBLIC ${DLOCK_ETCD_PROTO_INCLUDE_DIR})
   target_link_libraries(${target} PUBLIC gRPC::grpc++ protobuf::libprotobuf)
 endfunction()

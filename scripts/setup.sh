@@ -10,6 +10,8 @@
 #   --target T (repeatable): the packages a build needs (not the test stages' tools) + configure,
 #   then build only target T (scripts/demo.sh: the CLI, dlock_cli, and its libraries); without
 #   --target every package is installed and everything is built
+#   -DNAME=VALUE (repeatable): passed to cmake when configuring (scripts/test.sh:
+#   -DDLOCK_ETCD_STUBS_FROM=build for the sanitizer trees, cmake/etcd_proto.cmake)
 #
 # The sanitizer trees compile with -O1 -g1 (line tables: reports still name file:line) instead of
 # RelWithDebInfo's -O2 -g: about 40% less compile time, and -O1 is what the sanitizers' authors
@@ -34,7 +36,8 @@ PACKAGES=("${BUILD_PACKAGES[@]}" redis-tools libbenchmark-dev gnuplot-nox clang-
 sanitize=""
 build=1
 targets=()
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+cmake_args=()
+usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --sanitize) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; sanitize=$2; shift 2 ;;
@@ -43,6 +46,7 @@ while (($#)); do
     --configure-only) build=configure; shift ;;
     --target) [[ $# -ge 2 && -n $2 ]] || { usage >&2; exit 2; }; targets+=("$2"); shift 2 ;;
     --target=?*) targets+=("${1#--target=}"); shift ;;
+    -D?*) cmake_args+=("$1"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -97,7 +101,7 @@ if [[ -n $sanitize ]]; then
   flags=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 fi
 if ! cmake -S "$ROOT" -B "$ROOT/$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-       "-DDLOCK_SANITIZE=$sanitize" -DDLOCK_WERROR=ON "${flags[@]}" >"$log" 2>&1; then
+       "-DDLOCK_SANITIZE=$sanitize" -DDLOCK_WERROR=ON "${flags[@]}" "${cmake_args[@]}" >"$log" 2>&1; then
   cat "$log" >&2
   say "configure $dir/ FAILED" >&2
   exit 1

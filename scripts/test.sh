@@ -16,7 +16,9 @@
 # clean clone (CONTRIBUTING.md lists each stage's share), hence: the sanitizer trees build only
 # the targets of the tests they run, at -O1 -g1 (scripts/setup.sh); the ZooKeeper-less and clang
 # trees build only what they check, without debug information; under a sanitizer the striped
-# conformance kinds run only on memory and Redis (tests/conformance/CMakeLists.txt).
+# conformance kinds run only on memory and Redis (tests/conformance/CMakeLists.txt); etcd's
+# generated gRPC stubs are compiled once, in build/, and linked from there by the other trees
+# (cmake/etcd_proto.cmake); the sanitizer trees precompile the tests' common headers.
 # Environment: DLOCK_TEST_TIME_SCALE scales test durations (default 1; the sanitizer stages
 # default to 2 when it is unset); DLOCK_CTEST_JOBS (default 2);
 # DLOCK_TORTURE_SEED (default: the time, printed) and DLOCK_TORTURE_MINUTES (default 2.5) for
@@ -31,7 +33,7 @@ quick=0
 while (($#)); do
   case "$1" in
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -95,9 +97,27 @@ print("\n".join(sorted(out)))' "$PWD/$dir") || return
   ninja -C "$dir" -j "$(nproc)" --quiet $targets
 }
 
+# find_etcd_stubs: sets the array etcd_stubs to the cmake argument with which a tree uses the plain
+# tree's etcd stubs (cmake/etcd_proto.cmake: generated and compiled once, without sanitizer or
+# debug flags, the same objects in every tree) instead of generating and compiling its own, and
+# builds them there first (nothing to do after stage_plain). Empty when the plain tree has no
+# etcd backend.
+etcd_stubs=()
+find_etcd_stubs() {
+  etcd_stubs=()
+  [[ -f build/build.ninja ]] && grep -q '^build dlock_etcd_stubs:' build/build.ninja || return 0
+  ninja -C build --quiet dlock_etcd_stubs || return
+  etcd_stubs=("-DDLOCK_ETCD_STUBS_FROM=$ROOT/build")
+}
+
+# The sanitizer trees compile the tests with a precompiled header (DLOCK_TEST_PCH,
+# tests/CMakeLists.txt); ccache caches such compiles only with this sloppiness.
+pch_sloppiness=${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}pch_defines,time_macros
+
 stage_asan() {
-  bash scripts/setup.sh --sanitize address --configure-only || return
-  build_tested build-asan || return
+  find_etcd_stubs || return
+  bash scripts/setup.sh --sanitize address --configure-only "${etcd_stubs[@]}" || return
+  CCACHE_SLOPPINESS=$pch_sloppiness build_tested build-asan || return
   local scale=${DLOCK_TEST_TIME_SCALE:-2}
   echo "DLOCK_TEST_TIME_SCALE=$scale"
   # tests/lsan.supp: allocations Debian's libzookeeper_mt itself does not free (see the file).
@@ -134,8 +154,9 @@ find_tsan_prefix() {
 }
 
 stage_tsan() {
-  bash scripts/setup.sh --sanitize thread --configure-only || return
-  build_tested build-tsan -L 'unit|integration' || return
+  find_etcd_stubs || return
+  bash scripts/setup.sh --sanitize thread --configure-only "${etcd_stubs[@]}" || return
+  CCACHE_SLOPPINESS=$pch_sloppiness build_tested build-tsan -L 'unit|integration' || return
   find_tsan_prefix || return
   local scale=${DLOCK_TEST_TIME_SCALE:-2}
   echo "DLOCK_TEST_TIME_SCALE=$scale"
@@ -174,8 +195,9 @@ configure_tree() {
 # The .debs install to the multiarch libdir (cmake/packaging.cmake): a new tree defaults to it,
 # and a tree configured before that default is switched here.
 stage_release() {
+  find_etcd_stubs || return
   configure_tree build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-    "-DCMAKE_INSTALL_LIBDIR=lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)" || return
+    "-DCMAKE_INSTALL_LIBDIR=lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)" "${etcd_stubs[@]}" || return
   ninja -C build-release || return
   ctest --test-dir build-release --output-on-failure -j "$ctest_jobs" -L unit
 }
@@ -214,7 +236,8 @@ stage_nozk() {
 # clang with -Wthread-safety over the library: state annotated DLOCK_GUARDED_BY a mutex
 # (include/dlock/detail/thread_safety.hpp) is never touched without it.
 stage_clang() {
-  CC=clang CXX=clang++ configure_tree build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  find_etcd_stubs || return
+  CC=clang CXX=clang++ configure_tree build-clang "${etcd_stubs[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS=-Wthread-safety" || return
   ninja -C build-clang dlock
 }

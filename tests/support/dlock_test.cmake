@@ -28,6 +28,9 @@ function(dlock_add_test)
 
   add_executable(${arg_NAME} ${arg_SOURCES})
   target_link_libraries(${arg_NAME} PRIVATE dlock_test_support dlock_test_main)
+  if(DLOCK_TEST_PCH)
+    target_precompile_headers(${arg_NAME} REUSE_FROM dlock_test_main)
+  endif()
   add_test(NAME ${arg_NAME} COMMAND ${arg_NAME})
   set_tests_properties(${arg_NAME} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
 
