@@ -1,5 +1,6 @@
 // Private Debian etcd servers for tests (docs/etcd.md): a single member or a cluster of N on free
-// 127.0.0.1 ports, each in its own temp dir, started as children of the test process
+// 127.0.0.1 ports (or on addresses of network namespaces a test made, netns.hpp), each in its own
+// temp dir, started as children of the test process
 // (/usr/bin/etcd) and always torn down. Readiness is every member's /health answering
 // {"health":"true"}. Fault tests use stop/start/kill9/pause/resume on single members, and
 // etcdctl() to act as an administrator (or as etcdctl's own lock users). Use one object from one
@@ -22,11 +23,21 @@ struct etcdctl_result {
     std::string out;  ///< stdout and stderr
 };
 
+struct etcd_cluster_options {
+    /// Per member (empty: every one on "127.0.0.1"): the IPv4 address its client and peer ports
+    /// bind to. Ports are picked free on 127.0.0.1 of the calling thread's namespace.
+    std::vector<std::string> addresses;
+    /// Per member (empty: none): an argv prefix it runs under, e.g. veth_netns::exec_prefix()
+    /// to run it in another network namespace (netns.hpp).
+    std::vector<std::vector<std::string>> wrappers;
+};
+
 class etcd_cluster {
 public:
     /// Starts `members` members (1 = a single node) and waits until every one is healthy
     /// (deadline scaled(30s)). Throws std::runtime_error with the log tails if they are not.
     explicit etcd_cluster(std::size_t members = 1);
+    etcd_cluster(std::size_t members, etcd_cluster_options options);
     /// SIGKILL + waitpid every member, remove the temp dir. Never throws.
     ~etcd_cluster();
     etcd_cluster(const etcd_cluster&) = delete;
@@ -35,8 +46,9 @@ public:
     std::size_t size() const { return members_.size(); }
     /// "127.0.0.1:p1,127.0.0.1:p2,..." (each member's client address)
     std::string endpoints() const;
-    /// "127.0.0.1:<client port>" of member i.
+    /// "<address>:<client port>" of member i.
     std::string endpoint(std::size_t i) const;
+    std::uint16_t client_port(std::size_t i) const { return members_.at(i).client_port; }
     /// "etcd://<endpoints>" plus "/<prefix>" when given.
     std::string url(std::string_view prefix = "") const;
     pid_t pid(std::size_t i) const;
@@ -55,6 +67,9 @@ public:
     /// The index of the member that is the leader, read from each member's status; -1 if none
     /// answers so.
     int leader() const;
+    /// Hands the leadership to member i (`etcdctl move-leader`) and waits until it leads
+    /// (scaled(20s)); throws std::runtime_error if it does not.
+    void move_leader(std::size_t i);
 
     /// How many keys start with `prefix` (a count-only range over the JSON gateway of the first
     /// running member). Throws std::runtime_error if no member answers within scaled(10s).
@@ -69,6 +84,8 @@ public:
 
 private:
     struct member {
+        std::string address = "127.0.0.1";
+        std::vector<std::string> wrapper;
         std::uint16_t client_port = 0, peer_port = 0;
         std::string dir;
         pid_t pid = -1;
