@@ -6,10 +6,11 @@
 
 Each phase starts its servers (Redis single with AOF; Redlock on 3 and on 5 masters; a ZooKeeper
 3-node ensemble whose server 1 runs in its own network namespace; a 3-member etcd cluster), a
-separate never-faulted Redis for the fenced resource, and several groups of dlock-torture-client processes (one lock name per
-group, one lock kind per process). A fault scheduler driven by --seed injects faults at random
-times; the end of a phase heals everything, waits for a quiet window in which every lock name
-must be granted again, stops the workers and checks their logs. See docs/torture.md.
+separate never-faulted Redis for the fenced resource, and several groups of dlock-torture-client
+processes (one lock name per group, one lock kind per process). A fault scheduler driven by --seed
+injects faults at random times; the end of a phase heals everything, waits for a quiet window in
+which every lock name must be granted again, stops the workers and checks their logs. See
+docs/torture.md.
 
 Exit status: 0 when every check passed, 1 on any violation, 2 when the harness itself failed.
 Standard library only; run as root for the ZooKeeper partition (network namespaces + iptables).
