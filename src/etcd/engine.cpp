@@ -736,10 +736,16 @@ void engine::keep_alive(const std::shared_ptr<session>& s, steady::time_point no
     pb::LeaseKeepAliveResponse resp;
     bool answered = false;
     const auto sent = steady::now();
+    steady::time_point valid;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        valid = s->valid_until;
+    }
     // One keep-alive per stream, bounded by command_timeout and by a third of the TTL, so the
-    // background thread never blocks for longer than the validity margin.
-    const auto bound =
-        std::min(dlock::detail::deadline_after(sent, options_.command_timeout), sent + s->ttl / 3);
+    // background thread never blocks for longer than the validity margin, and never past the
+    // session's validity: the thread must be free then to report the session's locks lost.
+    const auto bound = std::min(
+        {dlock::detail::deadline_after(sent, options_.command_timeout), sent + s->ttl / 3, valid});
     const auto st = rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) {
         auto stream = e.lease->LeaseKeepAlive(&ctx);
         if (!stream->Write(req)) return stream->Finish();

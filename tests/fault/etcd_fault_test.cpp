@@ -252,6 +252,54 @@ TEST(EtcdFault, ClusterStoppedPastTheTtlMakesTheHolderUncertainThenLostBeforeAWa
 
 }  // namespace
 
+// The whole cluster stopped right after a grant: the holder's background thread keeps trying
+// keep-alives (each bounded by min(command_timeout, TTL/3)) that nobody answers. Its lost_token
+// must fire once the lease's validity passes, before the server could expire the lease: the
+// server counts the TTL from the last keep-alive it received, which was sent no earlier than
+// (the largest end the holder claimed) - TTL + drift, drift = TTL/100 + 2 ms. It must not wait
+// for a keep-alive in progress to time out first (one was still waiting about 1.2 s past it).
+TEST(EtcdFault, LostFiresWhenTheValidityPassesNotWhenAKeepAliveTimesOut) {
+    const auto name = dlock::test::unique_name("lost-on-time");
+    const auto ttl = 5s;
+    const auto drift = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::milliseconds(ttl) / 100 + 2ms);
+    // Keep-alives every TTL/3, each waiting up to 1.5 s: the third one after the pause is still
+    // waiting when the validity passes.
+    dlock::etcd::client etcd({.url = cluster().url(),
+                              .session_ttl = ttl,
+                              .connect_timeout = scaled(10s),
+                              .command_timeout = 1500ms});
+    auto held = etcd.acquire(name, {.wait = scaled(10s)});
+    std::atomic<long long> lost_at{0}, claimed_end{0};
+    std::stop_callback on_lost(held.lost_token(), [&] { lost_at = now_ns(); });
+    std::jthread sampler([&](std::stop_token stop) {
+        while (!stop.stop_requested()) {
+            const auto t = now_ns();
+            const auto left = held.expires_in();
+            if (held.state() != dlock::lock_state::lost && left > 0ms) {
+                const auto end =
+                    t + std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+                if (end > claimed_end) claimed_end = end;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
+    });
+    cluster().pause_all();
+    const bool lost = eventually([&] { return lost_at.load() != 0; }, 15s);
+    cluster().resume_all();
+    sampler.request_stop();
+    sampler.join();
+    ASSERT_TRUE(lost);
+    std::printf("lost %lld ms after the validity the holder claimed\n",
+                (lost_at.load() - claimed_end.load()) / 1'000'000);
+    EXPECT_LT(lost_at.load(), claimed_end.load() + drift.count())
+        << "lost fired after the server could have expired the lease";
+    std::error_code ec;
+    held.release(ec);  // lost; the cluster may still be electing a leader (not answered)
+    EXPECT_TRUE(ec == dlock::errc::lock_lost || ec == dlock::errc::connection_failed)
+        << dlock::last_error_message(ec);
+}
+
 // A member cut off from its peers (its own network namespace, joined to this test's private one
 // by a veth pair; iptables there black-holes every TCP packet but its client port): a holder
 // connected only to that member cannot keep its etcd lease alive (the member forwards
