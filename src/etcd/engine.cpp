@@ -1062,7 +1062,7 @@ void engine::check_keys(const std::shared_ptr<session>& s,
     }
     pb::TxnResponse resp;
     const auto st =
-        rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+        rpc(background_deadline(steady::now()),
             [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
     if (!st.ok() || resp.succeeded() || resp.responses_size() != static_cast<int>(keys.size())) {
         return;
@@ -1131,6 +1131,20 @@ steady::time_point engine::check_leases(steady::time_point now) {
     return next;
 }
 
+steady::time_point engine::background_deadline(steady::time_point now) {
+    auto deadline = dlock::detail::deadline_after(now, options_.command_timeout);
+    dlock::detail::lock_guard lock(mutex_);
+    for (const auto& [ptr, held] : registry_) {
+        const auto lease = held.lease.lock();
+        if (!lease || lease->released() || lease->lost_token().stop_requested() ||
+            held.owner->dead) {
+            continue;  // nothing left to report on time
+        }
+        deadline = std::min({deadline, held.owner->valid_until, held.cap_valid});
+    }
+    return deadline;
+}
+
 void engine::run_pending_deletes() {
     std::vector<pending_delete> todo;
     {
@@ -1145,10 +1159,8 @@ void engine::run_pending_deletes() {
             dead = d.owner->dead;
         }
         bool was_there = false;
-        if (dead ||
-            delete_fenced(d.key, d.revision, *d.owner,
-                          dlock::detail::deadline_after(steady::now(), options_.command_timeout),
-                          was_there)) {
+        if (dead || delete_fenced(d.key, d.revision, *d.owner, background_deadline(steady::now()),
+                                  was_there)) {
             leave_turn(d.prefix, d.turn);
         } else {
             again.push_back(std::move(d));

@@ -153,6 +153,10 @@ private:
     void check_keys(const std::shared_ptr<session>& s,
                     std::vector<std::pair<std::shared_ptr<lease_core>, lost_reason>>& lost);
     steady::time_point check_leases(steady::time_point now);
+    /// The deadline of a request the background thread makes (a key check, a pending delete):
+    /// command_timeout from `now`, but never past the validity of a lock it holds, so the thread
+    /// is free to report that lock lost on time.
+    steady::time_point background_deadline(steady::time_point now);
     void run_pending_deletes();
     void run(std::stop_token stop);
     void wake() noexcept;

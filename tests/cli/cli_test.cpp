@@ -1023,7 +1023,7 @@ TEST(CliEtcd, RunOverEtcdsWithTheCa) {
     tls.ca = certs.ca();
     tls.cert = certs.cert("server");
     tls.key = certs.key("server");
-    dlock::test::etcd_cluster etcd(1, tls);
+    dlock::test::etcd_cluster etcd(1, {.tls = tls});
     const auto name = dlock::test::unique_name("etcds");
     auto r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.ca(), name, "--", "sh", "-c",
                       "test -n \"$ETCD_LOCK_KEY\" && exit 7"});

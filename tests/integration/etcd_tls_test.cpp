@@ -23,20 +23,21 @@ using dlock::test::shared_tls_certs;
 
 /// One member serving TLS with the shared certificates (no client certificate needed).
 dlock::test::etcd_cluster& tls_etcd() {
-    static dlock::test::etcd_cluster etcd(1, {.ca = shared_tls_certs().ca(),
-                                              .cert = shared_tls_certs().cert("server"),
-                                              .key = shared_tls_certs().key("server")});
+    static dlock::test::etcd_cluster etcd(1, {.tls = {.ca = shared_tls_certs().ca(),
+                                                      .cert = shared_tls_certs().cert("server"),
+                                                      .key = shared_tls_certs().key("server")}});
     return etcd;
 }
 
 /// One member that also requires a client certificate signed by the CA.
 dlock::test::etcd_cluster& mutual_etcd() {
-    static dlock::test::etcd_cluster etcd(1, {.ca = shared_tls_certs().ca(),
-                                              .cert = shared_tls_certs().cert("server"),
-                                              .key = shared_tls_certs().key("server"),
-                                              .client_cert_auth = true,
-                                              .client_cert = shared_tls_certs().cert("client"),
-                                              .client_key = shared_tls_certs().key("client")});
+    static dlock::test::etcd_cluster etcd(
+        1, {.tls = {.ca = shared_tls_certs().ca(),
+                    .cert = shared_tls_certs().cert("server"),
+                    .key = shared_tls_certs().key("server"),
+                    .client_cert_auth = true,
+                    .client_cert = shared_tls_certs().cert("client"),
+                    .client_key = shared_tls_certs().key("client")}});
     return etcd;
 }
 

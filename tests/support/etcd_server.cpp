@@ -30,15 +30,16 @@ constexpr auto start_deadline = std::chrono::seconds(30);
 constexpr const char* etcd_binary = "/usr/bin/etcd";
 constexpr const char* etcdctl_binary = "/usr/bin/etcdctl";
 
-/// One HTTP/1.0 request to 127.0.0.1:port; the whole answer, or "" without one within `timeout`.
-std::string http(std::uint16_t port, const std::string& method, const std::string& path,
-                 const std::string& body, std::chrono::milliseconds timeout) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return {};
+/// One HTTP/1.0 request to address:port; the whole answer, or "" without one within `timeout`.
+std::string http(const std::string& address, std::uint16_t port, const std::string& method,
+                 const std::string& path, const std::string& body,
+                 std::chrono::milliseconds timeout) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) return {};
     addr.sin_port = htons(port);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return {};
     const auto deadline = clock::now() + timeout;
     const auto wait = [&](short events) {
         const auto left =
@@ -90,10 +91,10 @@ std::string json_number(const std::string& text, const std::string& name) {
 
 }  // namespace
 
-etcd_cluster::etcd_cluster(std::size_t members) : etcd_cluster(members, etcd_tls{}) {}
+etcd_cluster::etcd_cluster(std::size_t members) : etcd_cluster(members, {}) {}
 
-etcd_cluster::etcd_cluster(std::size_t members, etcd_tls tls)
-    : tls_(std::move(tls)), secure_(!tls_.cert.empty()) {
+etcd_cluster::etcd_cluster(std::size_t members, etcd_cluster_options options)
+    : tls_(std::move(options.tls)), secure_(!tls_.cert.empty()) {
     char tmpl[] = "/tmp/dlock-etcd.XXXXXX";
     if (::mkdtemp(tmpl) == nullptr)
         throw std::runtime_error(std::string("etcd_cluster: mkdtemp: ") + std::strerror(errno));
@@ -110,6 +111,8 @@ etcd_cluster::etcd_cluster(std::size_t members, etcd_tls tls)
         members_.resize(members);
         for (std::size_t i = 0; i < members; ++i) {
             auto& m = members_[i];
+            if (i < options.addresses.size()) m.address = options.addresses[i];
+            if (i < options.wrappers.size()) m.wrapper = options.wrappers[i];
             m.client_port = fresh();
             m.peer_port = fresh();
             m.http_port = secure_ ? fresh() : m.client_port;
@@ -144,7 +147,7 @@ etcd_cluster::~etcd_cluster() {
 }
 
 std::string etcd_cluster::endpoint(std::size_t i) const {
-    return "127.0.0.1:" + std::to_string(members_.at(i).client_port);
+    return members_.at(i).address + ":" + std::to_string(members_.at(i).client_port);
 }
 
 std::string etcd_cluster::endpoints() const {
@@ -169,24 +172,26 @@ void etcd_cluster::spawn(std::size_t i) {
     std::string initial;
     for (std::size_t j = 0; j < members_.size(); ++j) {
         if (j > 0) initial += ',';
-        initial += "m" + std::to_string(j + 1) +
-                   "=http://127.0.0.1:" + std::to_string(members_[j].peer_port);
+        initial += "m" + std::to_string(j + 1) + "=http://" + members_[j].address + ":" +
+                   std::to_string(members_[j].peer_port);
     }
     const auto client =
-        (secure_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(m.client_port);
-    const auto peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
-    std::vector<std::string> argv = {
-        etcd_binary, "--name=m" + std::to_string(i + 1), "--data-dir=" + m.dir + "/data",
-        "--listen-client-urls=" + client, "--advertise-client-urls=" + client,
-        "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
-        "--initial-cluster=" + initial, "--initial-cluster-token=" + token_,
-        std::string("--initial-cluster-state=") + (m.started_once ? "existing" : "new"),
-        // Elections within about a second (tests on loopback).
-        "--heartbeat-interval=50", "--election-timeout=500", "--logger=zap", "--log-level=warn"};
+        (secure_ ? "https://" : "http://") + m.address + ":" + std::to_string(m.client_port);
+    const auto peer = "http://" + m.address + ":" + std::to_string(m.peer_port);
+    std::vector<std::string> argv = m.wrapper;
+    argv.insert(
+        argv.end(),
+        {etcd_binary, "--name=m" + std::to_string(i + 1), "--data-dir=" + m.dir + "/data",
+         "--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+         "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+         "--initial-cluster=" + initial, "--initial-cluster-token=" + token_,
+         std::string("--initial-cluster-state=") + (m.started_once ? "existing" : "new"),
+         // Elections within about a second (tests on loopback).
+         "--heartbeat-interval=50", "--election-timeout=500", "--logger=zap", "--log-level=warn"});
     if (secure_) {
-        argv.insert(argv.end(),
-                    {"--cert-file=" + tls_.cert, "--key-file=" + tls_.key,
-                     "--listen-metrics-urls=http://127.0.0.1:" + std::to_string(m.http_port)});
+        argv.insert(argv.end(), {"--cert-file=" + tls_.cert, "--key-file=" + tls_.key,
+                                 "--listen-metrics-urls=http://" + m.address + ":" +
+                                     std::to_string(m.http_port)});
         if (tls_.client_cert_auth)
             argv.insert(argv.end(), {"--client-cert-auth", "--trusted-ca-file=" + tls_.ca});
     }
@@ -203,7 +208,8 @@ void etcd_cluster::spawn(std::size_t i) {
 }
 
 bool etcd_cluster::healthy(std::size_t i, std::chrono::milliseconds timeout) const {
-    const auto answer = http(members_.at(i).http_port, "GET", "/health", "", timeout);
+    const auto& m = members_.at(i);
+    const auto answer = http(m.address, m.http_port, "GET", "/health", "", timeout);
     return answer.find("\"health\":\"true\"") != std::string::npos;
 }
 
@@ -278,13 +284,31 @@ void etcd_cluster::resume_all() {
 int etcd_cluster::leader() const {
     for (std::size_t i = 0; i < members_.size(); ++i) {
         if (members_[i].pid <= 0) continue;
-        const auto answer = http(members_[i].client_port, "POST", "/v3/maintenance/status", "{}",
-                                 std::chrono::milliseconds(500));
+        const auto answer = http(members_[i].address, members_[i].client_port, "POST",
+                                 "/v3/maintenance/status", "{}", std::chrono::milliseconds(500));
         const auto leader = json_number(answer, "leader");
         const auto self = json_number(answer, "member_id");
         if (!leader.empty() && leader != "0" && leader == self) return static_cast<int>(i);
     }
     return -1;
+}
+
+void etcd_cluster::move_leader(std::size_t i) {
+    const auto& m = members_.at(i);
+    const auto status = http(m.address, m.client_port, "POST", "/v3/maintenance/status", "{}",
+                             scaled(std::chrono::seconds(2)));
+    const auto id = json_number(status, "member_id");
+    if (id.empty()) throw std::runtime_error("etcd_cluster::move_leader: member has no status");
+    std::ostringstream hex;
+    hex << std::hex << std::stoull(id);
+    const auto deadline = clock::now() + scaled(std::chrono::seconds(20));
+    while (clock::now() < deadline) {
+        if (leader() == static_cast<int>(i)) return;
+        etcdctl({"move-leader", hex.str()});
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    throw std::runtime_error("etcd_cluster::move_leader: member " + std::to_string(i + 1) +
+                             " does not lead\n" + log_tails());
 }
 
 namespace {
@@ -336,8 +360,8 @@ std::size_t etcd_cluster::count(const std::string& prefix) const {
     while (clock::now() < deadline) {
         for (const auto& m : members_) {
             if (m.pid <= 0) continue;
-            const auto answer =
-                http(m.client_port, "POST", "/v3/kv/range", body, std::chrono::milliseconds(1000));
+            const auto answer = http(m.address, m.client_port, "POST", "/v3/kv/range", body,
+                                     std::chrono::milliseconds(1000));
             if (answer.find("\"header\"") == std::string::npos) continue;
             const auto n = json_number(answer, "count");
             return n.empty() ? 0 : static_cast<std::size_t>(std::stoull(n));
@@ -350,8 +374,8 @@ std::size_t etcd_cluster::count(const std::string& prefix) const {
 std::uint64_t etcd_cluster::grpc_started(std::size_t i, std::string_view method) const {
     const auto deadline = clock::now() + scaled(std::chrono::seconds(10));
     while (clock::now() < deadline) {
-        const auto answer =
-            http(members_.at(i).http_port, "GET", "/metrics", "", std::chrono::milliseconds(2000));
+        const auto answer = http(members_.at(i).address, members_.at(i).http_port, "GET",
+                                 "/metrics", "", std::chrono::milliseconds(2000));
         if (answer.find("grpc_server_started_total") != std::string::npos) {
             // grpc_server_started_total{grpc_method="M",grpc_service="...",grpc_type="..."} N
             const std::string label = "grpc_method=\"" + std::string(method) + "\"";

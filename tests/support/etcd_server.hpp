@@ -1,5 +1,6 @@
 // Private Debian etcd servers for tests (docs/etcd.md): a single member or a cluster of N on free
-// 127.0.0.1 ports, each in its own temp dir, started as children of the test process
+// 127.0.0.1 ports (or on addresses of network namespaces a test made, netns.hpp), each in its own
+// temp dir, started as children of the test process
 // (/usr/bin/etcd) and always torn down. Readiness is every member's /health answering
 // {"health":"true"}. Fault tests use stop/start/kill9/pause/resume on single members, and
 // etcdctl() to act as an administrator (or as etcdctl's own lock users). Use one object from one
@@ -31,13 +32,25 @@ struct etcd_tls {
     std::string client_cert, client_key;  ///< what etcdctl() presents then
 };
 
+struct etcd_cluster_options {
+    /// Per member (empty: every one on "127.0.0.1"): the IPv4 address its client and peer ports
+    /// bind to. Ports are picked free on 127.0.0.1 of the calling thread's namespace.
+    std::vector<std::string> addresses;
+    /// Per member (empty: none): an argv prefix it runs under, e.g. veth_netns::exec_prefix()
+    /// to run it in another network namespace (netns.hpp).
+    std::vector<std::vector<std::string>> wrappers;
+    /// TLS on the members' client ports (etcds://); off when tls.cert is empty.
+    etcd_tls tls;
+};
+
 class etcd_cluster {
 public:
     /// Starts `members` members (1 = a single node) and waits until every one is healthy
     /// (deadline scaled(30s)). Throws std::runtime_error with the log tails if they are not.
     explicit etcd_cluster(std::size_t members = 1);
-    /// The same, serving etcds:// (TLS) with `tls`. count() is not available in this mode.
-    etcd_cluster(std::size_t members, etcd_tls tls);
+    /// The same with `options`: member addresses and wrappers, TLS (etcds://; count() is not
+    /// available then).
+    etcd_cluster(std::size_t members, etcd_cluster_options options);
     /// SIGKILL + waitpid every member, remove the temp dir. Never throws.
     ~etcd_cluster();
     etcd_cluster(const etcd_cluster&) = delete;
@@ -46,8 +59,9 @@ public:
     std::size_t size() const { return members_.size(); }
     /// "127.0.0.1:p1,127.0.0.1:p2,..." (each member's client address)
     std::string endpoints() const;
-    /// "127.0.0.1:<client port>" of member i.
+    /// "<address>:<client port>" of member i.
     std::string endpoint(std::size_t i) const;
+    std::uint16_t client_port(std::size_t i) const { return members_.at(i).client_port; }
     /// "etcd://<endpoints>" (etcds:// in TLS mode) plus "/<prefix>" when given.
     std::string url(std::string_view prefix = "") const;
     pid_t pid(std::size_t i) const;
@@ -66,6 +80,9 @@ public:
     /// The index of the member that is the leader, read from each member's status; -1 if none
     /// answers so.
     int leader() const;
+    /// Hands the leadership to member i (`etcdctl move-leader`) and waits until it leads
+    /// (scaled(20s)); throws std::runtime_error if it does not.
+    void move_leader(std::size_t i);
 
     /// How many gRPC calls of `method` (e.g. "LeaseKeepAlive") member i has started since it
     /// (re)started: etcd's grpc_server_started_total counter from its /metrics. Throws
@@ -90,6 +107,8 @@ public:
 
 private:
     struct member {
+        std::string address = "127.0.0.1";
+        std::vector<std::string> wrapper;
         std::uint16_t client_port = 0, peer_port = 0;
         std::uint16_t http_port = 0;  // /health and /metrics: client_port, else the metrics port
         std::string dir;
