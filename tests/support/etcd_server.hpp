@@ -35,12 +35,12 @@ struct etcd_tls {
 struct etcd_cluster_options {
     /// Per member (empty: every one on "127.0.0.1"): the IPv4 address its client and peer ports
     /// bind to. Ports are picked free on 127.0.0.1 of the calling thread's namespace.
-    std::vector<std::string> addresses;
+    std::vector<std::string> addresses{};
     /// Per member (empty: none): an argv prefix it runs under, e.g. veth_netns::exec_prefix()
     /// to run it in another network namespace (netns.hpp).
-    std::vector<std::vector<std::string>> wrappers;
+    std::vector<std::vector<std::string>> wrappers{};
     /// TLS on the members' client ports (etcds://); off when tls.cert is empty.
-    etcd_tls tls;
+    etcd_tls tls{};
 };
 
 class etcd_cluster {
