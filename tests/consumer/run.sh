@@ -7,10 +7,11 @@
 # shared libraries). The script
 #   1. installs it to a temporary prefix (cmake --install) and checks the layout;
 #   2. builds two programs outside the tree against that prefix, one with
-#      find_package(dlock CONFIG REQUIRED COMPONENTS redis) (tests/consumer/cmake), one with a
-#      plain compiler line from `pkg-config --cflags --libs dlock-redis` (tests/consumer/pkgconfig),
-#      and runs both against a private redis-server on a free 127.0.0.1 port: each locks and
-#      unlocks a dlock::mutex and fails unless it got a fencing token > 0;
+#      find_package(dlock CONFIG REQUIRED COMPONENTS redis etcd) (tests/consumer/cmake), one with
+#      a plain compiler line from `pkg-config --cflags --libs dlock-redis dlock-etcd`
+#      (tests/consumer/pkgconfig), and runs both against a private redis-server and a private
+#      etcd member on free 127.0.0.1 ports: each locks and unlocks a dlock::mutex on each and
+#      fails unless it got a fencing token > 0 from both;
 #   3. with STATIC_TREE (a fully built tree with BUILD_SHARED_LIBS=OFF): the same for its static
 #      libraries;
 #   4. builds the .debs with `cpack -G DEB` in BUILD_TREE, checks their contents (libraries,
@@ -66,7 +67,7 @@ if (($# == 2)); then
   static_tree=$(cd "$2" && pwd)
   check_tree "$static_tree" OFF
 fi
-for tool in cmake make pkg-config redis-server redis-cli ldd; do
+for tool in cmake make pkg-config redis-server redis-cli etcd ldd; do
   command -v "$tool" >/dev/null || fail "$tool is not installed (scripts/setup.sh installs it)"
 done
 
@@ -83,6 +84,7 @@ if command -v ccache >/dev/null; then
 fi
 
 redis_pid=""
+etcd_pid=""
 lint_pid=""
 installed_debs=0
 packages=(dlock-tools libdlock-dev libdlock0)
@@ -92,6 +94,10 @@ cleanup() {
   if [[ -n $redis_pid ]]; then
     kill "$redis_pid" 2>/dev/null || true
     wait "$redis_pid" 2>/dev/null || true
+  fi
+  if [[ -n $etcd_pid ]]; then
+    kill "$etcd_pid" 2>/dev/null || true
+    wait "$etcd_pid" 2>/dev/null || true
   fi
   if [[ -n $lint_pid ]]; then
     kill "$lint_pid" 2>/dev/null || true
@@ -133,6 +139,39 @@ start_redis() {
   fail "could not start a redis-server"
 }
 
+# start_etcd: a private single-member etcd on free 127.0.0.1 ports (others if one was taken
+# meanwhile); sets etcd_url. Stopped by cleanup.
+start_etcd() {
+  local attempt port peer deadline
+  for attempt in 1 2 3 4 5 6 7 8; do
+    port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    peer=$((port + 1))
+    rm -rf "$work/etcd-data"
+    etcd --name consumer --data-dir "$work/etcd-data" \
+      --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+      --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+      --initial-cluster "consumer=http://127.0.0.1:$peer" --log-level warn \
+      >"$work/etcd-$port.log" 2>&1 &
+    etcd_pid=$!
+    deadline=$((SECONDS + 15))
+    while ((SECONDS < deadline)); do
+      if ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$port" --dial-timeout 1s endpoint health \
+        >/dev/null 2>&1; then
+        etcd_url="etcd://127.0.0.1:$port"
+        say "etcd $etcd_url (pid $etcd_pid)"
+        return 0
+      fi
+      kill -0 "$etcd_pid" 2>/dev/null || break  # exited: a port was taken
+      sleep 0.1
+    done
+    kill "$etcd_pid" 2>/dev/null || true
+    wait "$etcd_pid" 2>/dev/null || true
+    etcd_pid=""
+    say "etcd did not start on port $port (attempt $attempt)"
+  done
+  fail "could not start an etcd member"
+}
+
 # build_cmake_consumer NAME EXPECTED_DLOCK_DIR [CMAKE_ARGS...]: builds tests/consumer/cmake in
 # $work/NAME and checks that it found dlock's package in EXPECTED_DLOCK_DIR.
 build_cmake_consumer() {
@@ -146,7 +185,7 @@ build_cmake_consumer() {
   fi
   found=$(cache_value "$work/$name" dlock_DIR)
   [[ $found -ef $expected ]] || fail "$name: found dlock in '$found', expected '$expected'"
-  say "$name: find_package(dlock CONFIG REQUIRED COMPONENTS redis) -> $found"
+  say "$name: find_package(dlock CONFIG REQUIRED COMPONENTS redis etcd) -> $found"
 }
 
 # build_pc_consumer NAME: builds tests/consumer/pkgconfig to $work/NAME/lock_once with the
@@ -159,27 +198,30 @@ build_pc_consumer() {
     cat "$work/$name.log" >&2
     fail "$name: the pkg-config consumer did not build"
   fi
-  say "$name: built with \`pkg-config --cflags --libs dlock-redis\`: $(pkg-config --libs dlock-redis)"
+  say "$name: built with \`pkg-config --cflags --libs dlock-redis dlock-etcd\`: $(pkg-config --libs dlock-redis dlock-etcd)"
 }
 
-# run_consumer NAME PROGRAM: runs it against the private redis-server.
+# run_consumer NAME PROGRAM: runs it against the private redis-server and etcd member.
 run_consumer() {
   local out
-  out=$("$2" "$redis_url" 2>&1) || fail "$1: $out"
+  out=$("$2" "$redis_url" "$etcd_url" 2>&1) || fail "$1: $out"
   say "$1: $out"
 }
 
-# links_dlock_from PROGRAM DIR: PROGRAM loads libdlock_redis from DIR ("" = not at all).
+# links_dlock_from PROGRAM DIR: PROGRAM loads libdlock_redis and libdlock_etcd from DIR ("" = not
+# at all).
 links_dlock_from() {
-  local line path
+  local line path lib
   line=$(ldd "$1" | grep 'libdlock' || true)
   if [[ -z $2 ]]; then
     [[ -z $line ]] || fail "$1 loads a shared dlock library although linked statically: $line"
     return
   fi
-  path=$(ldd "$1" | sed -n 's/^[[:space:]]*libdlock_redis\.so[^ ]* => \([^ ]*\) .*/\1/p')
-  [[ -n $path && $(dirname "$(readlink -f "$path")") -ef $2 ]] ||
-    fail "$1 does not load libdlock_redis from $2: ${line:-(no libdlock)}"
+  for lib in libdlock_redis libdlock_etcd; do
+    path=$(ldd "$1" | sed -n "s/^[[:space:]]*$lib\\.so[^ ]* => \\([^ ]*\\) .*/\\1/p")
+    [[ -n $path && $(dirname "$(readlink -f "$path")") -ef $2 ]] ||
+      fail "$1 does not load $lib from $2: ${line:-(no libdlock)}"
+  done
 }
 
 # check_layout PREFIX LIBDIR SHARED(1|0): the files an installation must have (LIBDIR relative
@@ -260,6 +302,7 @@ t_start=$SECONDS
 expected_version=$("$tree/tools/dlock/dlock" --version)
 say "build tree: $tree ($expected_version)"
 start_redis
+start_etcd
 
 # --- 1, 2: the shared build installed to a prefix ------------------------------------------------
 prefix=$work/prefix
@@ -279,15 +322,14 @@ PKG_CONFIG_PATH=$libdir/pkgconfig build_pc_consumer pc-prefix
 LD_LIBRARY_PATH=$libdir links_dlock_from "$work/pc-prefix/lock_once" "$libdir"
 LD_LIBRARY_PATH=$libdir run_consumer pc-prefix "$work/pc-prefix/lock_once"
 
-# A component the installation lacks ('etcd' is a valid name that no build has yet) fails a
-# REQUIRED find_package with a message naming it.
-if cmake -S "$HERE/cmake" -B "$work/cmake-etcd" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DDLOCK_CONSUMER_COMPONENTS="redis;etcd" >"$work/cmake-etcd.log" 2>&1; then
-  fail "find_package(dlock REQUIRED COMPONENTS redis etcd) succeeded"
+# A component dlock does not have fails a REQUIRED find_package with a message naming it.
+if cmake -S "$HERE/cmake" -B "$work/cmake-consul" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DDLOCK_CONSUMER_COMPONENTS="redis;consul" >"$work/cmake-consul.log" 2>&1; then
+  fail "find_package(dlock REQUIRED COMPONENTS redis consul) succeeded"
 fi
-grep -q "dlock: component 'etcd' is not part of this installation" "$work/cmake-etcd.log" ||
-  { cat "$work/cmake-etcd.log" >&2; fail "find_package(... etcd) failed without naming the component"; }
-say "prefix: find_package(dlock REQUIRED COMPONENTS redis etcd) fails, naming etcd"
+grep -q "dlock: unknown component 'consul'" "$work/cmake-consul.log" ||
+  { cat "$work/cmake-consul.log" >&2; fail "find_package(... consul) failed without naming the component"; }
+say "prefix: find_package(dlock REQUIRED COMPONENTS redis consul) fails, naming consul"
 
 # --- 3: a static build --------------------------------------------------------------------------
 if [[ -n $static_tree ]]; then
