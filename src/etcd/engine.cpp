@@ -518,9 +518,8 @@ grpc::Status engine::read_queue(const std::string& prefix, const std::string& li
     range_queue(*txn.add_success()->mutable_request_range(), prefix);
     txn.add_success()->mutable_request_range()->set_key(limit_key);
     pb::TxnResponse resp;
-    const auto st =
-        rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
-            [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+    auto st = rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+                  [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
     if (!st.ok()) return st;
     if (resp.responses_size() != 2)
         return {grpc::StatusCode::INTERNAL, "etcd: bad Txn reply (" + limit_key + ")"};
@@ -604,7 +603,9 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
                 return attempt_report::failed(sec);
             }
         }
-        if (permits) {
+        if (permits && a.permits == 0) {
+            // The first attempt sets the number of permits if none is set (later ones read it
+            // in their Txn).
             if (!read_permits(a)) return failed(errc::unexpected_reply, std::move(a.failure));
             if (a.permits != a.limit && !a.permits_reported) {
                 a.permits_reported = true;
@@ -623,6 +624,12 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
         range_queue(*txn.add_success()->mutable_request_range(), a.prefix);
         txn.add_failure()->mutable_request_range()->set_key(key);
         range_queue(*txn.add_failure()->mutable_request_range(), a.prefix);
+        if (permits) {
+            // The number of permits in the same snapshot as the queue: a grant is decided on the
+            // number that was set when its queue was read.
+            txn.add_success()->mutable_request_range()->set_key(a.limit_key);
+            txn.add_failure()->mutable_request_range()->set_key(a.limit_key);
+        }
         pb::TxnResponse resp;
         a.sent = steady::now();
         a.key = key;  // from here a put may have landed: clean-up looks for it
@@ -642,8 +649,20 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
             }
             return failed(code_for(st), "etcd: acquiring " + a.quoted + ": " + status_text(st));
         }
-        if (resp.responses_size() != 2)
+        if (resp.responses_size() != (permits ? 3 : 2))
             return failed(errc::unexpected_reply, "etcd: bad Txn reply");
+        if (permits) {
+            const auto& got = resp.responses(2).response_range();
+            const auto n = got.kvs_size() == 1 ? parse_permits(got.kvs(0).value()) : std::nullopt;
+            if (!n) {
+                // Deleted or overwritten by hand since the first attempt: set it (or refuse
+                // what is there) as the first attempt does.
+                a.permits = 0;
+                if (round > 3) return failed(errc::unexpected_reply, "etcd: " + a.limit_key);
+                continue;
+            }
+            a.permits = *n;
+        }
         if (resp.succeeded()) {
             a.revision = resp.header().revision();
         } else {
