@@ -30,8 +30,10 @@ using dlock::test::eventually;
 using dlock::test::scaled;
 using dlock::test::shared_etcd;
 
-dlock::etcd::client make_client() {
-    return dlock::etcd::client({.url = shared_etcd().url(), .session_ttl = 10s});
+/// `ttl`: the client's etcd lease; a waiter's watch ends with its validity at the latest (then it
+/// looks again), so a test that must see a waiter woken by a notification uses a long one.
+dlock::etcd::client make_client(std::chrono::seconds ttl = 10s) {
+    return dlock::etcd::client({.url = shared_etcd().url(), .session_ttl = ttl});
 }
 
 std::size_t keys_under(const std::string& prefix) { return shared_etcd().count(prefix); }
@@ -80,15 +82,17 @@ TEST(EtcdKinds, ReadersShareAndNeverHoldWithAWriter) {
     ASSERT_TRUE(eventually([&] { return keys_under(name + "/") == 3; }, scaled(10s)));
     auto late = try_now(a, name, read, ec);
     EXPECT_FALSE(late) << "a reader passed a waiting writer";
+    if (late) late.release();
     r1.release();
     EXPECT_FALSE(writer_held.load());
     r2.release();
     writer.join();
     EXPECT_TRUE(writer_held.load());
     // A holding writer excludes readers.
-    auto held = c.acquire(name, write, {.lease = 10s});
+    auto held = c.acquire(name, write, {.lease = 10s, .wait = scaled(20s)});
     auto none = try_now(a, name, read, ec);
     EXPECT_FALSE(none) << "a reader granted beside a writer";
+    if (none) none.release();
     held.release();
     auto after = try_now(a, name, read, ec);
     EXPECT_TRUE(after) << dlock::last_error_message(ec);
@@ -218,9 +222,10 @@ TEST(EtcdKinds, PermitsAreNeverOversubscribed) {
 // holding, tells the one behind it (which watches only its predecessor's key) to look again.
 TEST(EtcdKinds, TheWaiterBehindANewSemaphoreHolderIsWoken) {
     const auto name = dlock::test::unique_name("etcd-sem-wake");
+    // Waiters whose leases outlast the test: only a notification wakes them in time.
     auto h = make_client();
-    auto b = make_client();
-    auto c = make_client();
+    auto b = make_client(120s);
+    auto c = make_client(120s);
     auto held = h.acquire(name, permits(2, 2), {.lease = 10s});
     std::atomic<bool> first{false}, second{false};
     std::atomic<bool> done{false};
@@ -248,7 +253,7 @@ TEST(EtcdKinds, TheWaiterBehindANewSemaphoreHolderIsWoken) {
 TEST(EtcdKinds, SetPermitsWakesTheFirstWaiter) {
     const auto name = dlock::test::unique_name("etcd-sem-set");
     auto a = make_client();
-    auto b = make_client();
+    auto b = make_client(120s);  // only a notification wakes it in time
     auto held = a.acquire(name, permits(1, 1), {.lease = 10s});
     std::atomic<bool> got{false};
     std::thread waiter([&] {
