@@ -24,9 +24,9 @@ namespace dlock {
 /// Which member of the lock family a grant belongs to. One name is used by one kind only: two
 /// kinds are never granted on one name at once. On Redis and Redlock the kinds keep different
 /// server-side state, and an acquire answers errc::unexpected_reply when a name's state belongs
-/// to another kind. On ZooKeeper the lock kinds (exclusive, reentrant, fair, read, write) share
-/// one queue of nodes, so another lock kind waits its turn like any waiter; a lock kind and a
-/// counting_semaphore on one name answer errc::unexpected_reply (docs/lock-family.md).
+/// to another kind. On ZooKeeper and etcd the lock kinds (exclusive, reentrant, fair, read, write)
+/// share one queue of nodes (keys), so another lock kind waits its turn like any waiter; a lock
+/// kind and a counting_semaphore on one name answer errc::unexpected_reply (docs/lock-family.md).
 enum class lock_kind : std::uint8_t {
     exclusive,  ///< dlock::mutex: one holder
     reentrant,  ///< dlock::recursive_mutex: one owner, who may take it again

@@ -38,6 +38,22 @@ std::string client::record_once(std::string_view name, std::string_view value,
                                       [&](auto& e) { return e.record_once(name, value, ec); });
 }
 
+void client::set_permits(std::string_view name, std::uint32_t permits,
+                         std::error_code& ec) noexcept {
+    dlock::detail::with_engine(impl_, "set_permits", ec,
+                               [&](auto& e) { e.set_permits(name, permits, ec); });
+}
+
+lock_info client::inspect(std::string_view name, std::error_code& ec) noexcept {
+    return dlock::detail::with_engine(impl_, "inspect", ec,
+                                      [&](auto& e) { return e.inspect(name, ec); });
+}
+
+std::unique_ptr<lock_watch> client::watch(std::string_view name, std::error_code& ec) noexcept {
+    return dlock::detail::with_engine(impl_, "watch", ec,
+                                      [&](auto& e) { return e.watch(name, ec); });
+}
+
 const client_options& client::options() const noexcept { return impl_->engine->options(); }
 
 std::string client::key_prefix(std::string_view name) const {

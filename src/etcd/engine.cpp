@@ -17,6 +17,7 @@
 
 #include "core/callbacks.hpp"
 #include "core/status.hpp"
+#include "core/token.hpp"
 #include "core/validate.hpp"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "etcd/tls_probe.hpp"
@@ -133,16 +134,23 @@ struct engine::attempt_state {
     std::string quoted;  // for messages
     const lock_options& options;
     steady::time_point deadline;
-    std::uint64_t ticket = 0;      // this call's place in the lock's local line (turns_)
-    std::uint64_t turn = 0;        // the lock's local turn (= ticket) while this call has it
-    bool local_wait = false;       // the last attempt found the turn taken in this client
-    std::shared_ptr<session> s{};  // the session our key lives by
-    std::string key{};             // our key (empty before the first put)
-    std::int64_t revision = 0;     // its create revision (0: unknown)
-    std::string predecessor{};     // the key created just before ours
-    std::int64_t seen = 0;         // the revision at which it was seen
-    steady::time_point sent{};     // the latest attempt's send time
-    std::string failure{};         // a failed attempt's message
+    lock_kind kind = lock_kind::exclusive;
+    std::uint32_t count = 1;        // permits: how many this acquire takes
+    std::uint32_t limit = 1;        // permits: the number to set when none is set yet
+    std::string guid{};             // read, permits: this acquire's part of its key (recipe.hpp)
+    std::string limit_key{};        // permits: where the semaphore's number of permits is
+    std::uint64_t permits = 0;      // permits: the number found there by the latest attempt
+    bool permits_reported = false;  // a mismatch with `limit` was reported once
+    standing where{};               // the latest attempt's standing (what to watch)
+    std::uint64_t ticket = 0;       // this call's place in the lock's local line (turns_)
+    std::uint64_t turn = 0;         // the lock's local turn (= ticket) while this call has it
+    bool local_wait = false;        // the last attempt found the turn taken in this client
+    std::shared_ptr<session> s{};   // the session our key lives by
+    std::string key{};              // our key (empty before the first put)
+    std::int64_t revision = 0;      // its create revision (0: unknown)
+    std::int64_t seen = 0;          // the revision at which the queue was read
+    steady::time_point sent{};      // the latest attempt's send time
+    std::string failure{};          // a failed attempt's message
 };
 
 namespace {
@@ -256,17 +264,22 @@ void compare_create(pb::Compare& c, const std::string& key, std::int64_t revisio
     c.set_create_revision(revision);
 }
 
-/// The first (or last) key created under `prefix`, optionally below `max_create` (etcd's
-/// WithFirstCreate / WithLastCreate + WithMaxCreateRev).
-void range_by_create(pb::RangeRequest& r, const std::string& prefix, bool first,
-                     std::int64_t max_create = 0) {
+/// Every key under `prefix`, in create order, without values (the recipe's queue).
+void range_queue(pb::RangeRequest& r, const std::string& prefix) {
     r.set_key(prefix);
     r.set_range_end(prefix_range_end(prefix));
     r.set_sort_target(pb::RangeRequest_SortTarget_CREATE);
-    r.set_sort_order(first ? pb::RangeRequest_SortOrder_ASCEND
-                           : pb::RangeRequest_SortOrder_DESCEND);
-    r.set_limit(1);
-    if (max_create > 0) r.set_max_create_revision(max_create);
+    r.set_sort_order(pb::RangeRequest_SortOrder_ASCEND);
+    r.set_keys_only(true);
+}
+
+/// The queue entries of a range_queue answer (recipe.hpp).
+std::vector<dlock::detail::queue_entry> entries_in(const pb::RangeResponse& r,
+                                                   const std::string& prefix) {
+    std::vector<dlock::detail::queue_entry> out;
+    out.reserve(static_cast<std::size_t>(r.kvs_size()));
+    for (const auto& kv : r.kvs()) out.push_back(entry_of(prefix, kv.key(), kv.create_revision()));
+    return out;
 }
 
 }  // namespace
@@ -580,18 +593,20 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
     const dlock::detail::acquire_call call(*this, name, ec);  // since/waited, gave_up
     return dlock::detail::guarded(ec, [&]() -> dlock::lease {
         if (!dlock::detail::check_acquire(name, max_name_length, request, options, ec)) return {};
-        if (request.kind != lock_kind::exclusive && request.kind != lock_kind::fair) {
-            fail(ec, errc::unsupported,
-                 "lock \"" + std::string(name) +
-                     "\": etcd supports the exclusive and fair kinds (etcd's lock recipe); not " +
-                     std::string(to_string(request.kind)));
-            return {};
-        }
+        if (request.reenter != nullptr) return reenter(name, request, options, ec);
         using dlock::detail::acquire_step;
         dlock::detail::acquire_policy policy(
             options, deadline, dlock::detail::acquire_policy::notification::watch_with_read);
-        attempt_state a{name, key_prefix(name), "lock \"" + std::string(name) + "\"", options,
-                        deadline};
+        const bool permits = request.kind == lock_kind::permits;
+        attempt_state a{
+            name, key_prefix(name),
+            std::string(permits ? "semaphore \"" : "lock \"") + std::string(name) + "\"", options,
+            deadline};
+        a.kind = request.kind;
+        a.count = request.count;
+        a.limit = request.limit;
+        if (!key_per_lease(a.kind)) a.guid = dlock::detail::random_token();
+        if (permits) a.limit_key = permits_key(endpoint_, name);
         // Whatever happens, our key and the local turn do not stay behind a failed call.
         const auto clean_up = [&] {
             if (!a.key.empty() && a.s) {
@@ -627,6 +642,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                     break;
                 }
                 case acquire_step::action::done: {
+                    if (a.where.wake_successor) wake_successor(a);
                     auto held = held_key{};
                     held.owner = a.s;
                     held.prefix = a.prefix;
@@ -659,7 +675,16 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 case acquire_step::action::give_up: {
                     clean_up();
                     std::string message = std::move(a.failure);
-                    if (message.empty()) message = policy.give_up_message(step, a.quoted);
+                    if (message.empty() && !permits) {
+                        message = policy.give_up_message(step, a.quoted);
+                    } else if (message.empty() && step.error == errc::canceled) {
+                        message = "waiting for " + a.quoted + " was canceled";
+                    } else if (message.empty() && step.error == errc::attempts_exhausted) {
+                        message = a.quoted + " still full after " +
+                                  std::to_string(policy.attempts()) + " attempts";
+                    } else if (message.empty()) {
+                        message = a.quoted + " has no permits free";
+                    }
                     fail(ec, step.error, std::move(message));
                     if (step.event == event_kind::error)
                         notify({event_kind::error, name, 0, ec, steady::now()});
@@ -670,6 +695,102 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
     });
 }
 
+dlock::lease engine::reenter(std::string_view name, const lock_request& request,
+                             const lock_options& options, std::error_code& ec) {
+    auto* previous = dlock::detail::lease_access::core(*request.reenter);
+    if (previous == nullptr) {
+        dlock::detail::refuse_reentry(name, "an empty lease", ec);
+        return {};
+    }
+    std::shared_ptr<lease_core> core;
+    std::int64_t revision = 0;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        const auto it = registry_.find(previous);
+        // Only a re-entrant grant re-enters: a plain mutex's lease of the same name is not an
+        // owner's level (one name serves one kind).
+        if (it == registry_.end() || previous->name() != name ||
+            previous->kind() != lock_kind::reentrant) {
+            dlock::detail::refuse_reentry(
+                name, "the lease is not a live reentrant grant of this lock on this client", ec);
+            return {};
+        }
+        if (it->second.owner->dead || previous->state(steady::now()) == lock_state::lost) {
+            fail(ec, errc::lock_lost,
+                 "re-entering lock \"" + std::string(name) + "\": the grant was lost");
+            return {};
+        }
+        // One more level of the same key: released last, the key goes (engine::release).
+        auto level = it->second;
+        revision = level.revision;
+        core = std::make_shared<lease_core>(
+            shared_from_this(), std::string(name), level.key, static_cast<std::uint64_t>(revision),
+            options, steady::now(), previous->valid_until(), lock_kind::reentrant);
+        level.lease = core;
+        registry_[core.get()] = std::move(level);
+    }
+    notify({event_kind::acquired, name, static_cast<std::uint64_t>(revision), {}, steady::now()});
+    return dlock::detail::lease_access::make(std::move(core));
+}
+
+grpc::Status engine::read_queue(const std::string& prefix, const std::string& limit_key,
+                                std::vector<dlock::detail::queue_entry>& entries,
+                                std::optional<std::string>& limit, std::int64_t& revision) {
+    pb::TxnRequest txn;
+    range_queue(*txn.add_success()->mutable_request_range(), prefix);
+    txn.add_success()->mutable_request_range()->set_key(limit_key);
+    pb::TxnResponse resp;
+    auto st = rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+                  [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+    if (!st.ok()) return st;
+    if (resp.responses_size() != 2)
+        return {grpc::StatusCode::INTERNAL, "etcd: bad Txn reply (" + limit_key + ")"};
+    entries = entries_in(resp.responses(0).response_range(), prefix);
+    const auto& l = resp.responses(1).response_range();
+    limit.reset();
+    if (l.kvs_size() == 1) limit = l.kvs(0).value();
+    revision = resp.header().revision();
+    return st;
+}
+
+bool engine::read_permits(attempt_state& a) {
+    for (int round = 0; round < 3; ++round) {
+        // Put the number asked for unless one is set, else read it: one Txn.
+        pb::TxnRequest txn;
+        compare_create(*txn.add_compare(), a.limit_key, 0);
+        auto* put = txn.add_success()->mutable_request_put();
+        put->set_key(a.limit_key);
+        put->set_value(std::to_string(a.limit));
+        txn.add_failure()->mutable_request_range()->set_key(a.limit_key);
+        pb::TxnResponse resp;
+        const auto st =
+            rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+                [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+        if (!st.ok()) {
+            a.failure = "etcd: " + a.quoted + ": reading its permits: " + status_text(st);
+            a.permits = 0;
+            return false;
+        }
+        if (resp.succeeded()) {
+            a.permits = a.limit;
+            return true;
+        }
+        const auto& got = resp.responses(0).response_range();
+        if (got.kvs_size() == 0) continue;  // deleted meanwhile (by hand): put it again
+        const auto n = parse_permits(got.kvs(0).value());
+        if (!n) {
+            a.failure = "etcd: " + a.quoted + ": " + a.limit_key +
+                        " does not hold a number of permits (1 to 4294967295)";
+            a.permits = 0;
+            return false;
+        }
+        a.permits = *n;
+        return true;
+    }
+    a.failure = "etcd: " + a.quoted + ": " + a.limit_key + " keeps vanishing";
+    return false;
+}
+
 dlock::detail::attempt_report engine::attempt(attempt_state& a) {
     using dlock::detail::attempt_report;
     const auto failed = [&](errc code, std::string message) {
@@ -677,13 +798,14 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
         return attempt_report::failed(make_error_code(code));
     };
     a.local_wait = false;
-    if (a.turn == 0) {
+    if (a.turn == 0 && key_per_lease(a.kind)) {
         if (!take_turn(a.prefix, a.ticket)) {
             a.local_wait = true;  // another call of this client has this lock's key
             return attempt_report::contended();
         }
         a.turn = a.ticket;
     }
+    const bool permits = a.kind == lock_kind::permits;
     for (int round = 0;; ++round) {
         if (a.options.cancel.stop_requested())
             return failed(errc::canceled, "waiting for " + a.quoted + " was canceled");
@@ -703,17 +825,33 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
                 return attempt_report::failed(sec);
             }
         }
-        const auto key = queue_key(a.prefix, a.s->id);
-        // concurrency.Mutex's tryAcquire: put our key unless it exists, and read the first key
-        // under the prefix in the same transaction.
+        if (permits && a.permits == 0) {
+            // The first attempt sets the number of permits if none is set (later ones read it
+            // in their Txn).
+            if (!read_permits(a)) return failed(errc::unexpected_reply, std::move(a.failure));
+            if (a.permits != a.limit && !a.permits_reported) {
+                a.permits_reported = true;
+                report_error(make_error_code(errc::invalid_argument),
+                             dlock::detail::permits_mismatch(a.quoted, a.permits, a.limit));
+            }
+        }
+        const auto key = entry_key(a.prefix, a.s->id, a.kind, a.count, a.guid);
+        // concurrency.Mutex's tryAcquire: put our key unless it exists, and read the queue under
+        // the prefix (every key, by create revision) in the same transaction.
         pb::TxnRequest txn;
         compare_create(*txn.add_compare(), key, 0);
         auto* put = txn.add_success()->mutable_request_put();
         put->set_key(key);
         put->set_lease(a.s->id);
-        range_by_create(*txn.add_success()->mutable_request_range(), a.prefix, true);
+        range_queue(*txn.add_success()->mutable_request_range(), a.prefix);
         txn.add_failure()->mutable_request_range()->set_key(key);
-        range_by_create(*txn.add_failure()->mutable_request_range(), a.prefix, true);
+        range_queue(*txn.add_failure()->mutable_request_range(), a.prefix);
+        if (permits) {
+            // The number of permits in the same snapshot as the queue: a grant is decided on the
+            // number that was set when its queue was read.
+            txn.add_success()->mutable_request_range()->set_key(a.limit_key);
+            txn.add_failure()->mutable_request_range()->set_key(a.limit_key);
+        }
         pb::TxnResponse resp;
         a.sent = steady::now();
         a.key = key;  // from here a put may have landed: clean-up looks for it
@@ -733,8 +871,20 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
             }
             return failed(code_for(st), "etcd: acquiring " + a.quoted + ": " + status_text(st));
         }
-        if (resp.responses_size() != 2)
+        if (resp.responses_size() != (permits ? 3 : 2))
             return failed(errc::unexpected_reply, "etcd: bad Txn reply");
+        if (permits) {
+            const auto& got = resp.responses(2).response_range();
+            const auto n = got.kvs_size() == 1 ? parse_permits(got.kvs(0).value()) : std::nullopt;
+            if (!n) {
+                // Deleted or overwritten by hand since the first attempt: set it (or refuse
+                // what is there) as the first attempt does.
+                a.permits = 0;
+                if (round > 3) return failed(errc::unexpected_reply, "etcd: " + a.limit_key);
+                continue;
+            }
+            a.permits = *n;
+        }
         if (resp.succeeded()) {
             a.revision = resp.header().revision();
         } else {
@@ -750,22 +900,38 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
             }
             a.revision = mine.kvs(0).create_revision();
         }
-        const auto& first = resp.responses(1).response_range();
-        if (first.kvs_size() == 0 || first.kvs(0).create_revision() == a.revision)
-            return attempt_report::granted();
-        // Contended: the key created just before ours is the one to wait for (waitDeletes).
-        pb::RangeRequest before;
-        range_by_create(before, a.prefix, false, a.revision - 1);
-        pb::RangeResponse prev;
-        const auto rst = rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) {
-            return e.kv->Range(&ctx, before, &prev);
-        });
-        if (!rst.ok())
-            return failed(code_for(rst), "etcd: acquiring " + a.quoted + ": " + status_text(rst));
-        if (prev.kvs_size() == 0) continue;  // gone meanwhile: look again
-        a.predecessor = prev.kvs(0).key();
-        a.seen = prev.header().revision();
-        return attempt_report::contended();
+        a.seen = resp.header().revision();
+        const auto entries = entries_in(resp.responses(1).response_range(), a.prefix);
+        a.where = locate(a.kind, entries, key, a.permits);
+        if (a.where.clash) {
+            return failed(errc::unexpected_reply, a.quoted + " is used as a " + other_kind(a.kind) +
+                                                      "; a name serves one kind");
+        }
+        if (!a.where.found) {  // deleted between the put and the read: look again
+            if (round > 3) return failed(errc::unexpected_reply, "etcd: our key vanished");
+            continue;
+        }
+        return a.where.holds ? attempt_report::granted() : attempt_report::contended();
+    }
+}
+
+void engine::wake_successor(const attempt_state& a) {
+    // Same key, same lease, create revision unchanged (the fencing token stays): only the waiter
+    // watching our key sees the put. Best effort: if it is lost, that waiter looks again when
+    // our key is deleted (release, or the end of our etcd lease).
+    pb::TxnRequest txn;
+    compare_create(*txn.add_compare(), a.key, a.revision);
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(a.key);
+    put->set_lease(a.s->id);
+    pb::TxnResponse resp;
+    const auto st =
+        rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+            [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+    if (!st.ok()) {
+        report_error(make_error_code(code_for(st)),
+                     "etcd: " + a.quoted + ": telling the next waiter to look again: " +
+                         status_text(st) + " (it looks again at our release)");
     }
 }
 
@@ -798,19 +964,31 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
     std::stop_callback on_cancel(a.options.cancel, [&ctx] { ctx.TryCancel(); });
     auto& e = *endpoints_[current_.load() % endpoints_.size()];
     auto stream = e.watch->Watch(&ctx);
-    pb::WatchRequest req;
-    auto* create = req.mutable_create_request();
-    create->set_key(a.predecessor);
+    // Watches start right after the revision our queue was read at, so nothing in between is
+    // missed. Only what decides our turn is watched (no herd): the key we queue behind, deleted
+    // (a semaphore's also put: it holds now, so we may be first in line); or, first in a
+    // semaphore's line, every deletion under the prefix and a new number of permits.
+    std::vector<pb::WatchRequest> watches(1);
+    auto* create = watches[0].mutable_create_request();
     create->set_start_revision(a.seen + 1);
-    create->add_filters(pb::WatchCreateRequest_FilterType_NOPUT);
-    if (stream->Write(req)) {
+    if (a.where.watch_all) {
+        create->set_key(a.prefix);
+        create->set_range_end(prefix_range_end(a.prefix));
+        create->add_filters(pb::WatchCreateRequest_FilterType_NOPUT);
+        auto* limit = watches.emplace_back().mutable_create_request();
+        limit->set_key(a.limit_key);
+        limit->set_start_revision(a.seen + 1);
+    } else {
+        create->set_key(a.where.watch);
+        if (a.kind != lock_kind::permits)
+            create->add_filters(pb::WatchCreateRequest_FilterType_NOPUT);
+    }
+    bool written = true;
+    for (const auto& w : watches) written = written && stream->Write(w);
+    if (written) {
         pb::WatchResponse resp;
-        bool done = false;
-        while (!done && stream->Read(&resp)) {
-            if (resp.canceled() || resp.compact_revision() != 0) break;
-            for (const auto& ev : resp.events()) {
-                if (ev.type() == mvccpb::Event_EventType_DELETE) done = true;
-            }
+        while (stream->Read(&resp)) {
+            if (resp.canceled() || resp.compact_revision() != 0 || resp.events_size() > 0) break;
         }
     }
     ctx.TryCancel();
@@ -905,10 +1083,171 @@ std::string engine::record_once(std::string_view name, std::string_view value,
     });
 }
 
+lock_info engine::inspect(std::string_view name, std::error_code& ec) noexcept {
+    ec.clear();
+    return dlock::detail::guarded(ec, [&]() -> lock_info {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return {};
+        std::vector<dlock::detail::queue_entry> entries;
+        std::optional<std::string> limit_text;
+        std::int64_t revision = 0;
+        const auto st = read_queue(key_prefix(name), permits_key(endpoint_, name), entries,
+                                   limit_text, revision);
+        if (!st.ok()) {
+            fail(ec, code_for(st),
+                 "inspect \"" + std::string(name) + "\": etcd: " + status_text(st));
+            return {};
+        }
+        lock_info out;
+        out.name = std::string(name);
+        const auto limit = limit_text ? parse_permits(*limit_text) : std::nullopt;
+        const auto view = dlock::detail::view_queue(entries, limit.value_or(0));
+        // The holders' fencing tokens are their keys' create revisions: the largest is the latest.
+        for (const auto& e : entries) {
+            if (std::find(view.holding.begin(), view.holding.end(), e.id) != view.holding.end())
+                out.fencing_counter =
+                    std::max(out.fencing_counter.value_or(0), static_cast<std::uint64_t>(e.order));
+        }
+        if (view.permit_holders + view.permit_waiters > 0 ||
+            (limit && view.readers + view.lock_waiters == 0 && !view.writer)) {
+            out.type = lock_type::counting_semaphore;
+            if (limit) out.permit_limit = *limit;
+            out.holders = view.permit_holders;
+            out.permits_in_use = static_cast<std::uint32_t>(view.permits_in_use);
+            out.waiters = view.permit_waiters;
+        } else if (view.any_read) {
+            out.type = lock_type::shared_mutex;
+            out.readers = view.readers;
+            out.writer = view.writer;
+            out.holders = view.writer ? 1 : view.readers;
+            out.waiters = view.lock_waiters;
+        } else if (view.writer || view.lock_waiters > 0) {
+            // etcdctl lock's key, and every exclusive kind's: the same key (docs/etcd.md).
+            out.type = lock_type::exclusive;
+            out.holders = view.writer ? 1 : 0;
+            out.depth = view.writer ? 1 : 0;
+            out.waiters = view.lock_waiters;
+        }
+        out.held = out.holders > 0;
+        return out;
+    });
+}
+
+/// backend::watch on etcd: one Watch stream per wait, on the lock's key range and its permits
+/// key, from the revision after the last one seen, so no change between two waits is missed.
+class etcd_watch final : public dlock::lock_watch {
+public:
+    etcd_watch(engine& e, std::string name) : engine_(e), name_(std::move(name)) {
+        prefix_ = engine_.key_prefix(name_);
+        limit_key_ = permits_key(engine_.endpoint_, name_);
+    }
+
+    /// The store's revision now: later waits report changes after it.
+    bool start(std::error_code& ec) {
+        std::vector<dlock::detail::queue_entry> entries;
+        std::optional<std::string> limit;
+        const auto st = engine_.read_queue(prefix_, limit_key_, entries, limit, seen_);
+        if (!st.ok()) {
+            fail(ec, code_for(st), "watch \"" + name_ + "\": etcd: " + status_text(st));
+            return false;
+        }
+        return true;
+    }
+
+    bool wait_until(steady::time_point deadline, std::error_code& ec) noexcept override {
+        ec.clear();
+        try {
+            grpc::ClientContext ctx;
+            ctx.set_deadline(wall(deadline));
+            auto& e = *engine_.endpoints_[engine_.current_.load() % engine_.endpoints_.size()];
+            auto stream = e.watch->Watch(&ctx);
+            bool written = true;
+            for (const auto* key : {&prefix_, &limit_key_}) {
+                pb::WatchRequest req;
+                auto* create = req.mutable_create_request();
+                create->set_key(*key);
+                if (key == &prefix_) create->set_range_end(prefix_range_end(prefix_));
+                create->set_start_revision(seen_ + 1);
+                written = written && stream->Write(req);
+            }
+            bool changed = false;
+            pb::WatchResponse resp;
+            while (written && !changed && stream->Read(&resp)) {
+                if (resp.compact_revision() != 0) {  // changes may have been missed
+                    seen_ = std::max(seen_, resp.header().revision());
+                    changed = true;
+                }
+                for (const auto& ev : resp.events()) {
+                    seen_ = std::max(seen_, ev.kv().mod_revision());
+                    changed = true;
+                }
+                if (resp.canceled()) changed = true;
+            }
+            ctx.TryCancel();
+            while (stream->Read(&resp)) {
+            }
+            const auto st = stream->Finish();
+            if (changed) return true;
+            if (steady::now() >= deadline) return false;
+            fail(ec, code_for(st), "watch \"" + name_ + "\": etcd: " + status_text(st));
+            return true;
+        } catch (const std::exception& e) {
+            fail(ec, errc::connection_failed, std::string("watch: ") + e.what());
+            return true;
+        }
+    }
+
+private:
+    engine& engine_;
+    std::string name_;
+    std::string prefix_;
+    std::string limit_key_;
+    std::int64_t seen_ = 0;
+};
+
+std::unique_ptr<lock_watch> engine::watch(std::string_view name, std::error_code& ec) noexcept {
+    ec.clear();
+    return dlock::detail::guarded(ec, [&]() -> std::unique_ptr<lock_watch> {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return nullptr;
+        auto w = std::make_unique<etcd_watch>(*this, std::string(name));
+        if (!w->start(ec)) return nullptr;
+        return w;
+    });
+}
+
+void engine::set_permits(std::string_view name, std::uint32_t permits,
+                         std::error_code& ec) noexcept {
+    ec.clear();
+    (void)dlock::detail::guarded(ec, [&]() -> bool {
+        dlock::detail::validate_lock_name(name, max_name_length, ec);
+        if (ec) return false;
+        if (permits < 1) {
+            fail(ec, errc::invalid_argument,
+                 "set_permits(\"" + std::string(name) + "\"): permits must be >= 1, got 0");
+            return false;
+        }
+        pb::PutRequest put;
+        put.set_key(permits_key(endpoint_, name));
+        put.set_value(std::to_string(permits));
+        pb::PutResponse resp;
+        const auto st =
+            rpc(dlock::detail::deadline_after(steady::now(), options_.command_timeout),
+                [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Put(&ctx, put, &resp); });
+        if (!st.ok()) {
+            fail(ec, code_for(st),
+                 "set_permits(\"" + std::string(name) + "\"): etcd: " + status_text(st));
+            return false;
+        }
+        return true;
+    });
+}
+
 void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     ec.clear();
     held_key held;
     bool found = false;
+    bool stays = false;
     {
         dlock::detail::lock_guard lock(mutex_);
         const auto it = registry_.find(&lease);
@@ -916,6 +1255,11 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             held = std::move(it->second);
             registry_.erase(it);
             found = true;
+            // recursive_mutex: another level of the grant holds the same key; it stays.
+            stays = std::any_of(registry_.begin(), registry_.end(), [&](const auto& other) {
+                return other.second.key == held.key && other.second.revision == held.revision &&
+                       other.second.owner == held.owner;
+            });
         }
     }
     const bool lost_before = lease.lost_token().stop_requested();
@@ -925,6 +1269,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             return fail(ec, errc::lock_lost,
                         "lock \"" + lease.name() + "\": the client was closed; nothing to release");
         }
+        if (stays && !lost_before) return;  // dlock::lease reports the released event
         bool was_there = false;
         const auto deadline =
             dlock::detail::deadline_after(steady::now(), options_.command_timeout);

@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 #include "core/acquire_policy.hpp"
 #include "core/engine_skeleton.hpp"
 #include "core/lease_core.hpp"
+#include "etcd/recipe.hpp"
 #include "etcd/url.hpp"
 
 namespace grpc {
@@ -67,6 +69,14 @@ public:
     dlock::lease acquire_until(std::string_view name, const lock_request& request,
                                const lock_options& options, steady::time_point deadline,
                                std::error_code& ec) noexcept;
+
+    /// backend::inspect: the keys under the lock's prefix and the permits key, in one Txn, by
+    /// the recipe's rules (recipe.hpp). Writes nothing.
+    lock_info inspect(std::string_view name, std::error_code& ec) noexcept;
+    /// backend::watch: a watch of the lock's key range and its permits key.
+    std::unique_ptr<lock_watch> watch(std::string_view name, std::error_code& ec) noexcept;
+    /// backend::set_permits: puts the permits key (no lease).
+    void set_permits(std::string_view name, std::uint32_t permits, std::error_code& ec) noexcept;
 
     /// backend::record_once: the key record_key(name), put unless it exists (one Txn), without a
     /// lease.
@@ -117,8 +127,25 @@ private:
     /// The current session, granted first if there is none alive (bounded by connect_timeout).
     std::shared_ptr<session> session_for(std::error_code& ec);
     dlock::detail::attempt_report attempt(attempt_state& a);
-    /// Waits, with a watch from `a.seen`, for the deletion of the key created just before ours.
+    /// Waits, with a watch from `a.seen`, for what `a.where` says decides our turn: the deletion
+    /// of the key we queue behind (or, for a semaphore, also its put), or, first in a
+    /// semaphore's line, any deletion under the prefix and a put of the permits key.
     void wait_turn(attempt_state& a, steady::time_point until);
+    /// recursive_mutex: one more level of a live reentrant grant of this client (no request).
+    dlock::lease reenter(std::string_view name, const lock_request& request,
+                         const lock_options& options, std::error_code& ec);
+    /// permits: the semaphore's number of permits from the permits key, put as `a.limit` when
+    /// none is set (0 and a.failure set on failure).
+    bool read_permits(attempt_state& a);
+    /// A semaphore grant with a waiter behind it: puts our key again (same lease, same create
+    /// revision) so that the waiter watching it looks again.
+    void wake_successor(const attempt_state& a);
+    /// The revision of the store now and the entries under `prefix` plus the permits key's
+    /// value, in one Txn.
+    grpc::Status read_queue(const std::string& prefix, const std::string& limit_key,
+                            std::vector<dlock::detail::queue_entry>& entries,
+                            std::optional<std::string>& limit, std::int64_t& revision);
+    friend class etcd_watch;
     /// Deletes `key` if its create revision is `revision` (0: if it is ours at all). false when
     /// the outcome is unknown.
     bool delete_fenced(const std::string& key, std::int64_t revision, const session& owner,

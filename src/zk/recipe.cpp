@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "core/queue_locate.hpp"
 #include "core/status.hpp"
 #include "core/url.hpp"
 
@@ -113,38 +114,6 @@ std::optional<lock_node> parse_node(const std::string& name) {
     return lock_node{name, std::string(view.substr(0, guid_length)), kind == "-rd-", sequence};
 }
 
-position locate(const std::vector<std::string>& children, std::string_view ours) {
-    std::vector<lock_node> nodes;
-    nodes.reserve(children.size());
-    for (const auto& c : children) {
-        if (auto n = parse_node(c)) nodes.push_back(std::move(*n));
-    }
-    std::sort(nodes.begin(), nodes.end(),
-              [](const lock_node& a, const lock_node& b) { return a.sequence < b.sequence; });
-    position out;
-    const auto me = std::find_if(nodes.begin(), nodes.end(),
-                                 [&](const lock_node& n) { return n.name == ours; });
-    if (me == nodes.end()) return out;
-    out.found = true;
-    if (!me->read) {
-        if (me == nodes.begin()) {
-            out.holds = true;
-        } else {
-            out.watch = std::prev(me)->name;
-        }
-        return out;
-    }
-    for (auto it = me; it != nodes.begin();) {
-        --it;
-        if (!it->read) {
-            out.watch = it->name;
-            return out;
-        }
-    }
-    out.holds = true;
-    return out;
-}
-
 std::string permit_prefix(std::string_view guid, std::uint32_t count) {
     char digits[16];
     std::snprintf(digits, sizeof digits, "%010u", count);
@@ -181,34 +150,45 @@ std::optional<permit_node> parse_permit_node(const std::string& name) {
 
 bool is_permit_node(const std::string& name) { return parse_permit_node(name).has_value(); }
 
-permit_position locate_permits(const std::vector<std::string>& children, std::string_view ours,
-                               std::uint64_t limit) {
-    std::vector<permit_node> nodes;
-    nodes.reserve(children.size());
-    for (const auto& c : children) {
-        if (auto n = parse_permit_node(c)) nodes.push_back(std::move(*n));
+namespace {
+
+/// A child as an entry of the shared queue rules (core/queue_locate.hpp), if it is a node of the
+/// family asked for (semaphore nodes, or read and write nodes); nullopt otherwise.
+std::optional<dlock::detail::queue_entry> entry_of(const std::string& child, bool permits) {
+    using dlock::detail::queue_role;
+    if (permits) {
+        auto p = parse_permit_node(child);
+        if (!p) return std::nullopt;
+        return dlock::detail::queue_entry{p->sequence, queue_role::permits, p->count,
+                                          std::move(p->name)};
     }
-    std::sort(nodes.begin(), nodes.end(),
-              [](const permit_node& a, const permit_node& b) { return a.sequence < b.sequence; });
-    permit_position out;
-    std::uint64_t sum = 0;
-    bool previous_holds = true;
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-        sum += nodes[i].count;
-        const bool holds = previous_holds && sum <= limit;
-        if (nodes[i].name == ours) {
-            out.found = true;
-            out.holds = holds;
-            out.has_successor = i + 1 < nodes.size();
-            if (!holds) {
-                out.first_waiter = previous_holds;
-                if (!previous_holds) out.watch = nodes[i - 1].name;
-            }
-            return out;
-        }
-        previous_holds = holds;
+    auto n = parse_node(child);
+    if (!n) return std::nullopt;
+    return dlock::detail::queue_entry{n->sequence, n->read ? queue_role::read : queue_role::write,
+                                      1, std::move(n->name)};
+}
+
+std::vector<dlock::detail::queue_entry> entries_of(const std::vector<std::string>& children,
+                                                   bool permits) {
+    std::vector<dlock::detail::queue_entry> out;
+    out.reserve(children.size());
+    for (const auto& c : children) {
+        if (auto e = entry_of(c, permits)) out.push_back(std::move(*e));
     }
     return out;
+}
+
+}  // namespace
+
+position locate(const std::vector<std::string>& children, std::string_view ours) {
+    const auto p = dlock::detail::locate_in_queue(entries_of(children, false), ours, 0);
+    return {p.found, p.holds, p.watch};
+}
+
+permit_position locate_permits(const std::vector<std::string>& children, std::string_view ours,
+                               std::uint64_t limit) {
+    const auto p = dlock::detail::locate_in_queue(entries_of(children, true), ours, limit);
+    return {p.found, p.holds, p.has_successor, p.first_waiter, p.watch};
 }
 
 std::string driver::prefix(std::string_view guid) const {
@@ -255,51 +235,26 @@ const char* driver::still() const noexcept { return permits() ? "still full" : "
 
 children_view view_children(const std::vector<std::string>& children, std::uint64_t limit) {
     children_view out;
-    std::vector<lock_node> nodes;
-    std::vector<permit_node> permits;
+    std::vector<dlock::detail::queue_entry> entries;
+    entries.reserve(children.size());
     for (const auto& c : children) {
-        if (auto n = parse_node(c)) {
-            nodes.push_back(std::move(*n));
-        } else if (auto p = parse_permit_node(c)) {
-            permits.push_back(std::move(*p));
+        if (auto n = entry_of(c, false)) {
+            entries.push_back(std::move(*n));
+        } else if (auto p = entry_of(c, true)) {
+            entries.push_back(std::move(*p));
         } else {
             ++out.foreign;
         }
     }
-    std::sort(nodes.begin(), nodes.end(),
-              [](const lock_node& a, const lock_node& b) { return a.sequence < b.sequence; });
-    bool write_before = false;
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-        const auto& n = nodes[i];
-        out.any_read = out.any_read || n.read;
-        const bool holds = n.read ? !write_before : i == 0;
-        if (!n.read) write_before = true;
-        if (!holds) {
-            ++out.lock_waiters;
-            continue;
-        }
-        out.holding.push_back(n.name);
-        if (n.read) {
-            ++out.readers;
-        } else {
-            out.writer = true;
-        }
-    }
-    std::sort(permits.begin(), permits.end(),
-              [](const permit_node& a, const permit_node& b) { return a.sequence < b.sequence; });
-    std::uint64_t sum = 0;
-    bool previous_holds = true;
-    for (const auto& p : permits) {
-        sum += p.count;
-        previous_holds = previous_holds && sum <= limit;
-        if (!previous_holds) {
-            ++out.permit_waiters;
-            continue;
-        }
-        ++out.permit_holders;
-        out.permits_in_use += p.count;
-        out.holding.push_back(p.name);
-    }
+    auto v = dlock::detail::view_queue(std::move(entries), limit);
+    out.readers = v.readers;
+    out.writer = v.writer;
+    out.lock_waiters = v.lock_waiters;
+    out.any_read = v.any_read;
+    out.permit_holders = v.permit_holders;
+    out.permits_in_use = v.permits_in_use;
+    out.permit_waiters = v.permit_waiters;
+    out.holding = std::move(v.holding);
     return out;
 }
 

@@ -1,7 +1,8 @@
 // The ZooKeeper lock recipe's pure logic, free of I/O (docs/zookeeper.md): URL parsing, the
 // encoding of lock names into one znode name, lock-node names, the decision "do we hold, and if
-// not, which node do we watch" over a getChildren result, and the per-kind driver that the
-// engine's one acquire loop runs on.
+// not, which node do we watch" over a getChildren result (the queue rules themselves are
+// core/queue_locate.hpp's, shared with etcd: sequence numbers order the nodes), and the per-kind
+// driver that the engine's one acquire loop runs on.
 #pragma once
 
 #include <cstdint>

@@ -175,7 +175,7 @@ std::vector<url_case> url_cases(const std::string& redis_hostport, const std::st
         {"zk://" + dead + "/x\x01y", bad, bad},
     // etcd:// and unknown schemes
 #if DLOCK_HAS_ETCD
-        // run: unreachable; status and demo: not on etcd (69)
+        // run and status: unreachable; demo: not on etcd (69)
         {"etcd://" + dead, {unreachable, unavailable}},
         {"etcd://u:" + pw + "@" + dead, bad},
         {"ETCD://" + dead + "?password=" + pw, bad},

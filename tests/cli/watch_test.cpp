@@ -7,6 +7,9 @@
 #if DLOCK_HAS_ZOOKEEPER
 #include <dlock/zk/client.hpp>
 #endif
+#if DLOCK_HAS_ETCD
+#include <dlock/etcd/client.hpp>
+#endif
 
 #include <gtest/gtest.h>
 
@@ -27,6 +30,9 @@
 #include "test_env.hpp"
 #if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
+#endif
+#if DLOCK_HAS_ETCD
+#include "etcd_server.hpp"
 #endif
 
 namespace {
@@ -344,5 +350,29 @@ TEST(StatusWatch, ZooKeeperWatchSeesAcquireAndRelease) {
     EXPECT_EQ(r.status, 0) << r.err;
 }
 #endif  // DLOCK_HAS_ZOOKEEPER
+
+#if DLOCK_HAS_ETCD
+TEST(StatusWatch, EtcdWatchSeesAcquireAndRelease) {
+    const auto etcd = dlock::test::shared_etcd().url();
+    const auto name = "etcd-" + std::to_string(::getpid());
+    cli_process watch({"status", "--watch", name, "--url", etcd});
+    ASSERT_TRUE(has_lines(watch, 1)) << watch.out() << watch.err();
+    EXPECT_NE(watch.out().find(": free; fencing counter none"), std::string::npos) << watch.out();
+    dlock::etcd::client client({.url = etcd});
+    {
+        auto held = client.acquire(name);
+        const std::string token = std::to_string(held.fencing_token());
+        EXPECT_TRUE(last_line_has(watch,
+                                  ": held (while the holder's etcd lease lives); "
+                                  "fencing counter " +
+                                      token))
+            << watch.out();
+    }
+    EXPECT_TRUE(last_line_has(watch, ": free;")) << watch.out();
+    watch.send(SIGINT);
+    const auto r = watch.wait(10s);
+    EXPECT_EQ(r.status, 0) << r.err;
+}
+#endif  // DLOCK_HAS_ETCD
 
 }  // namespace

@@ -178,13 +178,10 @@ struct zookeeper {
 #if DLOCK_HAS_ETCD
 struct etcd {
     static constexpr const char* label = "etcd";
-    /// exclusive and fair are one recipe, one queue of keys per name.
+    /// The lock kinds queue their keys under one prefix per name (docs/etcd.md, "Kinds").
     static constexpr bool lock_kinds_share_a_queue = true;
     static constexpr bool cross_process = true;
-    /// etcd's lock recipe is the exclusive (and fair) lock only (docs/etcd.md).
-    static bool lacks(lock_kind kind) {
-        return kind != lock_kind::exclusive && kind != lock_kind::fair;
-    }
+    static bool lacks(lock_kind) { return false; }
     static std::size_t max_name() { return dlock::etcd::max_name_length; }
     static std::unique_ptr<backend> make() { return make_child(child_args(), {}); }
     static std::vector<std::string> child_args() { return {shared_etcd().url("conformance")}; }

@@ -115,22 +115,6 @@ TEST(EtcdLock, ThreadsOfOneClientTakeTurns) {
     EXPECT_EQ(overlaps.load(), 0);
 }
 
-TEST(EtcdLock, KindsWithoutAnEtcdRecipeAreUnsupported) {
-    auto c = make_client();
-    for (const auto kind : {dlock::lock_kind::reentrant, dlock::lock_kind::read,
-                            dlock::lock_kind::write, dlock::lock_kind::permits}) {
-        std::error_code ec;
-        auto l = c.acquire_until("etcd-kinds", {.kind = kind, .count = 1, .limit = 2}, {},
-                                 std::chrono::steady_clock::now(), ec);
-        EXPECT_EQ(ec, dlock::errc::unsupported) << dlock::last_error_message(ec);
-    }
-    std::error_code ec;
-    auto fair =
-        c.acquire_until(dlock::test::unique_name("etcd-fair"), {.kind = dlock::lock_kind::fair}, {},
-                        std::chrono::steady_clock::now() + scaled(5s), ec);
-    EXPECT_FALSE(ec) << dlock::last_error_message(ec);
-}
-
 // A release deletes the key only if its create revision is the grant's: a key written again
 // under the same name after ours went (here by an administrator) is never removed by our unlock.
 TEST(EtcdLock, UnlockIsFencedOnTheCreateRevision) {

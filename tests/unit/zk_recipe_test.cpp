@@ -1,5 +1,6 @@
 // The ZooKeeper recipe's pure logic (src/zk/recipe.hpp): URL parsing, name encoding, lock-node
-// names and the "hold, or which node to watch" decision. No server.
+// names and how the recipe's driver applies the shared queue rules (core/queue_locate.hpp, tested
+// in queue_locate_test.cpp) to a getChildren result. No server.
 #include "zk/recipe.hpp"
 
 #include <gtest/gtest.h>
@@ -92,55 +93,10 @@ TEST(ZkNodes, ParseOnlyOurNames) {
     EXPECT_FALSE(parse_node(g1 + "-wr-00000000a1"));
 }
 
-TEST(ZkLocate, WriterWatchesItsImmediatePredecessor) {
-    const std::vector<std::string> kids = {node(g3, false, 12), node(g1, false, 10),
-                                           node(g2, true, 11), "foreign"};
-    auto p = locate(kids, node(g1, false, 10));
-    EXPECT_TRUE(p.found);
-    EXPECT_TRUE(p.holds);
-    p = locate(kids, node(g3, false, 12));
-    EXPECT_FALSE(p.holds);
-    EXPECT_EQ(p.watch, node(g2, true, 11));
-    p = locate(kids, node(g4, false, 13));
-    EXPECT_FALSE(p.found);
-}
-
-TEST(ZkLocate, ReaderWaitsOnlyForEarlierWriters) {
-    const std::vector<std::string> kids = {node(g1, true, 1), node(g2, true, 2), node(g3, false, 3),
-                                           node(g4, true, 4)};
-    EXPECT_TRUE(locate(kids, node(g1, true, 1)).holds);
-    EXPECT_TRUE(locate(kids, node(g2, true, 2)).holds) << "readers share";
-    auto p = locate(kids, node(g4, true, 4));
-    EXPECT_FALSE(p.holds);
-    EXPECT_EQ(p.watch, node(g3, false, 3)) << "the nearest earlier writer, not the reader before";
-    p = locate(kids, node(g3, false, 3));
-    EXPECT_EQ(p.watch, node(g2, true, 2));
-}
-
 std::string permit(const std::string& guid, std::uint32_t count, int seq) {
     char digits[16];
     std::snprintf(digits, sizeof digits, "%010d", seq);
     return permit_prefix(guid, count) + digits;
-}
-
-TEST(ZkLocatePermits, RunningSumInQueueOrder) {
-    const std::vector<std::string> kids = {permit(g1, 1, 1), permit(g2, 2, 2), permit(g3, 2, 3),
-                                           permit(g4, 1, 4)};
-    EXPECT_TRUE(locate_permits(kids, permit(g1, 1, 1), 3).holds);
-    auto p = locate_permits(kids, permit(g2, 2, 2), 3);
-    EXPECT_TRUE(p.holds);
-    EXPECT_TRUE(p.has_successor);
-    p = locate_permits(kids, permit(g3, 2, 3), 3);
-    EXPECT_FALSE(p.holds);
-    EXPECT_TRUE(p.first_waiter) << "every earlier node holds: watch the children";
-    p = locate_permits(kids, permit(g4, 1, 4), 3);
-    EXPECT_FALSE(p.holds) << "1 permit would fit only by passing the waiter ahead";
-    EXPECT_FALSE(p.first_waiter);
-    EXPECT_EQ(p.watch, permit(g3, 2, 3));
-    EXPECT_FALSE(p.has_successor);
-    EXPECT_TRUE(locate_permits(kids, permit(g4, 1, 4), 6).holds);
-    p = locate_permits({permit(g1, 5, 1)}, permit(g1, 5, 1), 3);
-    EXPECT_TRUE(p.first_waiter) << "more than the limit: waits for set_permits";
 }
 
 TEST(ZkDriver, LockKindsShareOneQueueOfWriteNodes) {

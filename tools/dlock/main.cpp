@@ -77,8 +77,8 @@ by the signal that killed the command):
    64  bad command line or option value (unknown option, bad duration, bad URL)
    69  not available in this build or on this backend (--fair, --shared, --write,
        --permits, set-permits on redlock://; --lease, --key-prefix on zk:// and
-       etcd://; --shared, --write, --permits, status on etcd://; dlock demo on zk://
-       and etcd://), or redis-server not installed for `dlock demo`
+       etcd://; dlock demo on zk:// and etcd://), or redis-server not installed for
+       `dlock demo`
    70  internal error in dlock
    71  operating-system error (signalfd, spawn; the watchdog process died)
    74  lock server unreachable or not answering in time (Redlock: no quorum)

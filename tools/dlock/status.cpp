@@ -67,16 +67,17 @@ std::string type_name(dlock::lock_type type) {
     return std::string(t);
 }
 
-std::string lease_text(const dlock::lock_info& info, bool zk) {
+/// `session`: what a holder's grant lives by on ZooKeeper and etcd; null on Redis.
+std::string lease_text(const dlock::lock_info& info, const char* session) {
     if (info.lease_left) {
         return fmt::format(", lease {} left", format_duration(*info.lease_left));
     }
-    if (zk) return " (while the holder's ZooKeeper session lives)";
+    if (session != nullptr) return fmt::format(" (while the holder's {} lives)", session);
     return ", with no expiry (the key was not set by dlock)";
 }
 
 /// One line: free or held, and by whom.
-std::string state_text(const dlock::lock_info& info, bool zk) {
+std::string state_text(const dlock::lock_info& info, const char* session) {
     if (!info.error.empty()) return fmt::format("unknown: {}", shown(info.error));
     if (info.type == dlock::lock_type::foreign) {
         return fmt::format("foreign: {}", shown(info.detail));
@@ -111,7 +112,7 @@ std::string state_text(const dlock::lock_info& info, bool zk) {
         case dlock::lock_type::recursive_mutex: who = fmt::format(" (depth {})", info.depth); break;
         default: break;
     }
-    return "held" + who + lease_text(info, zk);
+    return "held" + who + lease_text(info, session);
 }
 
 nlohmann::json optional_json(const auto& value) {
@@ -146,12 +147,18 @@ struct view_context {
     lock_service& service;
     bool zk = false;
     std::optional<std::string> lock_key{}, fence_key{}, channel{};
+    bool etcd = false;
+    /// What a holder's grant lives by (lease_text); null on Redis.
+    const char* session() const noexcept {
+        return zk ? "ZooKeeper session" : etcd ? "etcd lease" : nullptr;
+    }
 };
 
 view_context make_context(const status_options& o, lock_service& service) {
     view_context c{o, service, service.is_zk()};
+    c.etcd = service.is_etcd();
     // Key names (no reads): what a Redis user would look for with redis-cli.
-    if (!c.zk) {
+    if (!c.zk && !c.etcd) {
         dlock::redis::client& first = service.first_redis_server("status");
         c.lock_key = first.lock_key(o.name);
         c.fence_key = first.fence_key(o.name);
@@ -178,6 +185,7 @@ nlohmann::json json_view(const view_context& c, const dlock::lock_info& info) {
         {"name", c.o.name},
         {"url", redact_url(c.o.server.url)},
         {"backend", c.zk                     ? "zookeeper"
+                    : c.etcd                 ? "etcd"
                     : c.service.is_redlock() ? "redlock"
                                              : "redis"},
     };
@@ -209,7 +217,7 @@ nlohmann::json json_view(const view_context& c, const dlock::lock_info& info) {
 
 /// The state line: free or held, by whom, the lease left.
 std::string overall_state(const view_context& c, const dlock::lock_info& info) {
-    if (!c.service.is_redlock()) return state_text(info, c.zk);
+    if (!c.service.is_redlock()) return state_text(info, c.session());
     if (info.held) {
         return fmt::format("held on {} of {} servers (quorum {}){}", info.held_on,
                            info.servers.size(), info.quorum,
@@ -241,9 +249,11 @@ std::string answered_text(const view_context& c, const dlock::lock_info& info) {
 std::string text_view(const view_context& c, const dlock::lock_info& info) {
     const std::string counter_text =
         !info.fencing_counter ? std::string("none (never acquired, or the counter was deleted)")
-        : c.zk ? fmt::format("{} (the current holder's fencing token: its node's czxid)",
-                             *info.fencing_counter)
-               : fmt::format("{} (the last fencing token handed out)", *info.fencing_counter);
+        : c.zk   ? fmt::format("{} (the current holder's fencing token: its node's czxid)",
+                               *info.fencing_counter)
+        : c.etcd ? fmt::format("{} (the current holder's fencing token: its key's create revision)",
+                               *info.fencing_counter)
+                 : fmt::format("{} (the last fencing token handed out)", *info.fencing_counter);
     std::string out;
     out += fmt::format("lock \"{}\" on {}\n", shown(c.o.name), redact_url(c.o.server.url));
     out += fmt::format("  type:                {}\n", info.type == dlock::lock_type::none
@@ -254,7 +264,7 @@ std::string text_view(const view_context& c, const dlock::lock_info& info) {
         out += fmt::format("  servers:             {}\n", answered_text(c, info));
     out += fmt::format("  waiters:             {} queued\n", info.waiters);
     out += fmt::format("  fencing counter:     {}\n", counter_text);
-    if (!c.zk) {
+    if (!c.zk && !c.etcd) {
         out +=
             fmt::format("  subscribed clients:  {} (client connections waiting for its release)\n",
                         info.subscribers);
@@ -263,7 +273,7 @@ std::string text_view(const view_context& c, const dlock::lock_info& info) {
     }
     for (std::size_t i = 0; i < info.servers.size(); ++i) {
         out += fmt::format("  server {:<28} {}\n", server_url(c, info, i),
-                           state_text(info.servers[i], c.zk));
+                           state_text(info.servers[i], c.session()));
     }
     return out;
 }
@@ -321,7 +331,7 @@ std::string line_view(const view_context& c, const dlock::lock_info& info) {
         "{} {}: {}; fencing counter {}; waiters {}{}", clock_text(), shown(c.o.name),
         overall_state(c, info),
         info.fencing_counter ? std::to_string(*info.fencing_counter) : "none", info.waiters,
-        c.zk ? std::string() : fmt::format("; subscribed clients {}", info.subscribers));
+        c.zk || c.etcd ? std::string() : fmt::format("; subscribed clients {}", info.subscribers));
 }
 
 /// `info` without what changes by itself (the lease left counts down): two views that compare

@@ -73,20 +73,40 @@ public:
     /// lost, and its key goes with the etcd lease.
     ~client() override;
 
-    /// See dlock::backend::acquire_until. Kinds exclusive and fair (one recipe); others are
-    /// errc::unsupported. Grants a lease to the client first if it has none (bounded by
+    /// See dlock::backend::acquire_until. Every kind (docs/etcd.md, "Kinds"): exclusive, fair,
+    /// reentrant and write use etcd's lock recipe; read and permits put keys of their own in the
+    /// same queue. Grants a lease to the client first if it has none (bounded by
     /// connect_timeout: errc::connection_failed), puts our key in one transaction guarded by
-    /// its create revision being 0, and, when another key was created before ours, waits on a
-    /// watch of the deletion of the key created just before ours (no herd, no polling). A
-    /// waiter whose etcd lease expired stops waiting and queues again under a new lease. On any
-    /// failure our key is deleted (fenced on its create revision). Two acquires of one name by
-    /// one client take turns inside the client (the recipe's key is per lease, so per client).
+    /// its create revision being 0, and, when it does not hold, waits on a watch of the deletion
+    /// of the one key it queues behind (no herd, no polling). A waiter whose etcd lease expired
+    /// stops waiting and queues again under a new lease. On any failure our key is deleted
+    /// (fenced on its create revision). Two acquires of one name by one client with etcdctl's
+    /// key (every kind but read and permits) take turns inside the client (that key is per
+    /// lease, so per client). A name with another kind's keys: errc::unexpected_reply.
     [[nodiscard]] lease acquire_until(std::string_view name, const lock_request& request,
                                       const lock_options& options,
                                       std::chrono::steady_clock::time_point deadline,
                                       std::error_code& ec) noexcept override;
     using dlock::backend::acquire;
     using dlock::backend::acquire_until;
+
+    /// See dlock::backend::set_permits: the key "<url prefix>/dlock-permits-<name in hex>" (no
+    /// lock's key range contains it), put without a lease; a waiter first in line watches it.
+    void set_permits(std::string_view name, std::uint32_t permits,
+                     std::error_code& ec) noexcept override;
+    using dlock::backend::set_permits;
+
+    /// See dlock::backend::inspect: the keys under the lock's prefix and the permits key, read
+    /// in one transaction by the recipe's rules (docs/etcd.md). lease_left stays unset (a
+    /// holder's key lives by its client's etcd lease); the fencing counter is the largest create
+    /// revision among the holders' keys.
+    [[nodiscard]] lock_info inspect(std::string_view name, std::error_code& ec) noexcept override;
+    using dlock::backend::inspect;
+
+    /// See dlock::backend::watch: an etcd watch of the lock's key range and its permits key, from
+    /// the revision after the last change reported, so nothing between two waits is missed.
+    [[nodiscard]] std::unique_ptr<lock_watch> watch(std::string_view name,
+                                                    std::error_code& ec) noexcept override;
 
     /// See dlock::backend::record_once: the key "<url prefix>/dlock-record-<name in hex>" (no
     /// lock's key range contains it), put with the value unless it exists, in one transaction;
