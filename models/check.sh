@@ -28,6 +28,11 @@
 #      search of 4, and OLD_NO_CONFIRM_WAKE (the code before the confirmation woke anyone) must
 #      fail with late SUBSCRIBEs and with a reconnect, at the bounds of 5: the strandings spin
 #      found (docs/handoff-model.md, "What spin found"), which only the re-check timer ended.
+# Then the model of registered mutex waiters on Redlock (models/redlock_wake.pml), re-check off:
+#   8. as built (one acquire_until call per waiter; REDLOCK_FULL=1: two, 10 M states): exhaustive,
+#      no error, complete; SPLIT_WITNESS must fail (a registered attempt ends in a split vote);
+#      NO_RELEASE_LEAVE (a holder's release without its waiter id, what spin found) and
+#      NO_SPLIT_RETRY (no quick retry after a split vote) must each strand a waiter.
 # Exit status 0 only if all of these come out as expected and every search that must pass was
 # complete.
 # Environment: SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
@@ -47,7 +52,7 @@ crash=(-DCRASH -DBARGES=1)
 [[ ${WAKE_FULL:-0} == 1 ]] && crash=(-DCRASH)
 work=$(mktemp -d /tmp/dlock-spin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cp "$here/handoff.pml" "$here/wake.pml" "$work/"
+cp "$here/handoff.pml" "$here/wake.pml" "$here/redlock_wake.pml" "$work/"
 cd "$work"
 
 for tool in spin gcc; do
@@ -196,4 +201,27 @@ wfail OLD_NO_CONFIRM_WAKE_LATE "the model cannot see a wake-up published into th
   -DOLD_NO_CONFIRM_WAKE -DREGISTER_BEFORE_SUBSCRIBE -DSESSIONS=1
 wfail OLD_NO_CONFIRM_WAKE_RECONNECT "the model cannot see a wake-up lost to a re-SUBSCRIBE" \
   -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSIONS=1
+
+# The Redlock model: the same checks, over redlock_wake.pml.
+rwake=(-DSESSIONS=1)
+[[ ${REDLOCK_FULL:-0} == 1 ]] && rwake=()
+wrun() {
+  local name=$1
+  shift
+  pan_run redlock_wake.pml "$name" "$@"
+}
+wsummary() {
+  local name=$1
+  shift
+  spin "$@" -t redlock_wake.pml 2>&1 |
+    grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | head -40
+}
+wpass redlock_wake "registered waiters on Redlock as built${rwake[*]+ (${rwake[*]})}" \
+  ${rwake[@]+"${rwake[@]}"}
+wfail SPLIT_WITNESS "no registered attempt ends in a split vote: the model is too small" \
+  ${rwake[@]+"${rwake[@]}"} -DSPLIT_WITNESS
+wfail NO_RELEASE_LEAVE "the model cannot see a holder's stale waiter id" \
+  ${rwake[@]+"${rwake[@]}"} -DNO_RELEASE_LEAVE
+wfail NO_SPLIT_RETRY "the model cannot see a waiter a split vote took off the queue" \
+  ${rwake[@]+"${rwake[@]}"} -DNO_SPLIT_RETRY
 exit $rc

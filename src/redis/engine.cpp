@@ -652,8 +652,12 @@ std::vector<std::string> engine::keys(const lock_protocol& protocol, std::string
     std::vector<std::string> out;
     out.reserve(1 + protocol.key_suffixes.size());
     out.push_back(key(name));
-    for (const auto suffix : protocol.key_suffixes)
+    for (const auto suffix : protocol.key_suffixes) {
+        // Redlock has no turns (docs/redlock.md, "Waiting"): a turn reserves one server's free
+        // lock, and the quorum can be won without it. Without these keys the scripts only wake.
+        if (servers_.size() > 1 && (suffix == ":mutex_turn" || suffix == ":mutex_woken")) continue;
         out.push_back(out.front() + std::string(suffix));
+    }
     return out;
 }
 
@@ -789,8 +793,22 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
 }
 
 void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
-                         const std::string& token) noexcept {
+                         const std::string& token,
+                         std::chrono::milliseconds node_timeout) noexcept {
     try {
+        if (servers_.size() > 1) {
+            // Redlock's registered mutex waiter (the only kind it queues): off every server at
+            // once, each within node_timeout like an undo; a server that misses it purges the
+            // entry when its liveness runs out.
+            const auto deadline = deadline_after(steady::now(), node_timeout);
+            round_plan plan{one_call({protocol.leave,
+                                      keys(protocol, name),
+                                      {token, channel(name), ms_text(handoff_lease), "0",
+                                       ms_text(config_.idle_expiry)}})};
+            plan.deadline = [&](steady::time_point, steady::time_point) { return deadline; };
+            run_on_every_server(plan);
+            return;
+        }
         node::pooled conn(*servers_.front()->at);
         std::error_code ec;
         const auto r = run_script(
@@ -906,7 +924,7 @@ struct engine::acquire_run {
           node_timeout(self.node_timeout_for(options.lease)),
           waiter(make_waiter({request.kind, self.client_tag_, self.channel(name), node_timeout,
                               self.config_.drift, &dlock::detail::random_jitter_ns},
-                             protocol.queued, self.servers_.size())),
+                             protocol.queued)),
           policy(options, deadline) {
         // Already subscribed (a hot lock: our last wait on it lingers): register before the first
         // attempt, so a grant published after it is caught and no second attempt is needed.
@@ -917,7 +935,7 @@ struct engine::acquire_run {
     // the mutex waiters), which also releases (with hand-off) a grant whose reply we never saw.
     // Before `waiting` goes: the registration outlives the leave.
     ~acquire_run() {
-        if (leave_armed) self.leave_queue(protocol, name, *waiter->leaves_as());
+        if (leave_armed) self.leave_queue(protocol, name, *waiter->leaves_as(), node_timeout);
     }
     acquire_run(const acquire_run&) = delete;
     acquire_run& operator=(const acquire_run&) = delete;
@@ -1015,6 +1033,10 @@ struct engine::acquire_run {
         }
         if (result.granted) {
             if (waiting) waiting->granted();
+            if (self.servers_.size() > 1 && !waiter->waiter_id().empty()) {
+                dlock::detail::lock_guard lock(self.registered_mutex_);
+                self.registered_as_[token] = waiter->waiter_id();
+            }
             granted =
                 self.grant(name, token, result.fencing_token, options, request.kind, sent,
                            dlock::detail::valid_until(sent, lease_ms, self.config_.drift), false);
@@ -1123,10 +1145,18 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 }
             }
         }
+        std::string registered;  // Redlock: the waiter id this holder registered under
+        if (servers_.size() > 1) {
+            dlock::detail::lock_guard lock(registered_mutex_);
+            if (const auto it = registered_as_.find(lease.token()); it != registered_as_.end()) {
+                registered = std::move(it->second);
+                registered_as_.erase(it);
+            }
+        }
         round_plan plan{one_call({protocol->release,
                                   keys(*protocol, lease.name()),
                                   {lease.token(), channel(lease.name()), ms_text(handoff_lease),
-                                   whole ? "1" : "0", ms_text(config_.idle_expiry)}})};
+                                   whole ? "1" : "0", ms_text(config_.idle_expiry), registered}})};
         plan.deadline = [&](steady::time_point own, steady::time_point) {
             return servers_.size() == 1 ? own : redlock_deadline;
         };

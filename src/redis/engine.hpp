@@ -182,9 +182,10 @@ private:
     /// wait failed after a request may have reached the server:
     /// leaves the queue, releasing with hand-off if the server made it the owner meanwhile (also
     /// by an acquire whose reply was lost). Best effort: after a failure the queue entry goes
-    /// with its liveness deadline and a grant with its lease.
-    void leave_queue(const lock_protocol& protocol, std::string_view name,
-                     const std::string& token) noexcept;
+    /// with its liveness deadline and a grant with its lease. Several servers (Redlock's mutex
+    /// waiters): on every server at once, each within `node_timeout`.
+    void leave_queue(const lock_protocol& protocol, std::string_view name, const std::string& token,
+                     std::chrono::milliseconds node_timeout) noexcept;
     /// KEYS of every script of `protocol` for lock `name`.
     std::vector<std::string> keys(const lock_protocol& protocol, std::string_view name) const;
     /// Re-enters `held` (lock_request::reenter): one round trip, no waiting.
@@ -243,6 +244,11 @@ private:
     };
     dlock::detail::mutex reentrant_mutex_;
     std::unordered_map<std::string, reentrant_owner> reentrant_ DLOCK_GUARDED_BY(reentrant_mutex_);
+
+    /// Redlock: the waiter id each holder that waited registered under, by owner token; its
+    /// release takes that id off every server (src/redis/lua/release.lua, ARGV[6]).
+    dlock::detail::mutex registered_mutex_;
+    std::unordered_map<std::string, std::string> registered_as_ DLOCK_GUARDED_BY(registered_mutex_);
 
     dlock::detail::mutex identity_mutex_;  // also guards voter::run_id
     std::string identity_error_ DLOCK_GUARDED_BY(identity_mutex_);

@@ -20,12 +20,12 @@ steady::time_point waiter_strategy::retry_after(const contended_attempt& attempt
                     context_.jitter);
 }
 
-std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued,
-                                             std::size_t servers) {
+std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued) {
     if (queued) return std::make_unique<queued_waiter>(std::move(context));
-    // Redlock keeps the broadcast: per-server heads of the mutex waiters could differ, and no
-    // server's queue decides.
-    if (context.kind == lock_kind::exclusive && servers == 1)
+    // Redlock registers its waiters too, on every server (docs/redlock.md, "Waiting"): each
+    // server wakes its own live head, and the client hears the server its subscriber listens on.
+    // The grant still takes a quorum; a registration only decides who is woken.
+    if (context.kind == lock_kind::exclusive)
         return std::make_unique<turn_waiter>(std::move(context));
     return std::make_unique<broadcast_waiter>(std::move(context));
 }

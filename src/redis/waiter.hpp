@@ -7,10 +7,12 @@
 //
 //   broadcast_waiter   releases publish on the lock's release channel and every waiter
 //                      re-attempts (one waiter of this client is woken where a release lets one
-//                      in): the reentrant, read and permits kinds, and every kind on Redlock.
-//   turn_waiter        the exclusive kind on one server: from its first wait on, the waiter
-//                      registers among the mutex waiters, and a release wakes only their live
-//                      head, which gets a turn (docs/redis-lock.md, "Waking one waiter").
+//                      in): the reentrant, read and permits kinds.
+//   turn_waiter        the exclusive kind: from its first wait on, the waiter registers among
+//                      the mutex waiters, and a release wakes only their live head, which gets a
+//                      turn on one server (docs/redis-lock.md, "Waking one waiter"); on Redlock
+//                      it registers on every server, each wakes its own head, no turns
+//                      (docs/redlock.md, "Waiting").
 //   queued_waiter      the fair and write kinds: one queue entry for the whole call, and a
 //                      release hands the lock to the head directly (docs/lock-family.md,
 //                      "Hand-off"), checked by the ticket rule (acquire_rules.hpp).
@@ -125,7 +127,7 @@ private:
     std::string token_;
 };
 
-/// The exclusive kind on one server: registered among the mutex waiters once it waits.
+/// The exclusive kind: registered among the mutex waiters (on every server) once it waits.
 class turn_waiter final : public waiter_strategy {
 public:
     using waiter_strategy::waiter_strategy;
@@ -161,9 +163,8 @@ private:
     handoff_ticket ticket_;
 };
 
-/// The strategy of an acquire of `context.kind` whose protocol is `queued` (lock_protocol) on
-/// `servers` servers.
-std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued,
-                                             std::size_t servers);
+/// The strategy of an acquire of `context.kind` whose protocol is `queued` (lock_protocol), on
+/// one server or several (Redlock).
+std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued);
 
 }  // namespace dlock::redis::detail

@@ -80,18 +80,84 @@ TEST(Redlock, ReleaseWakesAWaiterLongBeforeTheLeaseRunsOut) {
     dlock::redis::client probe({.url = fleet()[0].url()});
     ASSERT_TRUE(eventually(
         [&] {
-            int subscribers = 0;
+            int subscribed = 0;  // servers with the waiter's hand-off channel subscribed
             for (std::size_t i = 0; i < fleet().size(); ++i) {
-                const auto r =
-                    fleet()[i].command({"PUBSUB", "NUMSUB", probe.release_channel(name)});
-                subscribers += r.back() == '1';
+                const auto r = fleet()[i].command(
+                    {"PUBSUB", "CHANNELS", probe.release_channel(name) + ":mutex:*"});
+                subscribed += !r.empty();
             }
-            return subscribers == 1;
+            return subscribed == 1;
         },
         5s))
         << "one subscriber connection, on one server";
     grant.release();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s));
+}
+
+/// How many servers queue `n` registered mutex waiters of lock `name`.
+int queueing(dlock::redis::client& probe, const std::string& name, int n) {
+    int count = 0;
+    for (std::size_t i = 0; i < fleet().size(); ++i)
+        count += fleet()[i].command({"ZCARD", probe.lock_key(name) + ":mutex_waiters"}) ==
+                 std::to_string(n);
+    return count;
+}
+
+// A waiting dlock::mutex registers on every server, so that a release wakes one waiting process,
+// not every one (docs/redlock.md, "Waiting").
+TEST(Redlock, WaitersRegisterOnEveryServer) {
+    auto holder = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    auto grant = holder.acquire(name, {.lease = 60s});
+    std::vector<std::jthread> waiters;
+    std::atomic<int> acquired{0};
+    for (int i = 0; i < 2; ++i) {
+        waiters.emplace_back([&] {
+            auto own = make_redlock();  // a process of its own: its own subscriber
+            own.acquire(name, {.lease = 60s}).release();
+            ++acquired;
+        });
+    }
+    EXPECT_TRUE(eventually([&] { return queueing(probe, name, 2) == 5; }, 10s))
+        << "both waiters queued on all 5 servers";
+    grant.release();
+    EXPECT_TRUE(eventually([&] { return acquired.load() == 2; }, 10s));
+    EXPECT_EQ(queueing(probe, name, 0), 5) << "every grant took its waiter off every server";
+}
+
+// A waiter granted by a quorum while another server still answered "held" stays queued there;
+// its release takes its id off every server, or the stale id would head that server's queue and
+// take the wake-ups meant for the next waiter (models/redlock_wake.pml, NO_RELEASE_LEAVE).
+TEST(Redlock, AHolderStillQueuedOnAServerLeavesThatQueueOnRelease) {
+    auto holder = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    const auto key = probe.lock_key(name);
+    auto grant = holder.acquire(name, {.lease = 60s});
+    std::atomic<bool> acquired{false}, release{false};
+    std::jthread waiter([&] {
+        auto own = make_redlock();
+        auto mine = own.acquire(name, {.lease = 60s});
+        acquired = true;
+        while (!release) std::this_thread::sleep_for(1ms);
+    });
+    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
+    const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
+    // The holder's keys go from servers 2-4 (no message); another owner holds servers 0 and 1.
+    for (std::size_t i = 0; i < 2; ++i) fleet()[i].command({"SET", key, "another", "PX", "60000"});
+    for (std::size_t i = 2; i < fleet().size(); ++i) fleet()[i].command({"DEL", key});
+    // Server 0 wakes the waiter (its subscriber listens there): granted by servers 2-4.
+    fleet()[0].command(
+        {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
+    ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
+    EXPECT_EQ(queueing(probe, name, 1), 2) << "still queued where the lock was held";
+    release = true;
+    waiter.join();
+    EXPECT_EQ(queueing(probe, name, 0), 5) << "its release took its id off every server";
+    for (std::size_t i = 0; i < 2; ++i) fleet()[i].command({"DEL", key});
+    std::error_code ignored;  // the first holder's keys were taken from it above
+    grant.release(ignored);
 }
 
 TEST(Redlock, WatchdogRenewsOnEveryServer) {

@@ -32,8 +32,8 @@ waiter_context context(lock_kind kind) {
     return {kind, "c1", "p:{orders}:released", 50ms, {}, &no_jitter};
 }
 
-std::unique_ptr<waiter_strategy> waiter(lock_kind kind, std::size_t servers = 1) {
-    return make_waiter(context(kind), kind == lock_kind::fair || kind == lock_kind::write, servers);
+std::unique_ptr<waiter_strategy> waiter(lock_kind kind) {
+    return make_waiter(context(kind), kind == lock_kind::fair || kind == lock_kind::write);
 }
 
 /// A contended attempt sent at t0 for a 10 s lease; the holder has `holder_ms` left.
@@ -42,9 +42,8 @@ contended_attempt held(std::int64_t holder_ms, std::uint64_t ticket = 0) {
 }
 
 TEST(RedisWaiter, EachKindGetsItsStrategy) {
+    // One server and Redlock alike: Redlock registers on every server.
     EXPECT_TRUE(dynamic_cast<turn_waiter*>(waiter(lock_kind::exclusive).get()));
-    // Redlock keeps the broadcast: no server's queue of mutex waiters decides.
-    EXPECT_TRUE(dynamic_cast<broadcast_waiter*>(waiter(lock_kind::exclusive, 3).get()));
     for (const auto kind : {lock_kind::reentrant, lock_kind::read, lock_kind::permits})
         EXPECT_TRUE(dynamic_cast<broadcast_waiter*>(waiter(kind).get()));
     for (const auto kind : {lock_kind::fair, lock_kind::write})
@@ -52,10 +51,9 @@ TEST(RedisWaiter, EachKindGetsItsStrategy) {
 }
 
 TEST(RedisWaiter, BroadcastSendsAFreshTokenAndWakesOneWhereOneGetsIn) {
-    for (const auto kind :
-         {lock_kind::exclusive, lock_kind::reentrant, lock_kind::read, lock_kind::permits}) {
+    for (const auto kind : {lock_kind::reentrant, lock_kind::read, lock_kind::permits}) {
         SCOPED_TRACE(dlock::to_string(kind));
-        auto w = waiter(kind, kind == lock_kind::exclusive ? 3 : 1);
+        auto w = waiter(kind);
         const auto first = w->next_token();
         EXPECT_EQ(first.size(), 32u);  // a bare random token: the server knows the kind
         EXPECT_NE(w->next_token(), first);
@@ -65,7 +63,7 @@ TEST(RedisWaiter, BroadcastSendsAFreshTokenAndWakesOneWhereOneGetsIn) {
         EXPECT_FALSE(w->lingering());
         const auto target = w->subscribe();
         EXPECT_EQ(target.channel, "p:{orders}:released");
-        EXPECT_EQ(target.wake_one, kind == lock_kind::exclusive || kind == lock_kind::reentrant);
+        EXPECT_EQ(target.wake_one, kind == lock_kind::reentrant);
         EXPECT_TRUE(target.key.empty());
         EXPECT_EQ(w->contended(held(30'000), t0), t0 + 30s);  // no entry to keep alive
         EXPECT_FALSE(w->granted_by_message());

@@ -8,16 +8,38 @@
 -- free lock is first reserved for it as its turn (KEYS[6], lib/queue.lua, dlock_mutex_turn_ms).
 -- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
 -- token (nothing is touched then).
+-- Redlock (no KEYS[6..7]: no turns) also gets ARGV[6], the waiter id the holder registered under
+-- while it waited ('' : none). A quorum granted it, but a server that answered "held" still has
+-- that id queued, maybe at its head, where it would take every wake-up meant for the next waiter:
+-- the id goes on every server, and where the key is already gone (our grant missed that server)
+-- the next live head is woken as by a release (docs/redlock.md, "Waiting").
 -- Without registered waiters (no KEYS[3]) the waiter functions are never defined: each function a
 -- script defines is made anew on every call (docs/redis-lock.md, "Release").
 --@include lib/notify.lua
 local holder = redis.call('GET', KEYS[1])
+local id = ARGV[6]
+if id == '' or not KEYS[4] or KEYS[7] then id = nil end
 if holder ~= ARGV[1] then
+  if not id then
+    if holder then return -1 end
+    return 0
+  end
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
   if holder then return -1 end
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    --@include lib/fence.lua
+    --@include lib/queue.lua
+    dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], nil, nil)
+  end
   return 0
 end
 redis.call('DEL', KEYS[1])
 dlock_notify(ARGV[2], 'released')
+if id then
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+end
 if not KEYS[4] or redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 --@include lib/fence.lua
 --@include lib/queue.lua
