@@ -35,7 +35,9 @@
 #      NO_SPLIT_RETRY (no quick retry after a split vote) must each strand a waiter.
 # Exit status 0 only if all of these come out as expected and every search that must pass was
 # complete.
-# Environment: SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
+# The searches are independent: they run SPIN_JOBS at a time (default: the number of cores), each
+# in a directory of its own, and their results are read in the order above.
+# Environment: SPIN_JOBS, SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
 # "-DLIVE=2 -DLEASE=3" with SPIN_MAXT=4 for the longer durations), SPIN_MEMLIM (MB, default 3000)
 # for handoff.pml; WAKE_FLAGS (more spin -D options for wake.pml, e.g. "-DSESSIONS=3");
 # WAKE_FULL=1 runs the CRASH search of 4 with the barger's two try_locks, as the other wake.pml
@@ -59,35 +61,89 @@ for tool in spin gcc; do
   command -v "$tool" >/dev/null || { echo "check.sh: $tool not found (scripts/setup.sh installs it)"; exit 2; }
 done
 
-# pan_run MODEL NAME SPIN_OPTIONS...: generate MODEL's verifier, compile and run it; the output
-# goes to NAME.out. Both models are checked through it.
-pan_run() {
-  local model=$1 name=$2
+# pan_start NAME MODEL SPIN_OPTIONS...: generates MODEL's verifier in NAME/, compiles and runs it
+# in the background (at most SPIN_JOBS at once); the output goes to NAME.out. pan_result NAME
+# waits for it and prints its line. Every search goes through them.
+jobs_max=${SPIN_JOBS:-$(nproc)}
+declare -A pan_pid=()
+pan_start() {
+  local name=$1 model=$2
   shift 2
-  spin "$@" -a "$model" >"$name.spin" 2>&1 || { cat "$name.spin"; return 2; }
-  gcc -w -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o "pan_$name" pan.c
-  local start=$SECONDS
-  "./pan_$name" -m1000000 >"$name.out" 2>&1 || true
-  echo "[$name] $(grep -E 'errors:' "$name.out" | sed 's/^ *//'); $(grep -E 'states, stored' "$name.out" | sed 's/^ *//'); $((SECONDS - start)) s"
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
+  (
+    mkdir -p "$name" && cd "$name" && cp "../$model" .
+    spin "$@" -a "$model" >"../$name.spin" 2>&1 || exit 2
+    gcc -w -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o pan pan.c
+    start=$SECONDS
+    ./pan -m1000000 >"../$name.out" 2>&1 || true
+    echo $((SECONDS - start)) >"../$name.secs"
+  ) &
+  pan_pid[$name]=$!
+}
+pan_result() {
+  local name=$1
+  # Its status may have been collected by pan_start's `wait -n`: the .secs file says it ran.
+  wait "${pan_pid[$name]}" 2>/dev/null || true
+  [[ -f $name.secs ]] || { echo "check.sh: the search $name did not run:"; cat "$name.spin"; exit 2; }
+  echo "[$name] $(grep -E 'errors:' "$name.out" | sed 's/^ *//'); $(grep -E 'states, stored' "$name.out" | sed 's/^ *//'); $(cat "$name.secs") s"
 }
 
-# run NAME DEFINES...: pan_run for handoff.pml, with SPIN_FLAGS and the clock bound.
-run() {
+# hstart NAME DEFINES...: pan_start for handoff.pml, with SPIN_FLAGS and the clock bound.
+hstart() {
   local name=$1
   shift
-  pan_run handoff.pml "$name" "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt"
+  pan_start "$name" handoff.pml "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt"
 }
+# wstart NAME DEFINES...: for wake.pml, with WAKE_FLAGS; rstart NAME DEFINES...: for
+# redlock_wake.pml (REDLOCK_FULL=1: two acquire_until calls per waiter).
+wstart() {
+  local name=$1
+  shift
+  pan_start "$name" wake.pml "$@" ${wflags[@]+"${wflags[@]}"}
+}
+rwake=(-DSESSIONS=1)
+[[ ${REDLOCK_FULL:-0} == 1 ]] && rwake=()
+rstart() {
+  local name=$1
+  shift
+  pan_start "$name" redlock_wake.pml ${rwake[@]+"${rwake[@]}"} "$@"
+}
+
+# Every search, the longest first (they are read below in the order of the header).
+wstart wake_CRASH "${crash[@]}"
+wstart wake
+hstart fixed
+wstart LATE_RECONNECT_NW2 -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DNW=2
+wstart LATE_RECONNECT_CRASH -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1 -DCRASH
+rstart redlock_wake
+hstart FLOOR_WITNESS -DFLOOR_WITNESS
+hstart STALE_GRANT_BUG -DSTALE_GRANT_BUG
+hstart ARRIVALS_EXPIRE -DARRIVALS_EXPIRE
+wstart SLOW_TURN -DSLOW_TURN -DSESSIONS=1
+wstart LATE_RECONNECT -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1
+wstart WITNESS -DWITNESS
+wstart TURN_WITNESS -DTURN_WITNESS
+wstart NO_TURN -DNO_TURN
+wstart CRASH_TURN_WITNESS "${crash[@]}" -DCRASH_TURN_WITNESS
+wstart NO_TURN_CRASH "${crash[@]}" -DNO_TURN
+wstart LEAVE_NO_WAKE -DLEAVE_NO_WAKE
+wstart NO_PURGE -DCRASH -DNO_PURGE
+wstart OLD_NO_CONFIRM_WAKE_LATE -DOLD_NO_CONFIRM_WAKE -DREGISTER_BEFORE_SUBSCRIBE -DSESSIONS=1
+wstart OLD_NO_CONFIRM_WAKE_RECONNECT -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSIONS=1
+rstart SPLIT_WITNESS -DSPLIT_WITNESS
+rstart NO_RELEASE_LEAVE -DNO_RELEASE_LEAVE
+rstart NO_SPLIT_RETRY -DNO_SPLIT_RETRY
 
 # summary NAME DEFINES...: the trail of NAME's error, as the model's own event lines.
 summary() {
   local name=$1
   shift
-  spin "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt" -t handoff.pml 2>&1 |
+  (cd "$name" && spin "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt" -t handoff.pml 2>&1) |
     grep -E 't=|violated' | sed 's/^ */    /' | uniq | head -40
 }
 
 rc=0
-run fixed
+pan_result fixed
 if ! grep -q 'errors: 0' fixed.out; then
   echo "FAIL: the protocol as built has an error:"
   grep -E 'violated|invalid end' fixed.out || true
@@ -102,7 +158,7 @@ else
   grep -E 'State-vector|depth reached|states, stored|transitions|elapsed' fixed.out | sed 's/^/    /'
 fi
 
-run FLOOR_WITNESS -DFLOOR_WITNESS
+pan_result FLOOR_WITNESS
 if grep -qE 'errors: [1-9]' FLOOR_WITNESS.out; then
   echo "ok: the search reaches a ticket raised by the floor (an expired counter matters)"
 else
@@ -112,7 +168,7 @@ else
 fi
 
 for bug in STALE_GRANT_BUG ARRIVALS_EXPIRE; do
-  run "$bug" "-D$bug"
+  pan_result "$bug"
   if grep -qE 'errors: [1-9]' "$bug.out"; then
     echo "ok: negative control $bug fails as it must:"
     grep -E 'violated' "$bug.out" | head -1 | cut -c1-120 | sed 's/^/    /'
@@ -122,18 +178,12 @@ for bug in STALE_GRANT_BUG ARRIVALS_EXPIRE; do
     rc=1
   fi
 done
-# The wake-one model. wrun NAME DEFINES...: as run, for wake.pml; wsummary NAME DEFINES...: the
-# trail of NAME's error as the model's event lines (those printed with "@").
-wrun() {
-  local name=$1
-  shift
-  pan_run wake.pml "$name" "$@" ${wflags[@]+"${wflags[@]}"}
-}
-
+# The wake-one model. wsummary NAME DEFINES...: the trail of NAME's error as the model's event
+# lines (those printed with "@").
 wsummary() {
   local name=$1
   shift
-  spin "$@" ${wflags[@]+"${wflags[@]}"} -t wake.pml 2>&1 |
+  (cd "$name" && spin "$@" ${wflags[@]+"${wflags[@]}"} -t wake.pml 2>&1) |
     grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | head -40
 }
 
@@ -141,7 +191,7 @@ wsummary() {
 wpass() {
   local name=$1 what=$2
   shift 2
-  wrun "$name" "$@"
+  pan_result "$name"
   if ! grep -q 'errors: 0' "$name.out"; then
     echo "FAIL: $what has an error:"
     grep -E 'violated|invalid end' "$name.out" || true
@@ -164,7 +214,7 @@ wpass() {
 wfail() {
   local name=$1 why=$2
   shift 2
-  wrun "$name" "$@"
+  pan_result "$name"
   if grep -qE 'errors: [1-9]' "$name.out" &&
     { [[ -z ${WFAIL_ASSERT:-} ]] || grep -E 'violated' "$name.out" | grep -qF "$WFAIL_ASSERT"; }; then
     echo "ok: $name fails as it must:"
@@ -203,25 +253,17 @@ wfail OLD_NO_CONFIRM_WAKE_RECONNECT "the model cannot see a wake-up lost to a re
   -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSIONS=1
 
 # The Redlock model: the same checks, over redlock_wake.pml.
-rwake=(-DSESSIONS=1)
-[[ ${REDLOCK_FULL:-0} == 1 ]] && rwake=()
-wrun() {
-  local name=$1
-  shift
-  pan_run redlock_wake.pml "$name" "$@"
-}
 wsummary() {
   local name=$1
   shift
-  spin "$@" -t redlock_wake.pml 2>&1 |
+  (cd "$name" && spin ${rwake[@]+"${rwake[@]}"} "$@" -t redlock_wake.pml 2>&1) |
     grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | head -40
 }
-wpass redlock_wake "registered waiters on Redlock as built${rwake[*]+ (${rwake[*]})}" \
-  ${rwake[@]+"${rwake[@]}"}
+wpass redlock_wake "registered waiters on Redlock as built${rwake[*]+ (${rwake[*]})}"
 wfail SPLIT_WITNESS "no registered attempt ends in a split vote: the model is too small" \
-  ${rwake[@]+"${rwake[@]}"} -DSPLIT_WITNESS
+  -DSPLIT_WITNESS
 wfail NO_RELEASE_LEAVE "the model cannot see a holder's stale waiter id" \
-  ${rwake[@]+"${rwake[@]}"} -DNO_RELEASE_LEAVE
+  -DNO_RELEASE_LEAVE
 wfail NO_SPLIT_RETRY "the model cannot see a waiter a split vote took off the queue" \
-  ${rwake[@]+"${rwake[@]}"} -DNO_SPLIT_RETRY
+  -DNO_SPLIT_RETRY
 exit $rc

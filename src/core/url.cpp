@@ -319,6 +319,48 @@ bool parse_host_port(std::string_view item, std::string_view default_port, std::
     return true;
 }
 
+bool any_tls(const tls_options& tls) noexcept {
+    return !tls.ca_file.empty() || !tls.ca_dir.empty() || !tls.cert_file.empty() ||
+           !tls.key_file.empty() || !tls.server_name.empty() || tls.insecure_skip_verify;
+}
+
+std::optional<std::string> tls_query_item(std::string_view key, const std::string& value,
+                                          tls_options& tls) {
+    if (std::string* field = iequals(key, "tls_ca")            ? &tls.ca_file
+                             : iequals(key, "tls_ca_dir")      ? &tls.ca_dir
+                             : iequals(key, "tls_cert")        ? &tls.cert_file
+                             : iequals(key, "tls_key")         ? &tls.key_file
+                             : iequals(key, "tls_server_name") ? &tls.server_name
+                                                               : nullptr) {
+        if (!field->empty()) return "\"" + printable(key) + "\" is given twice";
+        if (value.empty()) return "\"" + printable(key) + "\" is empty";
+        *field = value;
+        return std::string();
+    }
+    if (iequals(key, "tls_insecure")) {
+        if (value == "1" || iequals(value, "true")) {
+            tls.insecure_skip_verify = true;
+        } else if (value != "0" && !iequals(value, "false")) {
+            return "tls_insecure=" + printable(value) + " is not 0, 1, true or false";
+        }
+        return std::string();
+    }
+    return std::nullopt;
+}
+
+void merge_tls_options(tls_options& url, const tls_options& options) {
+    if (url.ca_file.empty() && url.ca_dir.empty()) {
+        url.ca_file = options.ca_file;
+        url.ca_dir = options.ca_dir;
+    }
+    if (url.cert_file.empty()) {
+        url.cert_file = options.cert_file;
+        url.key_file = options.key_file;
+    }
+    if (url.server_name.empty()) url.server_name = options.server_name;
+    url.insecure_skip_verify = url.insecure_skip_verify || options.insecure_skip_verify;
+}
+
 }  // namespace dlock::detail
 
 namespace dlock {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <dlock/options.hpp>
+
 namespace dlock::detail {
 
 /// Whether `text` is a URL scheme: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ).
@@ -96,5 +98,19 @@ std::string redact_url(std::string_view url);
 /// the item) for an empty host, an unclosed '[' or a port outside 1..65535.
 bool parse_host_port(std::string_view item, std::string_view default_port, std::string& out,
                      std::string& why);
+
+/// The TLS settings of rediss:// and etcds:// URLs and options (docs/tls.md), shared by the
+/// backends that speak TLS.
+/// True when `tls` sets anything.
+bool any_tls(const tls_options& tls) noexcept;
+/// One query option of a TLS URL into `tls`: tls_ca, tls_ca_dir, tls_cert, tls_key and
+/// tls_server_name (a non-empty value, given once) and tls_insecure (0, 1, true, false).
+/// nullopt when `key` is none of them; otherwise "" when it was applied, or why it is bad (the
+/// value is quoted only for tls_insecure, whose value is never a secret).
+std::optional<std::string> tls_query_item(std::string_view key, const std::string& value,
+                                          tls_options& tls);
+/// Fills what a URL's own TLS settings (`url`) leave unset from `options`: the URL's values win;
+/// the CA file and directory, and the client certificate and its key, are taken as pairs.
+void merge_tls_options(tls_options& url, const tls_options& options);
 
 }  // namespace dlock::detail

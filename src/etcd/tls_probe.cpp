@@ -15,6 +15,8 @@
 #include <cerrno>
 #include <memory>
 
+#include "core/tls_verify.hpp"
+
 namespace dlock::etcd::detail {
 
 namespace {
@@ -66,30 +68,6 @@ int connect_to(const std::string& host, const std::string& port,
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     guard.fd = -1;
     return fd;
-}
-
-std::string verify_problem(long result, const std::string& name, bool custom_ca) {
-    const std::string detail = X509_verify_cert_error_string(result);
-    switch (result) {
-        case X509_V_ERR_HOSTNAME_MISMATCH:
-        case X509_V_ERR_IP_ADDRESS_MISMATCH:
-            return "hostname mismatch: the server's certificate is not for \"" + name +
-                   "\" (give the name it carries with tls_server_name)";
-        case X509_V_ERR_CERT_HAS_EXPIRED:
-            return "the server's certificate has expired (" + detail + ")";
-        case X509_V_ERR_CERT_NOT_YET_VALID:
-            return "the server's certificate is not valid yet (" + detail + ")";
-        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
-        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
-        case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
-        case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
-        case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
-            return "unknown CA: the server's certificate is not signed by a CA trusted here (" +
-                   detail +
-                   (custom_ca ? "; check the CA file given)"
-                              : "; give the server's CA with tls_ca / --tls-ca)");
-        default: return "the server's certificate was refused (" + detail + ")";
-    }
 }
 
 std::string ssl_reason(bool have_cert) {
@@ -152,7 +130,8 @@ std::string tls_problem(const std::string& host_port, const dlock::tls_options& 
     ERR_clear_error();
     if (SSL_connect(ssl.get()) != 1) {
         const long verified = SSL_get_verify_result(ssl.get());
-        if (verified != X509_V_OK) return verify_problem(verified, name, !tls.ca_file.empty());
+        if (verified != X509_V_OK)
+            return dlock::detail::tls_verify_problem(verified, name, !tls.ca_file.empty());
         return ssl_reason(!tls.cert_file.empty());
     }
     // TLS 1.3: a server that wants a client certificate refuses it after the handshake, so read

@@ -19,11 +19,6 @@ constexpr std::string_view query_forms =
     " (etcds:// query options: tls_ca=FILE, tls_cert=FILE, tls_key=FILE, tls_server_name=NAME, "
     "tls_insecure=1)";
 
-bool any_tls(const dlock::tls_options& t) {
-    return !t.ca_file.empty() || !t.ca_dir.empty() || !t.cert_file.empty() || !t.key_file.empty() ||
-           !t.server_name.empty() || t.insecure_skip_verify;
-}
-
 }  // namespace
 
 etcd_endpoint parse_etcd_url(std::string_view written, std::error_code& ec) {
@@ -119,27 +114,13 @@ etcd_endpoint parse_etcd_url(std::string_view written, std::error_code& ec) {
                                  "\" applies to etcds:// (TLS) URLs only"
                            : "query strings are not supported on etcd:// URLs");
         }
-        auto& t = out.tls;
-        if (std::string* field = iequals(item.key, "tls_ca")            ? &t.ca_file
-                                 : iequals(item.key, "tls_cert")        ? &t.cert_file
-                                 : iequals(item.key, "tls_key")         ? &t.key_file
-                                 : iequals(item.key, "tls_server_name") ? &t.server_name
-                                                                        : nullptr) {
-            if (!field->empty()) return item_bad("\"" + printable(item.key) + "\" is given twice");
-            if (value.empty()) return item_bad("\"" + printable(item.key) + "\" is empty");
-            *field = value;
-        } else if (iequals(item.key, "tls_insecure")) {
-            if (value == "1" || iequals(value, "true")) {
-                t.insecure_skip_verify = true;
-            } else if (value != "0" && !iequals(value, "false")) {
-                return item_bad("tls_insecure=" + printable(value) + " is not 0, 1, true or false");
-            }
-        } else if (iequals(item.key, "tls_ca_dir")) {
+        const auto problem = dlock::detail::tls_query_item(item.key, value, out.tls);
+        if (!problem) return item_bad("unknown query option \"" + printable(item.key) + "\"");
+        if (!problem->empty()) return item_bad(*problem);
+        if (!out.tls.ca_dir.empty()) {
             return item_bad(
                 "tls_ca_dir is not supported on etcds:// (gRPC takes one CA file): "
                 "use tls_ca=FILE");
-        } else {
-            return item_bad("unknown query option \"" + printable(item.key) + "\"");
         }
     }
     if (out.tls.cert_file.empty() != out.tls.key_file.empty())
@@ -150,7 +131,7 @@ etcd_endpoint parse_etcd_url(std::string_view written, std::error_code& ec) {
 void apply_tls_options(etcd_endpoint& endpoint, const dlock::tls_options& options,
                        std::error_code& ec) {
     ec.clear();
-    if (!any_tls(options)) return;
+    if (!dlock::detail::any_tls(options)) return;
     if (!endpoint.secure) {
         fail(ec, errc::invalid_argument,
              "etcd: TLS options (CA, client certificate, server name, insecure) apply to "
@@ -164,13 +145,7 @@ void apply_tls_options(etcd_endpoint& endpoint, const dlock::tls_options& option
         return;
     }
     auto& t = endpoint.tls;
-    if (t.ca_file.empty()) t.ca_file = options.ca_file;
-    if (t.cert_file.empty()) {
-        t.cert_file = options.cert_file;
-        t.key_file = options.key_file;
-    }
-    if (t.server_name.empty()) t.server_name = options.server_name;
-    t.insecure_skip_verify = t.insecure_skip_verify || options.insecure_skip_verify;
+    dlock::detail::merge_tls_options(t, options);
     if (t.cert_file.empty() != t.key_file.empty()) {
         fail(ec, errc::invalid_argument,
              "etcd: tls_options.cert_file and key_file go together (a client certificate and its "

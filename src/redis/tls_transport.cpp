@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "core/tls_verify.hpp"
 #include "core/status.hpp"
 
 namespace dlock::redis::detail {
@@ -151,32 +152,6 @@ bool is_ip_address(const std::string& host) {
            ::inet_pton(AF_INET6, host.c_str(), buffer.data()) == 1;
 }
 
-/// Why the server's certificate was refused, in words that name the cause.
-std::string verify_problem(long result, const std::string& name, bool custom_ca) {
-    std::string detail = X509_verify_cert_error_string(result);
-    switch (result) {
-        case X509_V_ERR_HOSTNAME_MISMATCH:
-            return "hostname mismatch: the server's certificate is not for \"" + name + "\"";
-        case X509_V_ERR_IP_ADDRESS_MISMATCH:
-            return "hostname mismatch: the server's certificate is not for \"" + name +
-                   "\" (IP address mismatch)";
-        case X509_V_ERR_CERT_HAS_EXPIRED:
-            return "the server's certificate has expired (" + detail + ")";
-        case X509_V_ERR_CERT_NOT_YET_VALID:
-            return "the server's certificate is not valid yet (" + detail + ")";
-        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
-        case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
-        case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
-        case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
-        case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
-            return "unknown CA: the server's certificate is not signed by a CA trusted here (" +
-                   detail +
-                   (custom_ca ? "; check the CA file or directory given)"
-                              : "; give the server's CA with tls_ca / --tls-ca)");
-        default: return detail;
-    }
-}
-
 class tls_transport final : public transport {
 public:
     tls_transport(redis_endpoint endpoint, std::shared_ptr<SSL_CTX> context)
@@ -209,7 +184,7 @@ public:
         if (verified != X509_V_OK && !endpoint_.tls.insecure_skip_verify) {
             const bool custom_ca = !endpoint_.tls.ca_file.empty() || !endpoint_.tls.ca_dir.empty();
             return failed(ec, "TLS handshake failed: certificate verify failed: " +
-                                  verify_problem(verified, name_, custom_ca));
+                                  dlock::detail::tls_verify_problem(verified, name_, custom_ca));
         }
         return failed(ec, "TLS handshake failed: " + stream_problem(error));
     }

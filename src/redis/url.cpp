@@ -181,21 +181,8 @@ redis_endpoint parse_redis_url(std::string_view written, std::error_code& ec) {
         } else if (item.key.starts_with("tls_") && ep.kind != redis_endpoint::transport::tls) {
             return item_bad("query option \"" + printable(item.key) +
                             "\" applies to rediss:// (TLS) URLs only");
-        } else if (std::string* field = iequals(item.key, "tls_ca")            ? &ep.tls.ca_file
-                                        : iequals(item.key, "tls_ca_dir")      ? &ep.tls.ca_dir
-                                        : iequals(item.key, "tls_cert")        ? &ep.tls.cert_file
-                                        : iequals(item.key, "tls_key")         ? &ep.tls.key_file
-                                        : iequals(item.key, "tls_server_name") ? &ep.tls.server_name
-                                                                               : nullptr) {
-            if (!field->empty()) return item_bad("\"" + printable(item.key) + "\" is given twice");
-            if (value.empty()) return item_bad("\"" + printable(item.key) + "\" is empty");
-            *field = value;
-        } else if (iequals(item.key, "tls_insecure")) {
-            if (value == "1" || iequals(value, "true")) {
-                ep.tls.insecure_skip_verify = true;
-            } else if (value != "0" && !iequals(value, "false")) {
-                return item_bad("tls_insecure=" + printable(value) + " is not 0, 1, true or false");
-            }
+        } else if (const auto problem = tls_query_item(item.key, value, ep.tls)) {
+            if (!problem->empty()) return item_bad(*problem);
         } else if (iequals(item.key, "password")) {
             if (!ep.password.empty()) return item_bad("the password is given twice");
             ep.password = value;
@@ -213,10 +200,7 @@ redis_endpoint parse_redis_url(std::string_view written, std::error_code& ec) {
 
 void apply_tls_options(redis_endpoint& ep, const dlock::tls_options& options, std::error_code& ec) {
     ec.clear();
-    const bool any = !options.ca_file.empty() || !options.ca_dir.empty() ||
-                     !options.cert_file.empty() || !options.key_file.empty() ||
-                     !options.server_name.empty() || options.insecure_skip_verify;
-    if (!any) return;
+    if (!any_tls(options)) return;
     if (ep.kind != redis_endpoint::transport::tls) {
         fail(ec, errc::invalid_argument,
              "redis " + ep.describe() +
@@ -225,16 +209,7 @@ void apply_tls_options(redis_endpoint& ep, const dlock::tls_options& options, st
         return;
     }
     auto& t = ep.tls;
-    if (t.ca_file.empty() && t.ca_dir.empty()) {
-        t.ca_file = options.ca_file;
-        t.ca_dir = options.ca_dir;
-    }
-    if (t.cert_file.empty()) {
-        t.cert_file = options.cert_file;
-        t.key_file = options.key_file;
-    }
-    if (t.server_name.empty()) t.server_name = options.server_name;
-    t.insecure_skip_verify = t.insecure_skip_verify || options.insecure_skip_verify;
+    merge_tls_options(t, options);
     if (t.cert_file.empty() != t.key_file.empty()) {
         fail(ec, errc::invalid_argument,
              "redis " + ep.describe() +

@@ -175,9 +175,9 @@ std::vector<url_case> url_cases(const std::string& redis_hostport, const std::st
         {"zk://" + dead + "/x\x01y", bad, bad},
     // etcd:// and unknown schemes
 #if DLOCK_HAS_ETCD
-        // run and status: unreachable; demo: not on etcd (69)
+        // run and status: unreachable (also with etcd's user and password); demo: not on etcd (69)
         {"etcd://" + dead, {unreachable, unavailable}},
-        {"etcd://u:" + pw + "@" + dead, bad},
+        {"etcd://u:" + pw + "@" + dead, {unreachable, unavailable}},
         {"ETCD://" + dead + "?password=" + pw, bad},
 #else
         {"etcd://" + dead, {unavailable}},
