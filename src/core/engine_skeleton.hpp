@@ -76,6 +76,22 @@ private:
     std::jthread worker_;
 };
 
+/// The start of stop() for an engine whose threads and sessions belong to the parent process in a
+/// forked child (ZooKeeper, etcd): true in such a child, having kept the engine alive until the
+/// process ends (`engine` itself while still owned, else, from its destructor, what `keep_rest`
+/// keeps), so nothing of the parent's is joined, closed or revoked; false in the process that
+/// made the engine, which then stops normally.
+template <class Engine, class KeepRest>
+bool kept_in_forked_child(Engine& engine, KeepRest&& keep_rest) noexcept {
+    if (!engine.forked()) return false;
+    if (auto self = engine.weak_from_this().lock()) {
+        keep_forever(std::move(self));
+    } else {
+        std::forward<KeepRest>(keep_rest)();
+    }
+    return true;
+}
+
 /// A client's backend entry point: `call(engine)` on the engine of the client whose state is
 /// `impl`, or a value-initialised result with `ec` set when the client cannot be used
 /// (usable_engine: moved from, or created in the parent of this forked process).

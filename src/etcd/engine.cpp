@@ -330,16 +330,9 @@ void engine::start() {
 }
 
 void engine::stop() noexcept {
-    if (forked()) {
-        // A forked child's copy: the background thread and gRPC's run only in the parent, and
-        // revoking the lease would end the parent's locks. Keep everything until the child exits.
-        if (auto self = weak_from_this().lock()) {
-            dlock::detail::keep_forever(std::move(self));
-            return;
-        }
-        keep_after_fork();
-        return;
-    }
+    // A forked child's copy: the background thread and gRPC's run only in the parent, and
+    // revoking the lease would end the parent's locks. Keep everything until the child exits.
+    if (dlock::detail::kept_in_forked_child(*this, [this] { keep_after_fork(); })) return;
     worker_.stop([this] { wake(); });
     close_stream();
     std::vector<std::shared_ptr<lease_core>> orphaned;

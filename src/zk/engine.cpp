@@ -94,17 +94,10 @@ void engine::start() {
 }
 
 void engine::stop() noexcept {
-    if (forked()) {
-        // A forked child's copy: this thread and the C client's run only in the parent, and
-        // closing a session would end the parent's (its ephemeral nodes are the parent's locks).
-        // Keep everything, untouched, until the child exits.
-        if (auto self = weak_from_this().lock()) {
-            dlock::detail::keep_forever(std::move(self));
-            return;
-        }
-        keep_after_fork();
-        return;
-    }
+    // A forked child's copy: this thread and the C client's run only in the parent, and
+    // closing a session would end the parent's (its ephemeral nodes are the parent's locks).
+    // Keep everything, untouched, until the child exits.
+    if (dlock::detail::kept_in_forked_child(*this, [this] { keep_after_fork(); })) return;
     worker_.stop([this] { wake(); });
     std::vector<std::shared_ptr<lease_core>> orphaned;
     std::vector<std::shared_ptr<session>> sessions;

@@ -26,6 +26,7 @@
 #include "child_process.hpp"
 #include "etcd_server.hpp"
 #include "netns.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 namespace {
@@ -48,9 +49,7 @@ const bool holder_child =
                                   .session_ttl = std::chrono::seconds(std::stoi(args.at(3))),
                                   .connect_timeout = 10s});
         auto l = etcd.acquire(args.at(1), {.wait = 30s});
-        const auto tmp = args.at(2) + ".tmp";
-        std::ofstream(tmp) << l.fencing_token() << "\n";
-        std::rename(tmp.c_str(), args.at(2).c_str());
+        dlock::test::write_atomically(args.at(2), std::to_string(l.fencing_token()) + "\n");
         for (;;) ::pause();
         return 0;
     });
@@ -58,15 +57,12 @@ const bool holder_child =
 TEST(EtcdFault, KilledHolderLeaseExpiresAndTheNextWaiterGetsTheLock) {
     ASSERT_TRUE(holder_child);
     const auto name = dlock::test::unique_name("killed");
-    char tmpl[] = "/tmp/dlock-etcd-token.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string file = std::string(tmpl) + "/token";
+    const dlock::test::temp_dir tmp("dlock-etcd-token");
+    const std::string file = tmp / "token";
     dlock::test::child_process child("etcd_holder", {cluster().url(), name, file, "2"});
     ASSERT_TRUE(eventually([&] { return std::ifstream(file).good(); }, scaled(30s)));
     std::uint64_t child_token = 0;
     std::ifstream(file) >> child_token;
-    std::remove(file.c_str());
-    ::rmdir(tmpl);
     ASSERT_GT(child_token, 0u);
 
     dlock::etcd::client etcd({.url = cluster().url(), .connect_timeout = scaled(10s)});
@@ -102,8 +98,7 @@ const bool paused_holder_child =
                                   .command_timeout = 500ms});
         auto l = etcd.acquire(args.at(1), {.wait = 30s});
         const auto publish = [&](const std::string& file, const std::string& text) {
-            std::ofstream(args.at(2) + "/tmp") << text << "\n";
-            std::rename((args.at(2) + "/tmp").c_str(), (args.at(2) + "/" + file).c_str());
+            dlock::test::write_atomically(args.at(2) + "/" + file, text + "\n");
         };
         std::atomic<long long> lost_at{0}, claimed_end{0};
         std::stop_callback on_lost(l.lost_token(), [&] { lost_at = now_ns(); });
@@ -143,9 +138,8 @@ const bool paused_holder_child =
 TEST(EtcdFault, HolderPausedPastItsTtlSeesLostAndTheNextHolderHasALargerToken) {
     ASSERT_TRUE(paused_holder_child);
     const auto name = dlock::test::unique_name("paused-holder");
-    char tmpl[] = "/tmp/dlock-etcd-paused.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string dir = tmpl;
+    const dlock::test::temp_dir tmp("dlock-etcd-paused");
+    const std::string dir = tmp.path();
     dlock::test::child_process child("etcd_paused_holder", {cluster().url(), name, dir, "2"});
     ASSERT_TRUE(eventually([&] { return std::ifstream(dir + "/token").good(); }, 30s));
     std::uint64_t child_token = 0;
@@ -172,7 +166,6 @@ TEST(EtcdFault, HolderPausedPastItsTtlSeesLostAndTheNextHolderHasALargerToken) {
     EXPECT_GT(lost_at, resumed_at) << "lost is reported once the holder runs again";
     l.release();
     EXPECT_EQ(cluster().count(etcd.key_prefix(name)), 0u);
-    std::filesystem::remove_all(dir);
 }
 
 TEST(EtcdFault, LeaderKilledWhileALockIsHeldAndWaitedFor) {

@@ -20,6 +20,7 @@
 #include "child_process.hpp"
 #include "fenced_resource.hpp"
 #include "shared_redis.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 namespace {
@@ -37,26 +38,8 @@ using dlock::test::unique_name;
 // fail with a timeout (the child then exits 98). Creating the file is the child's last step
 // before it only waits, so a pause from then on interrupts no request of its own.
 void announce(const std::string& path, std::uint64_t token) {
-    const auto tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp);
-        out << token << '\n';
-        if (!out.flush()) throw std::runtime_error("cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("rename " + tmp);
+    dlock::test::write_atomically(path, std::to_string(token) + "\n");
 }
-
-// A directory for the child's file, removed with what it holds.
-struct scratch_dir {
-    std::string path;
-    scratch_dir() {
-        char tmpl[] = "/tmp/dlock-recursive-fault.XXXXXX";
-        if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
-        path = tmpl;
-    }
-    ~scratch_dir() { std::filesystem::remove_all(path); }
-    std::string file(const std::string& name) const { return path + "/" + name; }
-};
 
 // The token in the file the child created, once it exists (0 if it never does).
 std::uint64_t announced(const std::string& path) {
@@ -101,8 +84,8 @@ TEST(RecursiveMutexFault, HolderKilledAtDepthThreeFreesTheLockWithinItsLease) {
     ASSERT_TRUE(deep_holder);
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
-    const scratch_dir dir;
-    const auto marker = dir.file("holding");
+    const dlock::test::temp_dir dir("dlock-recursive-fault");
+    const auto marker = dir / "holding";
     const auto resource = unique_name("resource");
     const auto lease = scaled(1500ms);
     dlock::test::child_process holder(
@@ -138,8 +121,8 @@ TEST(RecursiveMutexFault, HolderPausedPastItsLeaseSeesLostAndCannotReenter) {
     ASSERT_TRUE(deep_holder);
     dlock::redis::client redis({.url = shared_redis().url()});
     const auto name = unique_name();
-    const scratch_dir dir;
-    const auto marker = dir.file("holding");
+    const dlock::test::temp_dir dir("dlock-recursive-fault");
+    const auto marker = dir / "holding";
     const auto resource = unique_name("resource");
     const auto lease = scaled(1200ms);
     dlock::test::child_process holder(

@@ -25,6 +25,7 @@
 
 #include "child_process.hpp"
 #include "netns.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 #include "zk_server.hpp"
 
@@ -50,9 +51,7 @@ const bool holder_child =
                               .session_timeout = std::chrono::milliseconds(std::stoi(args.at(3))),
                               .connect_timeout = 10s});
         auto l = zk.acquire(args.at(1), {.wait = 30s});
-        const auto tmp = args.at(2) + ".tmp";
-        std::ofstream(tmp) << l.fencing_token() << "\n";
-        std::rename(tmp.c_str(), args.at(2).c_str());
+        dlock::test::write_atomically(args.at(2), std::to_string(l.fencing_token()) + "\n");
         for (;;) ::pause();
         return 0;
     });
@@ -60,15 +59,12 @@ const bool holder_child =
 TEST(ZkFault, KilledHolderSessionExpiresAndTheNextWaiterGetsTheLock) {
     ASSERT_TRUE(holder_child);
     const auto name = dlock::test::unique_name("killed");
-    char tmpl[] = "/tmp/dlock-zk-token.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string file = std::string(tmpl) + "/token";
+    const dlock::test::temp_dir tmp("dlock-zk-token");
+    const std::string file = tmp / "token";
     dlock::test::child_process child("zk_holder", {url(), name, file, "1500"});
     ASSERT_TRUE(eventually([&] { return std::ifstream(file).good(); }, 30s));
     std::uint64_t child_token = 0;
     std::ifstream(file) >> child_token;
-    std::remove(file.c_str());
-    ::rmdir(tmpl);
     ASSERT_GT(child_token, 0u);
 
     dlock::zk::client zk({.url = url(), .connect_timeout = scaled(10s)});
@@ -97,8 +93,7 @@ const bool paused_holder_child =
                               .connect_timeout = 10s});
         auto l = zk.acquire(args.at(1), {.wait = 30s});
         const auto publish = [&](const std::string& file, const std::string& text) {
-            std::ofstream(args.at(2) + "/tmp") << text << "\n";
-            std::rename((args.at(2) + "/tmp").c_str(), (args.at(2) + "/" + file).c_str());
+            dlock::test::write_atomically(args.at(2) + "/" + file, text + "\n");
         };
         publish("token", std::to_string(l.fencing_token()));
         std::mutex m;
@@ -115,9 +110,8 @@ const bool paused_holder_child =
 TEST(ZkFault, PausedHolderSeesLostAfterResume) {
     ASSERT_TRUE(paused_holder_child);
     const auto name = dlock::test::unique_name("paused");
-    char tmpl[] = "/tmp/dlock-zk-paused.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string dir = tmpl;
+    const dlock::test::temp_dir tmp("dlock-zk-paused");
+    const std::string dir = tmp.path();
     dlock::test::child_process child("zk_paused_holder", {url(), name, dir, "1500"});
     ASSERT_TRUE(eventually([&] { return std::ifstream(dir + "/token").good(); }, 30s));
     std::uint64_t child_token = 0;
@@ -134,7 +128,6 @@ TEST(ZkFault, PausedHolderSeesLostAfterResume) {
     EXPECT_TRUE(std::ifstream(dir + "/lost").good());
     l.release();
     EXPECT_TRUE(ensemble().children(zk.lock_path(name)).empty());
-    std::filesystem::remove_all(dir);
 }
 
 TEST(ZkFault, LockingGoesOnWithTheLeaderStopped) {

@@ -20,6 +20,7 @@
 
 #include "etcd_server.hpp"
 #include "spawn.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 namespace {
@@ -33,7 +34,10 @@ using dlock::test::shared_etcd;
 /// `ttl`: the client's etcd lease; a waiter's watch ends with its validity at the latest (then it
 /// looks again), so a test that must see a waiter woken by a notification uses a long one.
 dlock::etcd::client make_client(std::chrono::seconds ttl = 10s) {
-    return dlock::etcd::client({.url = shared_etcd().url(), .session_ttl = ttl});
+    // A bound on granting the session that a loaded 2-core CI machine meets (the default, 2 s,
+    // was missed there).
+    return dlock::etcd::client(
+        {.url = shared_etcd().url(), .session_ttl = ttl, .connect_timeout = scaled(10s)});
 }
 
 std::size_t keys_under(const std::string& prefix) { return shared_etcd().count(prefix); }
@@ -130,9 +134,8 @@ TEST(EtcdKinds, ReadersAndWritersUnderContention) {
 TEST(EtcdKinds, EtcdctlLockExcludesReadersAndWriters) {
     auto c = make_client();
     const auto name = dlock::test::unique_name("etcd-rw-interop");
-    char tmpl[] = "/tmp/dlock-etcd-kinds.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string dir = tmpl;
+    const dlock::test::temp_dir tmp("dlock-etcd-kinds");
+    const std::string dir = tmp.path();
     {
         const std::string out_path = dir + "/out";
         const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -175,7 +178,6 @@ TEST(EtcdKinds, EtcdctlLockExcludesReadersAndWriters) {
         EXPECT_EQ(::access(marker.c_str(), F_OK), 0);
         ::unlink(marker.c_str());
     }
-    ::rmdir(dir.c_str());
 }
 
 // Grants in queue order while the running sum of their counts fits: never more permits held than

@@ -21,6 +21,7 @@
 
 #include "etcd_server.hpp"
 #include "spawn.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 namespace {
@@ -31,7 +32,10 @@ using dlock::test::scaled;
 using dlock::test::shared_etcd;
 
 dlock::etcd::client make_client(std::chrono::milliseconds ttl = 10s) {
-    return dlock::etcd::client({.url = shared_etcd().url(), .session_ttl = ttl});
+    // A bound on granting the session that a loaded 2-core CI machine meets (the default, 2 s,
+    // was missed there).
+    return dlock::etcd::client(
+        {.url = shared_etcd().url(), .session_ttl = ttl, .connect_timeout = scaled(10s)});
 }
 
 /// The keys under `prefix`, in create order, as etcdctl sees them.
@@ -172,9 +176,8 @@ TEST(EtcdLock, AWaiterWhoseLeaseEndsQueuesAgain) {
 TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
     auto c = make_client();
     const auto name = dlock::test::unique_name("etcd-interop");
-    char tmpl[] = "/tmp/dlock-etcd-interop.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    const std::string dir = tmpl;
+    const dlock::test::temp_dir tmp("dlock-etcd-interop");
+    const std::string dir = tmp.path();
     const std::string marker = dir + "/held";
     {
         auto l = c.acquire(name, {.lease = 10s});
@@ -218,7 +221,6 @@ TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
         EXPECT_TRUE(got.load());
         ::unlink(out_path.c_str());
     }
-    ::rmdir(dir.c_str());
 }
 
 // A record is written once and read by everyone after; its key lies outside every lock's key
@@ -300,7 +302,7 @@ TEST(EtcdSession, ARevokedLeaseLosesEveryLockAndTheNextAcquireGetsANewLease) {
 TEST(EtcdSession, TheStreamComesBackAfterTheMemberRestarts) {
     dlock::test::etcd_cluster etcd(1);
     const auto ttl = std::chrono::ceil<std::chrono::seconds>(scaled(6s));
-    dlock::etcd::client c({.url = etcd.url(), .session_ttl = ttl});
+    dlock::etcd::client c({.url = etcd.url(), .session_ttl = ttl, .connect_timeout = scaled(10s)});
     auto l = c.acquire(dlock::test::unique_name("etcd-restart"), {.lease = 10s});
     const auto token = l.fencing_token();
     etcd.stop(0);
@@ -320,7 +322,7 @@ TEST(EtcdUrl, BadUrlsAreInvalidArguments) {
     for (const std::string url :
          {"etcd://", "etcd://h:0", "etcd://pw@h", "etcd://h?x=1", "redis://h", "etcd://h/a\x01"}) {
         try {
-            dlock::etcd::client c({.url = url});
+            dlock::etcd::client c({.url = url, .connect_timeout = scaled(10s)});
             ADD_FAILURE() << url << " accepted";
         } catch (const dlock::error& e) {
             EXPECT_EQ(e.code(), dlock::errc::invalid_argument) << url;
@@ -330,7 +332,7 @@ TEST(EtcdUrl, BadUrlsAreInvalidArguments) {
 }
 
 TEST(EtcdUrl, APrefixInTheUrlGoesBeforeTheName) {
-    dlock::etcd::client c({.url = shared_etcd().url("app/locks")});
+    dlock::etcd::client c({.url = shared_etcd().url("app/locks"), .connect_timeout = scaled(10s)});
     EXPECT_EQ(c.key_prefix("n"), "app/locks/n/");
     auto l = c.acquire(dlock::test::unique_name("etcd-prefixed"), {.lease = 10s});
     EXPECT_EQ(c.key_of(l).rfind("app/locks/", 0), 0u) << c.key_of(l);

@@ -1,6 +1,7 @@
 #include "temp_dir.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -34,6 +35,18 @@ std::string temp_dir::write(std::string_view file, std::string_view text) const 
     out << text;
     if (!out.flush()) throw std::runtime_error("cannot write " + path);
     return path;
+}
+
+void write_atomically(const std::string& path, std::string_view text) {
+    const auto tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        if (!out.flush()) throw std::runtime_error("cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        throw std::runtime_error("rename " + tmp + ": " + std::strerror(errno));
+    }
 }
 
 }  // namespace dlock::test

@@ -25,4 +25,8 @@ private:
     std::string path_;
 };
 
+/// Writes `text` to `path` as a whole: into `path`.tmp first, then renamed, so a reader polling
+/// for `path` never sees it half written. Throws std::runtime_error if it cannot.
+void write_atomically(const std::string& path, std::string_view text);
+
 }  // namespace dlock::test
