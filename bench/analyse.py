@@ -846,6 +846,24 @@ def report(run_dir, plots_dir, report_path):
         L.append("Per-worker cycles in the window: " + "; ".join(
             f"{w}: " + ", ".join(str(c) for c in results[f"{w}-{mode}"]["per_worker"].values()) for w in wls) + ".")
         L.append("")
+    cli = run.get("cli_etcd")
+    if cli:
+        L.append("## CLI: `dlock run` and `etcdctl lock` (etcd)")
+        L.append("")
+        if cli.get("status") == "ok":
+            L.append(f"`bench/cli_etcd.sh`: whole processes (start, connect, lease, lock, run `true`, unlock, exit) "
+                     f"on a private etcd member of its own, the two tools alternating; {cli['rounds']} rounds of "
+                     f"{cli['runs']} runs, the mean time per run of each round:")
+            L.append("")
+            L.append("| tool | per run, each round | best round |")
+            L.append("|---|---|---|")
+            for tool, label in (("etcdctl", "`etcdctl lock NAME true`"), ("dlock", "`dlock run --url etcd://... NAME -- true`")):
+                v = cli["us"].get(tool) or []
+                L.append(f"| {label} | " + ", ".join(f"{x / 1000:.1f} ms" for x in v)
+                         + f" | {min(v) / 1000:.1f} ms |" if v else f"| {label} | — | — |")
+        else:
+            L.append(f"{cli.get('status')}.")
+        L.append("")
     w5 = [w for w in ("W5-redlock3", "W5-redlock5") if w in results]
     if w5:
         L.append("## W5: Redlock, uncontended, 3 and 5 nodes")
