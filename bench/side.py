@@ -277,7 +277,7 @@ def section(run_dir, run, plots_dir):
              "(lower is better for latencies, higher for the held share). Two floors are given: "
              "*idle* = Redis PING p50 measured just before and after the workload from a quiet client "
              "(the machine between workloads), *under load* = PING p50 measured from a separate process "
-             "(one PING every 1 ms) WHILE the workload runs, on the same server (ZooKeeper workloads: "
+             "(one PING every 1 ms) WHILE the workload runs, on the same server (ZooKeeper and etcd workloads: "
              "the Redis server, idle then, so it shows the machine's wake-up latency under that load).")
     L.append("")
     for miss in side.get("peers_missing", []):
