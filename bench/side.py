@@ -218,6 +218,8 @@ def analyse_side(run_dir, side):
                     "errors": r.get("errors"),
                     "server_cpu_per_grant_us": (meta.get("server_cpu_pct", 0) / 100 * meta["duration_s"] * 1e6
                                                 / window_cycles) if window_cycles else None,
+                    "backend_cpu_per_grant_us": (meta["backend_cpu_pct"] / 100 * meta["duration_s"] * 1e6
+                                                 / window_cycles) if window_cycles and "backend_cpu_pct" in meta else None,
                     "floor_idle": median([meta.get("floor_before_p50"), meta.get("floor_after_p50")]),
                     "floor_load": floor_p50(os.path.join(wdir, "floor_load.jsonl")),
                     "client_cpu_per_grant_us": r.get("worker_cpu_us_per_cycle"),
@@ -418,7 +420,8 @@ def section(run_dir, run, plots_dir):
                  "start): CPU and context switches (voluntary + involuntary, `getrusage` of each worker) "
                  "divided by the grants they made, and of those the wake-ups (voluntary switches: a thread "
                  "slept and was woken); server side from `INFO commandstats` (commands a script "
-                 "runs are counted too) and the server process's CPU time. A grant is one lock/unlock pair.")
+                 "runs are counted too) and the server process's CPU time (etcd: the member's CPU time, no command "
+                 "counts; ZooKeeper: not measured). A grant is one lock/unlock pair.")
         L.append("")
         L.append("| workload | variant | client CPU | context switches | wake-ups | server commands (scripts) "
                  "| server CPU |")
@@ -428,8 +431,10 @@ def section(run_dir, run, plots_dir):
             for lab, f in (res.get(gid) or {}).items():
                 if not gid.endswith(("-redis", "-redlock3")):
                     # The server columns count the Redis server, idle in ZooKeeper and etcd
-                    # workloads but for the PING under load: not that backend's server.
-                    f = dict(f, commands_per_grant=None, scripts_per_grant=None, server_cpu_per_grant_us=None)
+                    # workloads but for the PING under load: not that backend's server. For etcd
+                    # the member's own CPU is measured instead.
+                    f = dict(f, commands_per_grant=None, scripts_per_grant=None,
+                             server_cpu_per_grant_us=f.get("backend_cpu_per_grant_us"))
                 L.append(f"| {title} | {lab} | {us(f['client_cpu_per_grant_us'] * 1000 if f.get('client_cpu_per_grant_us') else None)} | "
                          f"{num(f.get('ctx_per_grant'))} | {num(f.get('wakeups_per_grant'))} | "
                          f"{num(f.get('commands_per_grant'))} "
@@ -637,7 +642,11 @@ def bound_notes(res, run, scale, run_dir=""):
                    + ". A hand-off is the holder's release (a delete: a Raft commit with WAL fsync before the "
                    "member answers) and the watch event that wakes the next waiter"
                    + (f"; W0's `Put` p50 in this run was {us(put)}, so one write round trip bounds it from below"
-                      if put else "") + ".")
+                      if put else "") + "."
+                   + "".join(f" {lab}: {f['backend_cpu_per_grant_us']:.0f} µs of the etcd member's CPU and "
+                             f"{f['client_cpu_per_grant_us']:.0f} µs in the workers per grant."
+                             for lab, f in e.items()
+                             if f.get("backend_cpu_per_grant_us") and f.get("client_cpu_per_grant_us")))
     if scale and len(scale) > 1:
         for lab in ("dlock mutex", "dlock fair_mutex"):
             pts = [(n, get(res.get(f"S{n}-redis"), lab, "handoff_other_p50"),
