@@ -6,6 +6,7 @@ Reads a run directory written by bench/run:
     RUN/run.json              machine, date, command, workloads, modes, pending items
     RUN/floor.jsonl           W0: {"rtt_ns":N} per PING, then a "done" summary
     RUN/floor_zk.jsonl        W0, ZooKeeper: per-operation samples, "summary" records, "done" (read)
+    RUN/floor_etcd.jsonl      W0, etcd: the same records (bench/floor_etcd.cpp)
     RUN/<W>-<mode>/meta.json  start_at_ns, duration_s, key of every worker, cs_us, ...
     RUN/<W>-<mode>/w<I>.jsonl the workers' files (docs/benchmarks.md, "The worker")
     RUN/W6-<mode>/hold_many.json, RUN/micro.json
@@ -518,6 +519,18 @@ def report(run_dir, plots_dir, report_path):
     zk_info = run.get("zk_floor") or {}
     zk_around = [x for x in (zk_info.get("floor_before_p50"), zk_info.get("floor_after_p50")) if x]
     zk_basis = sum(zk_around) / len(zk_around) if zk_around else floor_p50
+    # W0's etcd part (bench/floor_etcd.cpp), read like the ZooKeeper one.
+    etcd = {}
+    epath = os.path.join(run_dir, "floor_etcd.jsonl")
+    if os.path.exists(epath):
+        with open(epath, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("event") in ("summary", "done"):
+                    etcd[rec["what"]] = rec
+    etcd_info = run.get("etcd_floor") or {}
+    etcd_around = [x for x in (etcd_info.get("floor_before_p50"), etcd_info.get("floor_after_p50")) if x]
+    etcd_basis = sum(etcd_around) / len(etcd_around) if etcd_around else floor_p50
     floor_end = None
     epath = os.path.join(run_dir, "floor_end.jsonl")
     if os.path.exists(epath):
@@ -586,7 +599,9 @@ def report(run_dir, plots_dir, report_path):
     # Targets, per lock type.
     target_rows = []
     for mode in modes:
-        for tid, desc, wl, path, limit, kind in TARGETS:
+        # The PING-based targets are Redis targets; etcd's floor is its own write round trip
+        # (W0's etcd part), so its rows are below.
+        for tid, desc, wl, path, limit, kind in TARGETS if mode != "etcd" else ():
             r = results.get(f"{wl}-{mode}")
             v = get(r, path) if r else None
             if v is None:
@@ -617,6 +632,20 @@ def report(run_dir, plots_dir, report_path):
                 target_rows.append((mode, f"W5: Redlock acquire p50 on {nodes} nodes vs single-node (W1 mutex)",
                                     f"{us(v)} = {v / wf:.2f}× PING p50 vs {base / base_f:.2f}× single-node: "
                                     f"{rv:.2f}× single-node", "<= 1.5×", "met" if rv <= 1.5 else "**missed**"))
+        put = (etcd.get("etcd_put") or {}).get("p50_ns")
+        handoff = get(results.get(f"W3-{mode}"), ("handoff_other", "p50"))
+        if mode == "etcd" and put:
+            acquire = get(results.get("W1-etcd"), ("acquire", "p50"))
+            if acquire is not None:
+                target_rows.append((mode, "W1 uncontended acquire p50 vs W0 etcd `Put` p50", f"{us(acquire)} = "
+                                    f"{acquire / put:.2f}× Put p50 ({us(put)})", "reported", "—"))
+            if handoff is not None:
+                target_rows.append((mode, "W3 hand-off to another worker p50 vs W0 etcd `Put` p50 (a write round "
+                                    "trip)", f"{us(handoff)} = {handoff / put:.2f}× Put p50 ({us(put)})", "<= 2×",
+                                    "met" if handoff / put <= 2 else "**missed**"))
+            held = get(results.get("W4-etcd"), ("held_fraction",))
+            if held is not None:
+                target_rows.append((mode, "W4 lock held share (1 ms critical section)", pct(held), "reported", "—"))
         h = hold.get(mode)
         if h:
             met = h["cpu_pct_of_core"] < 2.0 and h["still_held"] == h["locks"]
@@ -651,6 +680,10 @@ def report(run_dir, plots_dir, report_path):
         L.append(f"| ZooKeeper server (W0) | {zk_info['version']} standalone, OpenJDK, loopback, "
                  f"`forceSync={zk_info.get('forcesync', '?')}`, `tickTime={zk_info.get('tick_ms', '?')}`, "
                  f"serving {zk_info.get('startup_s', '?')} s after start |")
+    if etcd_info.get("version"):
+        L.append(f"| etcd member (W0, `etcd` mode, python-etcd3) | {etcd_info['version']}, one member, loopback, "
+                 f"etcd's defaults (every write fsynced to the WAL before it is acknowledged), data dir on "
+                 f"{etcd_info.get('data_fs', '?')}, serving {etcd_info.get('startup_s', '?')} s after start |")
     L.append(f"| build | {run.get('build', '?')} |")
     L.append(f"| duration per workload | {run['duration_s']} s, workers start together at a common "
              "CLOCK_MONOTONIC instant |")
@@ -705,6 +738,38 @@ def report(run_dir, plots_dir, report_path):
                      + ("fsynced: `forceSync=yes`" if zk_info.get("forcesync", "yes") == "yes"
                         else "not fsynced: `forceSync=no`")
                      + "). Every sync call of the C client also passes through its I/O and completion threads.")
+            L.append("")
+        etcd_rows = [
+            ("etcd_range", "etcd read round trip, `Range` of one key (linearizable)"),
+            ("etcd_put", "etcd write round trip, `Put` of a 32-byte value (Raft commit + WAL fsync)"),
+            ("etcd_delete", "etcd `DeleteRange` of that key (a release's write)"),
+            ("etcd_put_delete", "etcd put + delete: the least one etcd lock cycle costs"),
+        ]
+        if etcd:
+            L.append("| what | n | p50 | p90 | p99 | max |")
+            L.append("|---|---|---|---|---|---|")
+            for what, text in etcd_rows:
+                r = etcd.get(what)
+                if not r:
+                    continue
+                client = f", {r['client']}" if what == "etcd_range" else ""
+                L.append(f"| {text}{client}, loopback | {r['n']:,} | "
+                         f"{us(r['p50_ns'])} ({ratio(r['p50_ns'], etcd_basis)}) | "
+                         f"{us(r['p90_ns'])} ({ratio(r['p90_ns'], etcd_basis)}) | "
+                         f"{us(r['p99_ns'])} ({ratio(r['p99_ns'], etcd_basis)}) | {us(r['max_ns'])} |")
+            L.append("")
+            L.append("etcd ratios (in brackets) are to the mean of the PING p50s measured just before and just after "
+                     f"the etcd floor ({us(etcd_info.get('floor_before_p50'))} / "
+                     f"{us(etcd_info.get('floor_after_p50'))}"
+                     + (f", attempt {etcd_info['attempt']}: earlier ones saw other load"
+                        if etcd_info.get("attempt", 1) > 1 else "")
+                     + "). A linearizable read is answered by the member once Raft confirms it still leads; a "
+                     "write is a Raft entry appended to the write-ahead log and fsynced before the answer. The "
+                     "etcd hand-off goal is 2× the `Put` p50 (Targets; side by side with python-etcd3 when run "
+                     "with `--peers`).")
+            L.append("")
+        elif etcd_info.get("status"):
+            L.append(f"etcd round trip: {etcd_info['status']}.")
             L.append("")
         if references:
             ref_text = {
@@ -780,6 +845,24 @@ def report(run_dir, plots_dir, report_path):
         L.append("")
         L.append("Per-worker cycles in the window: " + "; ".join(
             f"{w}: " + ", ".join(str(c) for c in results[f"{w}-{mode}"]["per_worker"].values()) for w in wls) + ".")
+        L.append("")
+    cli = run.get("cli_etcd")
+    if cli:
+        L.append("## CLI: `dlock run` and `etcdctl lock` (etcd)")
+        L.append("")
+        if cli.get("status") == "ok":
+            L.append(f"`bench/cli_etcd.sh`: whole processes (start, connect, lease, lock, run `true`, unlock, exit) "
+                     f"on a private etcd member of its own, the two tools alternating; {cli['rounds']} rounds of "
+                     f"{cli['runs']} runs, the mean time per run of each round:")
+            L.append("")
+            L.append("| tool | per run, each round | best round |")
+            L.append("|---|---|---|")
+            for tool, label in (("etcdctl", "`etcdctl lock NAME true`"), ("dlock", "`dlock run --url etcd://... NAME -- true`")):
+                v = cli["us"].get(tool) or []
+                L.append(f"| {label} | " + ", ".join(f"{x / 1000:.1f} ms" for x in v)
+                         + f" | {min(v) / 1000:.1f} ms |" if v else f"| {label} | — | — |")
+        else:
+            L.append(f"{cli.get('status')}.")
         L.append("")
     w5 = [w for w in ("W5-redlock3", "W5-redlock5") if w in results]
     if w5:
@@ -886,6 +969,7 @@ def report(run_dir, plots_dir, report_path):
         "floor_references": references,
         "floor_end": floor_end,
         "zk_floor": {"runner": zk_info, "records": zk, "ratio_basis_p50": zk_basis if zk else None},
+        "etcd_floor": {"runner": etcd_info, "records": etcd, "ratio_basis_p50": etcd_basis if etcd else None},
         "workloads": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in results.items()},
         "hold_many": hold,
         "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r)) for r in target_rows],

@@ -35,6 +35,7 @@ DLOCK_VARIANTS = {
     "redis": [("mutex", "dlock mutex"), ("fair", "dlock fair_mutex")],
     "redlock": [("redlock", "dlock mutex over Redlock")],
     "zk": [("zk", "dlock mutex over ZooKeeper")],
+    "etcd": [("etcd", "dlock mutex over etcd")],
 }
 
 
@@ -93,7 +94,7 @@ def peer_catalogue(peers_dir):
     return out
 
 
-def plan(a, peers, have_zk):
+def plan(a, peers, have_zk, have_etcd=False):
     """The side-by-side runs: list of groups {id, backend, workload, workers, cs_us, servers,
     variants: [{label, kind, mode, argv, env}]}; run in this order, each repetition rotating the
     order of the variants within a group."""
@@ -126,6 +127,10 @@ def plan(a, peers, have_zk):
         for wl, workers, cs in (("W1", 1, 0), ("W3", 8, 0), ("W4", 8, 1000)):
             groups.append({"id": f"{wl}-zk", "backend": "zk", "workload": wl, "workers": workers, "cs_us": cs,
                            "servers": 1, "variants": variants("zk")})
+    if have_etcd:
+        for wl, workers, cs in (("W1", 1, 0), ("W3", 8, 0), ("W4", 8, 1000)):
+            groups.append({"id": f"{wl}-etcd", "backend": "etcd", "workload": wl, "workers": workers, "cs_us": cs,
+                           "servers": 1, "variants": variants("etcd")})
     for n in a.scale:
         groups.append({"id": f"S{n}-redis", "backend": "redis", "workload": f"S{n}", "workers": n, "cs_us": 0,
                        "servers": 1, "variants": variants("redis", TUNED_MODES)})
@@ -157,6 +162,19 @@ def floor_p50(path):
             if rec.get("event") == "done":
                 return rec["p50_ns"]
     return None
+
+
+def etcd_floor_records(run_dir):
+    """{what: summary record} of W0's etcd floor (bench/floor_etcd.cpp) in this run; {} if absent."""
+    path = os.path.join(run_dir, "floor_etcd.jsonl")
+    out = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("event") in ("summary", "done"):
+                    out[rec["what"]] = rec
+    return out
 
 
 def analyse_side(run_dir, side):
@@ -200,6 +218,8 @@ def analyse_side(run_dir, side):
                     "errors": r.get("errors"),
                     "server_cpu_per_grant_us": (meta.get("server_cpu_pct", 0) / 100 * meta["duration_s"] * 1e6
                                                 / window_cycles) if window_cycles else None,
+                    "backend_cpu_per_grant_us": (meta["backend_cpu_pct"] / 100 * meta["duration_s"] * 1e6
+                                                 / window_cycles) if window_cycles and "backend_cpu_pct" in meta else None,
                     "floor_idle": median([meta.get("floor_before_p50"), meta.get("floor_after_p50")]),
                     "floor_load": floor_p50(os.path.join(wdir, "floor_load.jsonl")),
                     "client_cpu_per_grant_us": r.get("worker_cpu_us_per_cycle"),
@@ -259,7 +279,7 @@ def section(run_dir, run, plots_dir):
              "(lower is better for latencies, higher for the held share). Two floors are given: "
              "*idle* = Redis PING p50 measured just before and after the workload from a quiet client "
              "(the machine between workloads), *under load* = PING p50 measured from a separate process "
-             "(one PING every 1 ms) WHILE the workload runs, on the same server (ZooKeeper workloads: "
+             "(one PING every 1 ms) WHILE the workload runs, on the same server (ZooKeeper and etcd workloads: "
              "the Redis server, idle then, so it shows the machine's wake-up latency under that load).")
     L.append("")
     for miss in side.get("peers_missing", []):
@@ -332,9 +352,43 @@ def section(run_dir, run, plots_dir):
           [("hand-off to another worker p50", "handoff_other_p50", False, us)])
     table("W4-zk", "ZooKeeper: hot key, 8 workers, 1 ms critical section",
           [("lock held", "held", True, pct), ("longest wait", "acquire_max", False, us)])
+    table("W1-etcd", "etcd: uncontended acquire, one member",
+          [("acquire p50", "acquire_p50", False, us), ("throughput", "throughput", True,
+                                                         lambda x: "—" if x is None else f"{x:,.0f}/s")])
+    table("W3-etcd", "etcd: hot key, 8 workers, empty critical section, one member",
+          [("hand-off to another worker p50", "handoff_other_p50", False, us),
+           ("p99", "handoff_other_p99", False, us), ("hand-offs to another", "handoff_other_n", True,
+                                                      lambda x: "—" if x is None else f"{x:,.0f}"),
+           ("barging", "barging", False, pct)])
+    table("W4-etcd", "etcd: hot key, 8 workers, 1 ms critical section, one member",
+          [("lock held", "held", True, pct), ("longest wait", "acquire_max", False, us),
+           ("mean cycle", "mean_cycle", False, us), ("hand-off to another p50", "handoff_other_p50", False, us)])
+    # The etcd figures against W0's etcd floor of this run: a hand-off is at least the holder's
+    # release (a write) reaching the member and the watch event reaching the next waiter.
+    ef = etcd_floor_records(run_dir)
+    put = (ef.get("etcd_put") or {}).get("p50_ns")
+    if any(res.get(f"{w}-etcd") for w in ("W1", "W3", "W4")) and put:
+        L.append(f"etcd against W0's etcd floor of this run (gRPC C++ to the same member): `Range` p50 "
+                 f"{us((ef.get('etcd_range') or {}).get('p50_ns'))}, `Put` p50 {us(put)} (a write: Raft commit and "
+                 f"WAL fsync), `Put` + `DeleteRange` p50 {us((ef.get('etcd_put_delete') or {}).get('p50_ns'))}.")
+        L.append("")
+        L.append("| variant | W1 acquire p50 / Put p50 | W3 hand-off to another p50 / Put p50 | "
+                 "W4 hand-off to another p50 / Put p50 |")
+        L.append("|---|---|---|---|")
+        labels = []
+        for w in ("W1", "W3", "W4"):
+            labels += [lab for lab in res.get(f"{w}-etcd", {}) if lab not in labels]
+        for lab in labels:
+            cells = []
+            for w, key in (("W1", "acquire_p50"), ("W3", "handoff_other_p50"), ("W4", "handoff_other_p50")):
+                v = get(res.get(f"{w}-etcd"), lab, key)
+                cells.append("—" if v is None else f"{us(v)} = {v / put:.2f}×")
+            L.append(f"| {lab} | " + " | ".join(cells) + " |")
+        L.append("")
 
     # Scale: one name, N waiting processes.
-    scale = [n for n in side.get("scale", [])]
+    # Only the scale groups that ran (--side may leave them out, e.g. bench/run --only etcd).
+    scale = [n for n in side.get("scale", []) if res.get(f"S{n}-redis")]
     if scale:
         L.append("### Scale: one name, N workers waiting on it (empty critical section)")
         L.append("")
@@ -358,7 +412,7 @@ def section(run_dir, run, plots_dir):
     # Where the time and CPU go, per grant: the profile the bounds below are read from.
     prof = [("W1-redis", "W1 Redis"), ("W2-redis", "W2 Redis"), ("W3-redis", "W3 Redis"),
             ("W4-redis", "W4 Redis"), ("W3-redlock3", "W3 Redlock 3"),
-            ("W3-zk", "W3 ZooKeeper")] + [(f"S{n}-redis", f"scale {n}") for n in scale]
+            ("W3-zk", "W3 ZooKeeper"), ("W3-etcd", "W3 etcd")] + [(f"S{n}-redis", f"scale {n}") for n in scale]
     if any(res.get(g) for g, _ in prof):
         L.append("### Profile per grant (same runs)")
         L.append("")
@@ -366,7 +420,8 @@ def section(run_dir, run, plots_dir):
                  "start): CPU and context switches (voluntary + involuntary, `getrusage` of each worker) "
                  "divided by the grants they made, and of those the wake-ups (voluntary switches: a thread "
                  "slept and was woken); server side from `INFO commandstats` (commands a script "
-                 "runs are counted too) and the server process's CPU time. A grant is one lock/unlock pair.")
+                 "runs are counted too) and the server process's CPU time (etcd: the member's CPU time, no command "
+                 "counts; ZooKeeper: not measured). A grant is one lock/unlock pair.")
         L.append("")
         L.append("| workload | variant | client CPU | context switches | wake-ups | server commands (scripts) "
                  "| server CPU |")
@@ -374,6 +429,12 @@ def section(run_dir, run, plots_dir):
         num = lambda x, f="{:.1f}": "—" if x is None else f.format(x)  # noqa: E731
         for gid, title in prof:
             for lab, f in (res.get(gid) or {}).items():
+                if not gid.endswith(("-redis", "-redlock3")):
+                    # The server columns count the Redis server, idle in ZooKeeper and etcd
+                    # workloads but for the PING under load: not that backend's server. For etcd
+                    # the member's own CPU is measured instead.
+                    f = dict(f, commands_per_grant=None, scripts_per_grant=None,
+                             server_cpu_per_grant_us=f.get("backend_cpu_per_grant_us"))
                 L.append(f"| {title} | {lab} | {us(f['client_cpu_per_grant_us'] * 1000 if f.get('client_cpu_per_grant_us') else None)} | "
                          f"{num(f.get('ctx_per_grant'))} | {num(f.get('wakeups_per_grant'))} | "
                          f"{num(f.get('commands_per_grant'))} "
@@ -384,7 +445,11 @@ def section(run_dir, run, plots_dir):
     def target(desc, v, limit, verdict_ok, shown):
         rows.append((desc, shown, limit, "met" if verdict_ok else "**missed**"))
 
+    planned = {g["id"] for g in side["groups"]}
+
     def vs_best(gid, label, key, limit, desc, higher_better=False):
+        if gid not in planned:  # left out of this run (--side, bench/run --only etcd)
+            return
         r = res.get(gid) or {}
         f = r.get(label)
         blab, bv = best_peer(r, key, higher_better)
@@ -448,6 +513,24 @@ def section(run_dir, run, plots_dir):
     if f and f.get("held") is not None:
         rows.append(("ZooKeeper W4 lock held", f"{100 * f['held']:.1f} %", ">= 60 %",
                      "met" if f["held"] >= 0.6 else "**missed**"))
+    vs_best("W3-etcd", "dlock mutex over etcd", "handoff_other_p50", 1.0, "etcd hand-off to another p50")
+    f = (res.get("W3-etcd") or {}).get("dlock mutex over etcd")
+    put = (etcd_floor_records(run_dir).get("etcd_put") or {}).get("p50_ns")
+    if f and f.get("handoff_other_p50") is not None:
+        if put:
+            q = f["handoff_other_p50"] / put
+            rows.append(("etcd hand-off to another p50 vs W0 etcd `Put` p50 (a write round trip)",
+                         f"{us(f['handoff_other_p50'])} vs {us(put)}: {q:.2f}×", "<= 2× Put",
+                         "met" if q <= 2 else "**missed**"))
+        else:
+            rows.append(("etcd hand-off to another p50 vs W0 etcd `Put` p50 (a write round trip)",
+                         "W0's etcd floor not measured in this run", "<= 2× Put", "—"))
+    f = (res.get("W4-etcd") or {}).get("dlock mutex over etcd")
+    if f and f.get("held") is not None:
+        blab, bv = best_peer(res["W4-etcd"], "held", True)
+        rows.append(("etcd W4 lock held", f"{100 * f['held']:.1f} %" + (f" (best peer {blab}: {100 * bv:.1f} %)"
+                                                                        if bv is not None else ""),
+                     ">= best peer", "—" if bv is None else ("met" if f["held"] >= bv else "**missed**")))
     if scale and len(scale) > 1:
         for lab, lim in (("dlock fair_mutex", 1.5), ("dlock mutex", 2.0)):
             base = get(res.get(f"S{scale[0]}-redis"), lab, "handoff_other_p50")
@@ -465,7 +548,7 @@ def section(run_dir, run, plots_dir):
                                  f"{us(c * 1000)} vs {us(cbase * 1000)}: {c / cbase:.2f}×", "flat (<= 1.5×)",
                                  "met" if c / cbase <= 1.5 else "**missed**"))
     L.append("### Targets (each against the best peer measured in this run)")
-    bounds = bound_notes(res, run, scale)
+    bounds = bound_notes(res, run, scale, run_dir)
     L.append("")
     L.append("| target | measured | limit | |")
     L.append("|---|---|---|---|")
@@ -485,7 +568,7 @@ def section(run_dir, run, plots_dir):
     return L, rows, pngs, problems
 
 
-def bound_notes(res, run, scale):
+def bound_notes(res, run, scale, run_dir=""):
     """Sentences stating what bounds each figure, computed from this run's measurements only."""
     out = []
     g = lambda gid, lab, key: get(res.get(gid), lab, key)  # noqa: E731
@@ -548,6 +631,22 @@ def bound_notes(res, run, scale):
                        "Both watch the node ahead; a hand-off is the holder's `delete` (a write the leader "
                        "logs with fsync before answering) and the watch event, so both are bound by the server's "
                        "write latency (W0 `zk_create` in this run's floor table), not by the client.")
+    e = res.get("W3-etcd", {})
+    ef = e.get("dlock mutex over etcd")
+    put = (etcd_floor_records(run_dir).get("etcd_put") or {}).get("p50_ns")
+    if ef and ef.get("handoff_other_p50"):
+        peer = e.get("python-etcd3 default")
+        out.append(f"etcd hand-off: dlock {us(ef['handoff_other_p50'])}"
+                   + (f", python-etcd3 {us(peer['handoff_other_p50'])}" if peer and peer.get("handoff_other_p50")
+                      else "")
+                   + ". A hand-off is the holder's release (a delete: a Raft commit with WAL fsync before the "
+                   "member answers) and the watch event that wakes the next waiter"
+                   + (f"; W0's `Put` p50 in this run was {us(put)}, so one write round trip bounds it from below"
+                      if put else "") + "."
+                   + "".join(f" {lab}: {f['backend_cpu_per_grant_us']:.0f} µs of the etcd member's CPU and "
+                             f"{f['client_cpu_per_grant_us']:.0f} µs in the workers per grant."
+                             for lab, f in e.items()
+                             if f.get("backend_cpu_per_grant_us") and f.get("client_cpu_per_grant_us")))
     if scale and len(scale) > 1:
         for lab in ("dlock mutex", "dlock fair_mutex"):
             pts = [(n, get(res.get(f"S{n}-redis"), lab, "handoff_other_p50"),
@@ -587,7 +686,10 @@ def plots(run_dir, res, plots_dir, scale=()):
              "Hand-off CDF, dlock and peers, same run"),
             ("side_w4_handoff_cdf.png", [("W4-redis", "Redis: W4 (1 ms cs) hand-off to another worker"),
                                          ("W3-redlock3", "Redlock 3 masters: W3 hand-off to another worker")],
-             "Hand-off CDF, dlock and peers, same run")):
+             "Hand-off CDF, dlock and peers, same run"),
+            ("side_etcd_handoff_cdf.png", [("W3-etcd", "etcd: W3 hand-off to another worker"),
+                                           ("W4-etcd", "etcd: W4 (1 ms cs) hand-off to another worker")],
+             "Hand-off CDF, dlock and python-etcd3, same run")):
         script = common + f"set output '{os.path.abspath(os.path.join(plots_dir, name))}'\n"
         script += f"set multiplot layout 1,2 title '{header}' font ',13'\n"
         any_panel = False

@@ -6,6 +6,8 @@
 //   dlock-test-server redis-tls [REDIS-ARG...] the same, also serving TLS (tls_certs.hpp): the
 //                                              JSON line adds "tls_port" and "ca" (its CA file)
 //   dlock-test-server zk [--tick-ms N] [--force-sync yes|no]
+//   dlock-test-server etcd                     one etcd member (etcd_server.hpp); "dir" and "log"
+//                                              are empty (the fixture keeps them to itself)
 //
 // Once the server serves, prints ONE line of JSON to stdout and flushes it:
 //   {"port":P,"pid":N,"dir":"...","url":"...","log":"..."}
@@ -33,6 +35,9 @@
 
 #include "redis_server.hpp"
 #include "tls_certs.hpp"
+#if DLOCK_HAS_ETCD
+#include "etcd_server.hpp"
+#endif
 #if DLOCK_HAS_ZOOKEEPER
 #include "zk_server.hpp"
 #endif
@@ -42,7 +47,8 @@ namespace {
 int usage(const std::string& why) {
     std::cerr << "dlock-test-server: " << why
               << "\nusage: dlock-test-server redis|redis-tls [REDIS-ARG...]\n"
-                 "       dlock-test-server zk [--tick-ms N] [--force-sync yes|no]\n";
+                 "       dlock-test-server zk [--tick-ms N] [--force-sync yes|no]\n"
+                 "       dlock-test-server etcd\n";
     return 2;
 }
 
@@ -151,6 +157,18 @@ int main(int argc, char** argv) {
             dlock::test::zk_ensemble server(1, options);
             announce(server.client_port(0), server.pid(0), server.dir(0), server.url(),
                      server.dir(0) + "/zk.log");
+            wait_for_stop(stop_signals);
+            server.stop(0);
+            return 0;
+#endif
+        }
+        if (args[0] == "etcd") {
+#if !DLOCK_HAS_ETCD
+            return usage("this build has no etcd (DLOCK_WITH_ETCD=OFF)");
+#else
+            if (args.size() > 1) return usage("etcd takes no options");
+            dlock::test::etcd_cluster server(1);
+            announce(server.client_port(0), server.pid(0), "", server.url(), "");
             wait_for_stop(stop_signals);
             server.stop(0);
             return 0;
