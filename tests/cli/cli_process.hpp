@@ -65,6 +65,10 @@ private:
 /// another build, e.g. an older one), else the one built with them (DLOCK_CLI_PATH).
 std::string cli_binary();
 
+/// The value for `--connect-timeout` of a test's run against etcd: granting the session is a Raft
+/// write (an fsync), which a loaded or sanitized CI machine took longer for than the default 2 s.
+std::string etcd_connect_timeout();
+
 /// Runs `dlock args...` to completion (at most scaled(timeout)).
 cli_result run_cli(std::vector<std::string> args, const cli_options& options = {},
                    std::chrono::milliseconds timeout = std::chrono::seconds(20));

@@ -647,21 +647,24 @@ TEST(CliStatus, ZooKeeperLock) {
 TEST(CliStatus, EtcdSharedLock) {
     const auto etcd = dlock::test::shared_etcd().url();
     const auto name = dlock::test::unique_name("etcd-status");
-    auto r = run_cli({"status", "--url", etcd, name});
+    const auto etcd_ct = dlock::test::etcd_connect_timeout();
+    auto r = run_cli({"status", "--connect-timeout", etcd_ct, "--url", etcd, name});
     EXPECT_EQ(r.status, not_held) << r.err;
     EXPECT_NE(r.out.find("state:               free"), std::string::npos) << r.out;
 
-    dlock::etcd::client a({.url = etcd});
-    dlock::etcd::client b({.url = etcd});
+    dlock::etcd::client a({.url = etcd, .connect_timeout = scaled(10s)});
+    dlock::etcd::client b({.url = etcd, .connect_timeout = scaled(10s)});
     auto r1 = a.acquire(name, {.kind = dlock::lock_kind::read}, {});
     auto r2 = b.acquire(name, {.kind = dlock::lock_kind::read}, {});
     // Another reader shares it (--shared); a writer (--write) queues behind the readers.
-    r = run_cli({"run", "--shared", "--no-wait", "--url", etcd, name, "--", "true"});
+    r = run_cli({"run", "--connect-timeout", etcd_ct, "--shared", "--no-wait", "--url", etcd, name,
+                 "--", "true"});
     EXPECT_EQ(r.status, 0) << r.err;
-    cli_process writer({"run", "--write", "--url", etcd, name, "--", "true"});
+    cli_process writer(
+        {"run", "--connect-timeout", etcd_ct, "--write", "--url", etcd, name, "--", "true"});
     ASSERT_TRUE(eventually([&] { return status_json(etcd, name)["waiters"] == 1; }, 20s))
         << writer.err();
-    r = run_cli({"status", "--url", etcd, name});
+    r = run_cli({"status", "--connect-timeout", etcd_ct, "--url", etcd, name});
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("held by 2 readers (while the holder's etcd lease lives)"),
               std::string::npos)
@@ -1019,7 +1022,8 @@ TEST(CliZk, RunHoldsAZooKeeperLockWhileTheCommandRuns) {
 TEST(CliEtcd, RunHoldsAnEtcdLockWithEtcdctlsVariables) {
     const auto etcd = dlock::test::shared_etcd().url();
     const auto name = dlock::test::unique_name("etcd");
-    auto r = run_cli({"run", "--url", etcd, name, "--", "sh", "-c",
+    const auto etcd_ct = dlock::test::etcd_connect_timeout();
+    auto r = run_cli({"run", "--connect-timeout", etcd_ct, "--url", etcd, name, "--", "sh", "-c",
                       "echo \"$ETCD_LOCK_KEY $ETCD_LOCK_REV $DLOCK_FENCING_TOKEN\"; exit 7"});
     EXPECT_EQ(r.status, 7) << r.err;
     std::istringstream words(r.out);
@@ -1030,9 +1034,10 @@ TEST(CliEtcd, RunHoldsAnEtcdLockWithEtcdctlsVariables) {
     EXPECT_FALSE(rev.empty()) << r.out;
     {
         // While another client holds it, a --no-wait run is a conflict.
-        dlock::etcd::client holder({.url = etcd});
+        dlock::etcd::client holder({.url = etcd, .connect_timeout = scaled(10s)});
         auto held = holder.acquire(name, {.wait = 10s});
-        r = run_cli({"run", "--no-wait", "--url", etcd, name, "--", "echo", "ran"});
+        r = run_cli({"run", "--connect-timeout", etcd_ct, "--no-wait", "--url", etcd, name, "--",
+                     "echo", "ran"});
         EXPECT_EQ(r.status, conflict) << r.err;
         EXPECT_EQ(r.out, "");
     }
@@ -1058,17 +1063,20 @@ TEST(CliEtcd, RunOverEtcdsWithTheCa) {
     tls.key = certs.key("server");
     dlock::test::etcd_cluster etcd(1, {.tls = tls});
     const auto name = dlock::test::unique_name("etcds");
-    auto r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.ca(), name, "--", "sh", "-c",
-                      "test -n \"$ETCD_LOCK_KEY\" && exit 7"});
+    const auto etcd_ct = dlock::test::etcd_connect_timeout();
+    auto r = run_cli({"run", "--connect-timeout", etcd_ct, "--url", etcd.url(), "--tls-ca",
+                      certs.ca(), name, "--", "sh", "-c", "test -n \"$ETCD_LOCK_KEY\" && exit 7"});
     EXPECT_EQ(r.status, 7) << r.err;
-    r = run_cli({"run", "--url", etcd.url() + "?tls_ca=" + certs.ca(), name, "--", "true"});
+    r = run_cli({"run", "--connect-timeout", etcd_ct, "--url", etcd.url() + "?tls_ca=" + certs.ca(),
+                 name, "--", "true"});
     EXPECT_EQ(r.status, ok) << r.err;
     r = run_cli({"run", "--connect-timeout", "1s", "--url", etcd.url(), name, "--", "true"});
     EXPECT_EQ(r.status, 74) << r.err;
     EXPECT_NE(r.err.find("unknown CA"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(etcd.endpoint(0)), std::string::npos) << r.err;
     expect_one_line(r);
-    r = run_cli({"run", "--url", etcd.url(), "--tls-ca", certs.dir(), name, "--", "true"});
+    r = run_cli({"run", "--connect-timeout", etcd_ct, "--url", etcd.url(), "--tls-ca", certs.dir(),
+                 name, "--", "true"});
     EXPECT_EQ(r.status, usage) << r.err;
     expect_one_line(r);
 }
@@ -1080,15 +1088,19 @@ TEST(CliEtcd, RunAuthenticatesWithAPasswordFile) {
     etcd.enable_auth("Cl1-pass");
     const auto url = "etcd://root:@" + etcd.endpoints();
     const auto name = dlock::test::unique_name("etcd-auth");
+    const auto etcd_ct = dlock::test::etcd_connect_timeout();
     const auto file = "/tmp/dlock-etcd-pw." + std::to_string(::getpid());
     std::ofstream(file) << "Cl1-pass\n";
     std::filesystem::permissions(
         file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-    auto r = run_cli({"run", "--url", url, "--password-file", file, name, "--", "true"});
+    auto r = run_cli({"run", "--connect-timeout", etcd_ct, "--url", url, "--password-file", file,
+                      name, "--", "true"});
     EXPECT_EQ(r.status, ok) << r.err;
-    r = run_cli({"run", "--url", url, name, "--", "true"}, {.env = {"DLOCK_PASSWORD=Cl1-pass"}});
+    r = run_cli({"run", "--connect-timeout", etcd_ct, "--url", url, name, "--", "true"},
+                {.env = {"DLOCK_PASSWORD=Cl1-pass"}});
     EXPECT_EQ(r.status, ok) << r.err;
-    r = run_cli({"run", "--url", url, name, "--", "true"}, {.env = {"DLOCK_PASSWORD=Wr0ng-pass"}});
+    r = run_cli({"run", "--connect-timeout", etcd_ct, "--url", url, name, "--", "true"},
+                {.env = {"DLOCK_PASSWORD=Wr0ng-pass"}});
     EXPECT_EQ(r.status, 77) << r.err;
     EXPECT_EQ(r.err.find("Wr0ng-pass"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("\"root\""), std::string::npos) << r.err;

@@ -355,10 +355,12 @@ TEST(StatusWatch, ZooKeeperWatchSeesAcquireAndRelease) {
 TEST(StatusWatch, EtcdWatchSeesAcquireAndRelease) {
     const auto etcd = dlock::test::shared_etcd().url();
     const auto name = "etcd-" + std::to_string(::getpid());
-    cli_process watch({"status", "--watch", name, "--url", etcd});
+    cli_process watch({"status", "--watch", "--connect-timeout",
+                       dlock::test::etcd_connect_timeout(), name, "--url", etcd});
     ASSERT_TRUE(has_lines(watch, 1)) << watch.out() << watch.err();
     EXPECT_NE(watch.out().find(": free; fencing counter none"), std::string::npos) << watch.out();
-    dlock::etcd::client client({.url = etcd});
+    dlock::etcd::client client(
+        {.url = etcd, .connect_timeout = dlock::test::scaled(std::chrono::seconds(10))});
     {
         auto held = client.acquire(name);
         const std::string token = std::to_string(held.fencing_token());
