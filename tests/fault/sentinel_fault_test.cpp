@@ -112,7 +112,10 @@ TEST(SentinelFault, HolderAndWaiterFollowAFailover) {
     dlock::redis::client holder_client(holder_options);
     dlock::redis::client waiter_client(options(set.url()));
     const auto name = unique_name();
-    auto holder = holder_client.acquire(name, {.lease = scaled(6s)});
+    // The lease outlasts D (1 s) + the election and promotion + the remaining replica's move to
+    // the new master, which a renewal's WAIT needs (docs/sentinel.md); a few seconds on a loaded
+    // machine.
+    auto holder = holder_client.acquire(name, {.lease = scaled(12s)});
 
     std::atomic<bool> got{false};
     std::atomic<std::uint64_t> waiter_token{0};
@@ -141,8 +144,8 @@ TEST(SentinelFault, HolderAndWaiterFollowAFailover) {
     const auto before = renewals.load();
     set.await_failover(old, failover_deadline);
     // The watchdog renews on the new master (the grant was acknowledged by both replicas).
-    EXPECT_TRUE(eventually([&] { return renewals.load() > before; }, 10s));
-    EXPECT_EQ(holder.state(), dlock::lock_state::held);
+    EXPECT_TRUE(eventually([&] { return renewals.load() > before; }, 20s)) << set.describe();
+    EXPECT_EQ(holder.state(), dlock::lock_state::held) << set.describe();
     EXPECT_FALSE(got.load()) << "the waiter still waits while the holder holds: " << waiter_error;
     const auto first = holder.fencing_token();
     holder.release();

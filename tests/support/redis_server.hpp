@@ -91,12 +91,13 @@ public:
     /// commands run by scripts are counted too), without the INFO and CONFIG calls of this
     /// fixture. Throws as command() does.
     std::map<std::string, long> command_calls() const;
+    /// The last 4000 bytes of the server's stdout and log, for failure messages.
+    std::string log_tail() const;
 
 private:
     void spawn();                       // fork + exec on port_, sets pid_
     bool wait_ready(std::string& why);  // true once PING answers from *our* pid
     void reap_after_kill(int sig);      // signal + waitpid
-    std::string log_tail() const;
 
     redis_server_options options_;
     std::string dir_;

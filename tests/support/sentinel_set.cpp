@@ -1,5 +1,6 @@
 #include "sentinel_set.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -193,6 +194,32 @@ bool sentinel_set::healthy() const {
         if (ok != 2) return false;
     }
     return true;
+}
+
+std::string sentinel_set::describe() const {
+    std::string out;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        out += "node " + std::to_string(i) + " :" + std::to_string(data_port(i));
+        if (!nodes_[i]->running()) {
+            out += " down\n";
+            continue;
+        }
+        for (const auto& line : lines_of(ask(*nodes_[i], {"INFO", "replication"}))) {
+            if (line.starts_with("role:") || line.starts_with("master_port:") ||
+                line.starts_with("master_link_status:") || line.starts_with("connected_slaves:") ||
+                line.starts_with("slave0:") || line.starts_with("slave1:") ||
+                line.starts_with("master_repl_offset:"))
+                out += " " + line.substr(0, line.find_last_not_of('\r') + 1);
+        }
+        out += "\n";
+    }
+    if (!sentinels_.empty()) {
+        auto named = ask(*sentinels_.front(),
+                         {"SENTINEL", "get-master-addr-by-name", std::string(master_name)});
+        std::replace(named.begin(), named.end(), '\n', ':');
+        out += "sentinel 0 names " + named + "\nsentinel 0 log:\n" + sentinels_.front()->log_tail();
+    }
+    return out;
 }
 
 std::uint16_t sentinel_set::data_port(std::size_t i) const {

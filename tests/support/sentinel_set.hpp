@@ -60,6 +60,10 @@ public:
     void ensure_healthy(std::chrono::milliseconds timeout = std::chrono::seconds(30));
     /// One master, both replicas linked to it, every sentinel seeing both as healthy replicas.
     bool healthy() const;
+    /// For a failure message: each data node's port and replication state (role, link,
+    /// connected replicas), what the first sentinel names as master, and the tail of its log
+    /// (the failover's events: +sdown, +switch-master, +slave-reconf-*, +fix-slave-config).
+    std::string describe() const;
 
 private:
     /// The port the sentinels know node `i` by (its TLS port with a tls_dir).
