@@ -553,9 +553,11 @@ TEST(CliStatus, NeverPrintsThePassword) {
 }
 
 /// `dlock status --json` as an object (fails the test on a status other than held/not held, or
-/// one that disagrees with "held").
+/// one that disagrees with "held"). With the scaled connect timeout the etcd tests use: a gRPC
+/// connection from a new process missed the default 2 s on a loaded machine.
 nlohmann::json status_json(const std::string& u, const std::string& name) {
-    const auto r = run_cli({"status", "--json", "--url", u, name});
+    const auto r = run_cli({"status", "--json", "--connect-timeout",
+                            dlock::test::etcd_connect_timeout(), "--url", u, name});
     if (r.status != 0 && r.status != not_held) {
         ADD_FAILURE() << "dlock status exited " << r.status << ": " << r.err;
         return nlohmann::json::object();

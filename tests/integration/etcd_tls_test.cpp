@@ -21,6 +21,10 @@ using namespace std::chrono_literals;
 using dlock::test::scaled;
 using dlock::test::shared_tls_certs;
 
+/// For the clients that must connect: a TLS handshake and the session's grant (a Raft write)
+/// missed the clients' default 2 s on a loaded 2-core machine.
+std::chrono::milliseconds connect_timeout() { return scaled(10s); }
+
 /// One member serving TLS with the shared certificates (no client certificate needed).
 dlock::test::etcd_cluster& tls_etcd() {
     static dlock::test::etcd_cluster etcd(1, {.tls = {.ca = shared_tls_certs().ca(),
@@ -52,8 +56,10 @@ TEST(EtcdTls, LockAndUnlockOverEtcdsWithTheCaAndEtcdctlSeesTheKey) {
     const auto name = dlock::test::unique_name("etcd-tls");
     // The CA in the URL's query, then in client_options::tls.
     for (const auto& options : {dlock::etcd::client_options{
-                                    .url = tls_etcd().url() + "?tls_ca=" + shared_tls_certs().ca()},
+                                    .url = tls_etcd().url() + "?tls_ca=" + shared_tls_certs().ca(),
+       .connect_timeout = connect_timeout()},
                                 dlock::etcd::client_options{.url = tls_etcd().url(),
+                                .connect_timeout = connect_timeout(),
                                 .tls = {.ca_file = shared_tls_certs().ca()}}}) {
         dlock::etcd::client c(options);
         auto l = c.acquire(name, {.wait = scaled(5s)});
@@ -92,7 +98,8 @@ TEST(EtcdTls, AServerNameTheCertificateDoesNotCarryIsRefused) {
     EXPECT_NE(message.find(tls_etcd().endpoint(0)), std::string::npos) << message;
     // The name the certificate does carry works.
     dlock::etcd::client right(
-        {.url = tls_etcd().url() + "?tls_server_name=localhost&tls_ca=" + shared_tls_certs().ca()});
+        {.url = tls_etcd().url() + "?tls_server_name=localhost&tls_ca=" + shared_tls_certs().ca(),
+         .connect_timeout = connect_timeout()});
     auto l = right.acquire(dlock::test::unique_name("etcd-tls-name"), {.wait = scaled(5s)});
     EXPECT_EQ(l.state(), dlock::lock_state::held);
 }
@@ -107,6 +114,7 @@ TEST(EtcdTls, AClientCertificateIsRequiredWhereTheServerAsksForOne) {
     EXPECT_NE(message.find("client certificate"), std::string::npos) << message;
     EXPECT_NE(message.find(mutual_etcd().endpoint(0)), std::string::npos) << message;
     dlock::etcd::client with({.url = mutual_etcd().url(),
+                              .connect_timeout = connect_timeout(),
                               .tls = {.ca_file = shared_tls_certs().ca(),
                                       .cert_file = shared_tls_certs().cert("client"),
                                       .key_file = shared_tls_certs().key("client")}});
@@ -115,14 +123,16 @@ TEST(EtcdTls, AClientCertificateIsRequiredWhereTheServerAsksForOne) {
 }
 
 TEST(EtcdTls, InsecureSkipsVerification) {
-    dlock::etcd::client c({.url = tls_etcd().url() + "?tls_insecure=1"});
+    dlock::etcd::client c(
+        {.url = tls_etcd().url() + "?tls_insecure=1", .connect_timeout = connect_timeout()});
     auto l = c.acquire(dlock::test::unique_name("etcd-tls-insecure"), {.wait = scaled(5s)});
     EXPECT_EQ(l.state(), dlock::lock_state::held);
 }
 
 TEST(EtcdTls, ConnectTakesEtcdsUrlsAndTlsOptions) {
     auto b = dlock::connect(tls_etcd().url(),
-                            {.tls = dlock::tls_options{.ca_file = shared_tls_certs().ca()}});
+                            {.connect_timeout = connect_timeout(),
+                             .tls = dlock::tls_options{.ca_file = shared_tls_certs().ca()}});
     auto l = b->acquire(dlock::test::unique_name("etcd-tls-connect"), {.wait = scaled(5s)});
     EXPECT_GT(l.fencing_token(), 0u);
 }
@@ -166,8 +176,8 @@ std::string with_user(const std::string& url, const std::string& userinfo) {
 
 TEST(EtcdAuth, TheRightPasswordWorks) {
     const auto url = with_user(auth_etcd().url(), std::string("root:") + root_password);
-    dlock::etcd::client a({.url = url});
-    dlock::etcd::client b({.url = url});
+    dlock::etcd::client a({.url = url, .connect_timeout = connect_timeout()});
+    dlock::etcd::client b({.url = url, .connect_timeout = connect_timeout()});
     const auto name = dlock::test::unique_name("etcd-auth");
     auto l = a.acquire(name, {.wait = scaled(5s)});
     EXPECT_EQ(l.state(), dlock::lock_state::held);
@@ -178,7 +188,8 @@ TEST(EtcdAuth, TheRightPasswordWorks) {
     EXPECT_NE(got.out.find(a.key_of(l)), std::string::npos) << got.out;
     l.release();
     // The password apart from the URL (connect_options::password), the user in it.
-    auto c = dlock::connect(with_user(auth_etcd().url(), "root:"), {.password = root_password});
+    auto c = dlock::connect(with_user(auth_etcd().url(), "root:"),
+                            {.connect_timeout = connect_timeout(), .password = root_password});
     auto m = c->acquire(name, {.wait = scaled(5s)});
     EXPECT_GT(m.fencing_token(), 0u);
 }
@@ -210,7 +221,8 @@ TEST(EtcdAuth, AWrongPasswordIsAnAuthErrorThatNeverShowsIt) {
 // with "invalid auth token", and the client authenticates again once and goes on.
 TEST(EtcdAuth, ATokenEtcdDroppedIsRenewed) {
     dlock::etcd::client c(
-        {.url = with_user(auth_etcd().url(), std::string("root:") + root_password)});
+        {.url = with_user(auth_etcd().url(), std::string("root:") + root_password),
+         .connect_timeout = connect_timeout()});
     const auto name = dlock::test::unique_name("etcd-auth-token");
     c.acquire(name, {.wait = scaled(5s)}).release();
     ASSERT_EQ(auth_etcd().etcdctl({"auth", "disable"}).status, 0);
