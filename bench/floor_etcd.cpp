@@ -52,8 +52,6 @@
 namespace {
 
 namespace pb = etcdserverpb;
-using dlock_bench::now_ns;
-using dlock_bench::summarise;
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
@@ -158,72 +156,15 @@ int main(int argc, char** argv) {
         return 1;
     };
 
-    std::vector<std::int64_t> range_rtt, put_rtt, delete_rtt, pair_rtt;
-    for (auto* v : {&range_rtt, &put_rtt, &delete_rtt, &pair_rtt})
-        v->reserve(static_cast<std::size_t>(std::min<long long>(max_ops, 200'000)));
-    // The key exists during the read blocks (a Range that finds it, as a lock's check does).
+    // The key exists during the read blocks (a Range that finds it, as a lock's check does), so
+    // each block of writes ends with it put again.
     if (!do_put()) return fail();
-    const std::int64_t block_ns = block_ms * 1'000'000;
-    const std::int64_t warm_end = now_ns() + static_cast<std::int64_t>(warmup_s * 1e9);
-    std::int64_t deadline = 0;
-    for (bool measured = false;;) {
-        const std::int64_t t = now_ns();
-        if (!measured && t >= warm_end) {
-            measured = true;
-            deadline = t + static_cast<std::int64_t>(duration_s * 1e9);
-        }
-        if (measured && (t >= deadline || (static_cast<long long>(range_rtt.size()) >= max_ops &&
-                                           static_cast<long long>(pair_rtt.size()) >= max_ops)))
-            break;
-        // A block of reads, then a block of put + delete pairs; each ends early at the deadline.
-        const std::int64_t phase_end = measured ? deadline : warm_end;
-        std::int64_t block_end = std::min(t + block_ns, phase_end);
-        do {
-            if (measured && static_cast<long long>(range_rtt.size()) >= max_ops) break;
-            const std::int64_t t0 = now_ns();
-            if (!do_range()) return fail();
-            if (measured) range_rtt.push_back(now_ns() - t0);
-        } while (now_ns() < block_end);
-        block_end = std::min(now_ns() + block_ns, phase_end);
-        do {
-            if (measured && static_cast<long long>(pair_rtt.size()) >= max_ops) break;
-            const std::int64_t t0 = now_ns();
-            if (!do_put()) return fail();
-            const std::int64_t t1 = now_ns();
-            if (!do_delete()) return fail();
-            const std::int64_t t2 = now_ns();
-            if (measured) {
-                put_rtt.push_back(t1 - t0);
-                delete_rtt.push_back(t2 - t1);
-                pair_rtt.push_back(t2 - t0);
-            }
-        } while (now_ns() < block_end);
-        if (!do_put()) return fail();  // the key again, for the next read block
-    }
+    dlock_bench::floor_samples samples;
+    if (!dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples, do_range,
+                                       do_put, do_delete, do_put))
+        return fail();
     if (!do_delete()) return fail();  // nothing of ours is left behind
-
-    const std::string tmp = out + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (f == nullptr) {
-        std::perror(tmp.c_str());
-        return 1;
-    }
-    const std::string client = "gRPC C++ " + grpc::Version() + " sync";
-    const std::pair<const char*, const std::vector<std::int64_t>*> all[] = {
-        {"etcd_range", &range_rtt},
-        {"etcd_put", &put_rtt},
-        {"etcd_delete", &delete_rtt},
-        {"etcd_put_delete", &pair_rtt}};
-    for (const auto& [what, v] : all)
-        for (const auto x : *v)
-            std::fprintf(f, "{\"what\":\"%s\",\"rtt_ns\":%lld}\n", what, static_cast<long long>(x));
-    for (const auto& [what, v] : all)
-        if (v != &range_rtt)
-            dlock_bench::print_summary(f, "summary", what, client.c_str(), summarise(*v));
-    dlock_bench::print_summary(f, "done", "etcd_range", client.c_str(), summarise(range_rtt));
-    if (std::fclose(f) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0) {
-        std::perror(out.c_str());
-        return 1;
-    }
-    return 0;
+    const char* const what[4] = {"etcd_range", "etcd_put", "etcd_delete", "etcd_put_delete"};
+    return dlock_bench::write_floor_file(out, "gRPC C++ " + grpc::Version() + " sync", what,
+                                         samples);
 }

@@ -64,10 +64,6 @@
 
 namespace {
 
-using dlock_bench::now_ns;
-using dlock_bench::summarise;
-using dlock_bench::summary;
-
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
                  "dlock-bench-floor-zk: %s\n"
@@ -76,11 +72,6 @@ using dlock_bench::summary;
                  "[--connect-timeout-ms T] [--session-ms T] [--zk-log off|error|warn|info|debug]\n",
                  why);
     std::exit(64);
-}
-
-void print_summary(std::FILE* f, const char* event, const char* what, const summary& s) {
-    const std::string client = std::string("libzookeeper_mt ") + ZOO_VERSION + " sync";
-    dlock_bench::print_summary(f, event, what, client.c_str(), s);
 }
 
 const char* state_name(int state) {
@@ -216,92 +207,33 @@ int main(int argc, char** argv) {
         return 1;
     };
 
-    std::vector<std::int64_t> exists_rtt, create_rtt, delete_rtt, pair_rtt;
-    for (auto* v : {&exists_rtt, &create_rtt, &delete_rtt, &pair_rtt})
-        v->reserve(static_cast<std::size_t>(std::min<long long>(max_ops, 200'000)));
-    // One read; records its round trip when `into` is given. Returns ZOK or the error code.
-    const auto read_once = [&](std::vector<std::int64_t>* into) {
-        Stat st{};
-        const std::int64_t t0 = now_ns();
-        const int rc = zoo_exists(zh, "/", 0, &st);
-        const std::int64_t t1 = now_ns();
-        if (rc == ZOK && into != nullptr) into->push_back(t1 - t0);
-        return rc;
-    };
-    // One create + delete; records the three round trips when `record` is set.
+    // Each call keeps its error for the report: the failing operation and ZooKeeper's code.
     const char* failed_op = "";
-    const auto write_once = [&](bool record) {
-        const std::int64_t t0 = now_ns();
-        int rc =
-            zoo_create(zh, prefix.c_str(), value.data(), static_cast<int>(value.size()),
-                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created);
-        const std::int64_t t1 = now_ns();
-        if (rc != ZOK) {
-            failed_op = "zoo_create(EPHEMERAL_SEQUENTIAL)";
-            return rc;
-        }
-        rc = zoo_delete(zh, created, -1);
-        const std::int64_t t2 = now_ns();
-        if (rc != ZOK) {
-            failed_op = "zoo_delete";
-            return rc;
-        }
-        if (record) {
-            create_rtt.push_back(t1 - t0);
-            delete_rtt.push_back(t2 - t1);
-            pair_rtt.push_back(t2 - t0);
-        }
-        return rc;
+    int failed_rc = ZOK;
+    const auto check = [&](const char* op, int rc) {
+        if (rc == ZOK) return true;
+        failed_op = op;
+        failed_rc = rc;
+        return false;
     };
-    const std::int64_t block_ns = block_ms * 1'000'000;
-    const std::int64_t warm_end = now_ns() + static_cast<std::int64_t>(warmup_s * 1e9);
-    std::int64_t deadline = 0;
-    for (bool measured = false;;) {
-        std::int64_t t = now_ns();
-        if (!measured && t >= warm_end) {
-            measured = true;
-            deadline = t + static_cast<std::int64_t>(duration_s * 1e9);
-        }
-        if (measured && (t >= deadline || (static_cast<long long>(exists_rtt.size()) >= max_ops &&
-                                           static_cast<long long>(pair_rtt.size()) >= max_ops)))
-            break;
-        // A block of reads, then a block of writes; each block ends early at the deadline.
-        const std::int64_t phase_end = measured ? deadline : warm_end;
-        std::int64_t block_end = std::min(t + block_ns, phase_end);
-        auto* reads = measured ? &exists_rtt : nullptr;
-        do {
-            if (measured && static_cast<long long>(exists_rtt.size()) >= max_ops) break;
-            if (const int rc = read_once(reads); rc != ZOK) return fail("zoo_exists(\"/\")", rc);
-        } while (now_ns() < block_end);
-        block_end = std::min(now_ns() + block_ns, phase_end);
-        do {
-            if (measured && static_cast<long long>(pair_rtt.size()) >= max_ops) break;
-            if (const int rc = write_once(measured); rc != ZOK) return fail(failed_op, rc);
-        } while (now_ns() < block_end);
-    }
+    const auto read = [&] {
+        Stat st{};
+        return check("zoo_exists(\"/\")", zoo_exists(zh, "/", 0, &st));
+    };
+    const auto take = [&] {
+        return check(
+            "zoo_create(EPHEMERAL_SEQUENTIAL)",
+            zoo_create(zh, prefix.c_str(), value.data(), static_cast<int>(value.size()),
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created));
+    };
+    const auto release = [&] { return check("zoo_delete", zoo_delete(zh, created, -1)); };
+    dlock_bench::floor_samples samples;
+    if (!dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples, read, take,
+                                       release, [] { return true; }))
+        return fail(failed_op, failed_rc);
     const int rc = zookeeper_close(zh);  // ends the session; no node of ours is left behind
     if (rc != ZOK) std::fprintf(stderr, "dlock-bench-floor-zk: zookeeper_close: %s\n", zerror(rc));
-
-    const std::string tmp = out + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (f == nullptr) {
-        std::perror(tmp.c_str());
-        return 1;
-    }
-    const std::pair<const char*, const std::vector<std::int64_t>*> all[] = {
-        {"zk_exists", &exists_rtt},
-        {"zk_create", &create_rtt},
-        {"zk_delete", &delete_rtt},
-        {"zk_create_delete", &pair_rtt}};
-    for (const auto& [what, v] : all)
-        for (const auto x : *v)
-            std::fprintf(f, "{\"what\":\"%s\",\"rtt_ns\":%lld}\n", what, static_cast<long long>(x));
-    for (const auto& [what, v] : all)
-        if (v != &exists_rtt) print_summary(f, "summary", what, summarise(*v));
-    print_summary(f, "done", "zk_exists", summarise(exists_rtt));
-    if (std::fclose(f) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0) {
-        std::perror(out.c_str());
-        return 1;
-    }
-    return 0;
+    const char* const what[4] = {"zk_exists", "zk_create", "zk_delete", "zk_create_delete"};
+    return dlock_bench::write_floor_file(
+        out, std::string("libzookeeper_mt ") + ZOO_VERSION + " sync", what, samples);
 }

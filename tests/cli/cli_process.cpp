@@ -46,13 +46,6 @@ std::string cli_binary() {
     return other != nullptr && *other != '\0' ? std::string(other) : std::string(DLOCK_CLI_PATH);
 }
 
-std::string read_text(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 cli_process::cli_process(std::vector<std::string> args, const cli_options& options)
     : args_(std::move(args)), dir_("dlock-cli-test") {
     // The environment: ours without DLOCK_URL (tests name their server), plus options.env.

@@ -73,9 +73,6 @@ std::string etcd_connect_timeout();
 cli_result run_cli(std::vector<std::string> args, const cli_options& options = {},
                    std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
-/// The whole content of `path`, or "" if it does not exist (marker files written by commands).
-std::string read_text(const std::string& path);
-
 /// dlock's documented exit statuses (docs/cli.md, "Exit statuses"), named once for every CLI test.
 namespace exit_status {
 constexpr int ok = 0;

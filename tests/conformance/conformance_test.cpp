@@ -31,6 +31,7 @@
 #include "backends.hpp"
 #include "child_process.hpp"
 #include "kinds.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 namespace dlock::test::conformance {
@@ -40,13 +41,6 @@ namespace fs = std::filesystem;
 using steady = std::chrono::steady_clock;
 
 // ---- critical-section checking, shared by threads and child processes ----
-
-std::string read_text(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 void write_text(const fs::path& p, const std::string& text) {
     const auto tmp = p.string() + ".tmp." + std::to_string(::getpid()) + "." +

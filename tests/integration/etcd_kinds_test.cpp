@@ -28,17 +28,10 @@ namespace {
 using namespace std::chrono_literals;
 using dlock::lock_kind;
 using dlock::test::eventually;
+using dlock::test::read_text;
 using dlock::test::scaled;
 using dlock::test::shared_etcd;
-
-/// `ttl`: the client's etcd lease; a waiter's watch ends with its validity at the latest (then it
-/// looks again), so a test that must see a waiter woken by a notification uses a long one.
-dlock::etcd::client make_client(std::chrono::seconds ttl = 10s) {
-    // A bound on granting the session that a loaded 2-core CI machine meets (the default, 2 s,
-    // was missed there).
-    return dlock::etcd::client(
-        {.url = shared_etcd().url(), .session_ttl = ttl, .connect_timeout = scaled(10s)});
-}
+using dlock::test::shared_etcd_client;
 
 std::size_t keys_under(const std::string& prefix) { return shared_etcd().count(prefix); }
 
@@ -54,19 +47,12 @@ dlock::lock_request permits(std::uint32_t count, std::uint32_t limit) {
     return {.kind = lock_kind::permits, .count = count, .limit = limit};
 }
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 // Readers share; a writer waits for them; a reader behind a waiting writer waits too (the
 // writer's turn comes first); a holding writer keeps every reader out.
 TEST(EtcdKinds, ReadersShareAndNeverHoldWithAWriter) {
-    auto a = make_client();
-    auto b = make_client();
-    auto c = make_client();
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
+    auto c = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-rw");
     std::error_code ec;
     auto r1 = try_now(a, name, read, ec);
@@ -109,7 +95,7 @@ TEST(EtcdKinds, ReadersAndWritersUnderContention) {
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
-            auto c = make_client();
+            auto c = shared_etcd_client();
             const bool writer = t % 2 == 0;
             for (int i = 0; i < 8; ++i) {
                 auto l =
@@ -132,7 +118,7 @@ TEST(EtcdKinds, ReadersAndWritersUnderContention) {
 // etcd's own lock recipe (`etcdctl lock`, a Go concurrency.Mutex) is a writer to dlock: it keeps
 // dlock's readers and writers out, and a dlock reader keeps etcdctl out.
 TEST(EtcdKinds, EtcdctlLockExcludesReadersAndWriters) {
-    auto c = make_client();
+    auto c = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-rw-interop");
     const dlock::test::temp_dir tmp("dlock-etcd-kinds");
     const std::string dir = tmp.path();
@@ -144,7 +130,7 @@ TEST(EtcdKinds, EtcdctlLockExcludesReadersAndWriters) {
         const pid_t pid = dlock::test::detail::spawn(argv.front(), argv, out);
         ::close(out);
         ASSERT_TRUE(
-            eventually([&] { return read_file(out_path).find(name + "/") == 0; }, scaled(10s)));
+            eventually([&] { return read_text(out_path).find(name + "/") == 0; }, scaled(10s)));
         std::error_code ec;
         EXPECT_FALSE(try_now(c, name, read, ec)) << "a reader granted while etcdctl holds";
         EXPECT_EQ(ec, dlock::errc::timeout) << dlock::last_error_message(ec);
@@ -186,8 +172,8 @@ TEST(EtcdKinds, PermitsAreNeverOversubscribed) {
     const auto name = dlock::test::unique_name("etcd-sem");
     constexpr int limit = 3;
     {
-        auto a = make_client();
-        auto b = make_client();
+        auto a = shared_etcd_client();
+        auto b = shared_etcd_client();
         std::error_code ec;
         auto two = try_now(a, name, permits(2, limit), ec);
         ASSERT_TRUE(two) << dlock::last_error_message(ec);
@@ -201,7 +187,7 @@ TEST(EtcdKinds, PermitsAreNeverOversubscribed) {
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
-            auto c = make_client();
+            auto c = shared_etcd_client();
             const std::uint32_t count = t % 2 == 0 ? 2 : 1;
             for (int i = 0; i < 8; ++i) {
                 auto l =
@@ -225,9 +211,9 @@ TEST(EtcdKinds, PermitsAreNeverOversubscribed) {
 TEST(EtcdKinds, TheWaiterBehindANewSemaphoreHolderIsWoken) {
     const auto name = dlock::test::unique_name("etcd-sem-wake");
     // Waiters whose leases outlast the test: only a notification wakes them in time.
-    auto h = make_client();
-    auto b = make_client(120s);
-    auto c = make_client(120s);
+    auto h = shared_etcd_client();
+    auto b = shared_etcd_client(120s);
+    auto c = shared_etcd_client(120s);
     auto held = h.acquire(name, permits(2, 2), {.lease = 10s});
     std::atomic<bool> first{false}, second{false};
     std::atomic<bool> done{false};
@@ -254,8 +240,8 @@ TEST(EtcdKinds, TheWaiterBehindANewSemaphoreHolderIsWoken) {
 // A new number of permits wakes the waiter first in line (it watches the permits key).
 TEST(EtcdKinds, SetPermitsWakesTheFirstWaiter) {
     const auto name = dlock::test::unique_name("etcd-sem-set");
-    auto a = make_client();
-    auto b = make_client(120s);  // only a notification wakes it in time
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client(120s);  // only a notification wakes it in time
     auto held = a.acquire(name, permits(1, 1), {.lease = 10s});
     std::atomic<bool> got{false};
     std::thread waiter([&] {
@@ -277,8 +263,8 @@ TEST(EtcdKinds, SetPermitsWakesTheFirstWaiter) {
 
 // recursive_mutex: every level is the one etcdctl key; the key goes with the last level.
 TEST(EtcdKinds, ReentryLevelsShareOneKey) {
-    auto a = make_client();
-    auto b = make_client();
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-reentrant");
     dlock::recursive_mutex m(a, name);
     m.lock();
@@ -302,8 +288,8 @@ TEST(EtcdKinds, ReentryLevelsShareOneKey) {
 // One name, one kind: a semaphore on a name with a lock's keys (dlock's or etcdctl's), or a lock
 // on a semaphore's, is refused and leaves nothing behind.
 TEST(EtcdKinds, ANameServesOneKind) {
-    auto a = make_client();
-    auto b = make_client();
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-one-kind");
     {
         auto sem = a.acquire(name, permits(1, 2), {.lease = 10s});
@@ -332,9 +318,9 @@ TEST(EtcdKinds, ANameServesOneKind) {
 
 // inspect reads the queue by the recipe's rules.
 TEST(EtcdKinds, InspectShowsHoldersAndWaiters) {
-    auto a = make_client();
-    auto b = make_client();
-    auto c = make_client();
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
+    auto c = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-inspect");
     EXPECT_EQ(a.inspect(name).type, dlock::lock_type::none);
     auto r1 = a.acquire(name, read, {.lease = 10s});
@@ -366,7 +352,7 @@ TEST(EtcdKinds, InspectShowsHoldersAndWaiters) {
 
 // backend::watch reports a change made after it was set, and times out when nothing changes.
 TEST(EtcdKinds, WatchReportsChanges) {
-    auto a = make_client();
+    auto a = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-watch");
     std::error_code ec;
     auto w = a.watch(name, ec);

@@ -28,15 +28,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using dlock::test::eventually;
+using dlock::test::read_text;
 using dlock::test::scaled;
 using dlock::test::shared_etcd;
-
-dlock::etcd::client make_client(std::chrono::milliseconds ttl = 10s) {
-    // A bound on granting the session that a loaded 2-core CI machine meets (the default, 2 s,
-    // was missed there).
-    return dlock::etcd::client(
-        {.url = shared_etcd().url(), .session_ttl = ttl, .connect_timeout = scaled(10s)});
-}
+using dlock::test::shared_etcd_client;
 
 /// The keys under `prefix`, in create order, as etcdctl sees them.
 std::vector<std::string> keys_under(const std::string& prefix) {
@@ -50,15 +45,8 @@ std::vector<std::string> keys_under(const std::string& prefix) {
     return out;
 }
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 TEST(EtcdLock, TheKeyIsWhatEtcdctlLockWrites) {
-    auto c = make_client();
+    auto c = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-key");
     auto l = c.acquire(name, {.lease = 10s});
     const auto keys = keys_under(name + "/");
@@ -74,8 +62,8 @@ TEST(EtcdLock, TheKeyIsWhatEtcdctlLockWrites) {
 }
 
 TEST(EtcdLock, ClientsExcludeEachOtherAndTokensRise) {
-    auto a = make_client();
-    auto b = make_client();
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-excl");
     auto first = a.acquire(name, {.lease = 10s});
     std::error_code ec;
@@ -100,7 +88,7 @@ TEST(EtcdLock, ClientsExcludeEachOtherAndTokensRise) {
 }
 
 TEST(EtcdLock, ThreadsOfOneClientTakeTurns) {
-    auto c = make_client();
+    auto c = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-threads");
     std::atomic<int> inside{0};
     std::atomic<int> overlaps{0};
@@ -122,7 +110,7 @@ TEST(EtcdLock, ThreadsOfOneClientTakeTurns) {
 // A release deletes the key only if its create revision is the grant's: a key written again
 // under the same name after ours went (here by an administrator) is never removed by our unlock.
 TEST(EtcdLock, UnlockIsFencedOnTheCreateRevision) {
-    auto c = make_client();
+    auto c = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-fence");
     auto l = c.acquire(name, {.lease = 10s});
     const auto keys = keys_under(name + "/");
@@ -139,8 +127,8 @@ TEST(EtcdLock, UnlockIsFencedOnTheCreateRevision) {
 // A waiter whose etcd lease ends (revoked here) stops waiting on its vanished key: it queues
 // again under a new lease, and is granted only while its key exists, after the holder.
 TEST(EtcdLock, AWaiterWhoseLeaseEndsQueuesAgain) {
-    auto a = make_client();
-    auto b = make_client();
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-expired-waiter");
     auto first = a.acquire(name, {.lease = 10s});
     std::atomic<bool> got{false};
@@ -174,7 +162,7 @@ TEST(EtcdLock, AWaiterWhoseLeaseEndsQueuesAgain) {
 
 // dlock holds -> `etcdctl lock N` waits; etcdctl holds -> dlock waits.
 TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
-    auto c = make_client();
+    auto c = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-interop");
     const dlock::test::temp_dir tmp("dlock-etcd-interop");
     const std::string dir = tmp.path();
@@ -203,7 +191,7 @@ TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
         const pid_t pid = dlock::test::detail::spawn(argv.front(), argv, out);
         ::close(out);
         ASSERT_TRUE(
-            eventually([&] { return read_file(out_path).find(name + "/") == 0; }, scaled(10s)));
+            eventually([&] { return read_text(out_path).find(name + "/") == 0; }, scaled(10s)));
         std::error_code ec;
         auto none = c.acquire(name, {.lease = 10s, .wait = 0ms}, ec);
         EXPECT_EQ(ec, dlock::errc::timeout) << dlock::last_error_message(ec);
@@ -226,8 +214,8 @@ TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
 // A record is written once and read by everyone after; its key lies outside every lock's key
 // range, so a lock named like the record's prefix is not blocked by it.
 TEST(EtcdLock, RecordOnceKeepsTheFirstValueOutsideEveryLocksKeys) {
-    auto a = make_client();
-    auto b = make_client();
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
     const auto name = dlock::test::unique_name("etcd-record") + "/#stripes";
     std::error_code ec;
     EXPECT_EQ(a.record_once(name, "8", ec), "8");
@@ -260,7 +248,7 @@ bool renewed_times(const dlock::lease& l, int rounds, std::chrono::milliseconds 
 // open streams (counted by the member's grpc_server_started_total).
 TEST(EtcdSession, OneKeepAliveStreamServesEveryRenewal) {
     const auto ttl = std::chrono::ceil<std::chrono::seconds>(scaled(3s));
-    auto c = make_client(ttl);
+    auto c = shared_etcd_client(ttl);
     const auto before = shared_etcd().grpc_started(0, "LeaseKeepAlive");
     auto x = c.acquire(dlock::test::unique_name("etcd-ka-x"), {.lease = 10s});
     auto y = c.acquire(dlock::test::unique_name("etcd-ka-y"), {.lease = 10s});
@@ -276,7 +264,7 @@ TEST(EtcdSession, OneKeepAliveStreamServesEveryRenewal) {
 // client is lost (lost_token, on_lost) and the next acquire runs under a new lease.
 TEST(EtcdSession, ARevokedLeaseLosesEveryLockAndTheNextAcquireGetsANewLease) {
     const auto ttl = std::chrono::ceil<std::chrono::seconds>(scaled(3s));
-    auto c = make_client(ttl);
+    auto c = shared_etcd_client(ttl);
     const auto name = dlock::test::unique_name("etcd-revoke");
     std::atomic<int> on_lost{0};
     auto x = c.acquire(name + "-x", {.lease = 10s, .on_lost = [&](std::error_code) { ++on_lost; }});
@@ -336,7 +324,7 @@ TEST(EtcdUrl, APrefixInTheUrlGoesBeforeTheName) {
     EXPECT_EQ(c.key_prefix("n"), "app/locks/n/");
     auto l = c.acquire(dlock::test::unique_name("etcd-prefixed"), {.lease = 10s});
     EXPECT_EQ(c.key_of(l).rfind("app/locks/", 0), 0u) << c.key_of(l);
-    EXPECT_EQ(make_client().key_prefix("n"), "n/");
+    EXPECT_EQ(shared_etcd_client().key_prefix("n"), "n/");
 }
 
 TEST(EtcdConnect, ConnectTakesEtcdUrls) {

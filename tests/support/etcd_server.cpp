@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "spawn.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 namespace dlock::test {
@@ -70,14 +71,6 @@ std::string http(const std::string& address, std::uint16_t port, const std::stri
     }
     ::close(fd);
     return out;
-}
-
-std::string tail_of(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    const auto text = s.str();
-    return text.size() > 3000 ? text.substr(text.size() - 3000) : text;
 }
 
 /// The value of "name":"<digits>" in a JSON text ("" if absent).
@@ -234,31 +227,16 @@ void etcd_cluster::wait_healthy(std::size_t i) {
 std::string etcd_cluster::log_tails() const {
     std::string out;
     for (std::size_t i = 0; i < members_.size(); ++i)
-        out +=
-            "--- member " + std::to_string(i + 1) + "\n" + tail_of(members_[i].dir + "/etcd.log");
+        out += "--- member " + std::to_string(i + 1) + "\n" +
+               read_tail(members_[i].dir + "/etcd.log", 3000);
     return out;
 }
 
 void etcd_cluster::stop(std::size_t i) {
-    auto& m = members_.at(i);
-    if (m.pid <= 0) return;
-    ::kill(m.pid, SIGTERM);
-    ::kill(m.pid, SIGCONT);
-    int raw = 0;
-    if (!detail::wait_for(m.pid, scaled(std::chrono::seconds(10)), raw)) {
-        ::kill(m.pid, SIGKILL);
-        detail::wait_blocking(m.pid);
-    }
-    m.pid = -1;
+    detail::terminate(members_.at(i).pid, scaled(std::chrono::seconds(10)));
 }
 
-void etcd_cluster::kill9(std::size_t i) {
-    auto& m = members_.at(i);
-    if (m.pid <= 0) return;
-    ::kill(m.pid, SIGKILL);
-    detail::wait_blocking(m.pid);
-    m.pid = -1;
-}
+void etcd_cluster::kill9(std::size_t i) { detail::kill_now(members_.at(i).pid); }
 
 void etcd_cluster::start(std::size_t i) {
     if (members_.at(i).pid > 0) return;
@@ -432,7 +410,7 @@ etcdctl_result etcd_cluster::etcdctl(const std::vector<std::string>& args,
         ::kill(pid, SIGKILL);
         raw = detail::wait_blocking(pid);
     }
-    return {detail::decode_status(raw), tail_of(out_path)};
+    return {detail::decode_status(raw), read_tail(out_path, 3000)};
 }
 
 void etcd_cluster::enable_auth(const std::string& root_password) {
@@ -455,6 +433,12 @@ etcd_cluster& shared_etcd() {
         // runs then too.
     });
     return *cluster;
+}
+
+dlock::etcd::client shared_etcd_client(std::chrono::milliseconds ttl) {
+    return dlock::etcd::client({.url = shared_etcd().url(),
+                                .session_ttl = ttl,
+                                .connect_timeout = scaled(std::chrono::seconds(10))});
 }
 
 }  // namespace dlock::test

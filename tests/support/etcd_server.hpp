@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include <dlock/etcd/client.hpp>
+
 namespace dlock::test {
 
 struct etcdctl_result {
@@ -130,5 +132,9 @@ private:
 /// The binary's shared single member: started on first use (thread-safe), killed and its dir
 /// removed at exit. Tests must not stop or pause it; use a private etcd_cluster for that.
 etcd_cluster& shared_etcd();
+
+/// A dlock client of shared_etcd() whose session lease has `ttl`, granted within scaled(10s)
+/// (a Raft write: the client's default 2 s was missed on a loaded 2-core CI machine).
+dlock::etcd::client shared_etcd_client(std::chrono::milliseconds ttl = std::chrono::seconds(10));
 
 }  // namespace dlock::test

@@ -164,7 +164,7 @@ redis_server::redis_server(redis_server_options options)
             const bool port_taken =
                 why.find("another server") != std::string::npos ||
                 read_from(log, log_offset).find("Address already in use") != std::string::npos;
-            if (pid_ > 0) reap_after_kill(SIGKILL);
+            kill_and_reap();
             if (!port_taken) break;
             why += " (attempt " + std::to_string(attempt) + ")";
         }
@@ -172,7 +172,7 @@ redis_server::redis_server(redis_server_options options)
             "redis_server: could not start redis-server on 127.0.0.1:" + std::to_string(port_) +
             ": " + why + "\n--- log tail ---\n" + log_tail());
     } catch (...) {
-        if (pid_ > 0) reap_after_kill(SIGKILL);
+        kill_and_reap();
         std::error_code ec;
         std::filesystem::remove_all(dir_, ec);
         throw;
@@ -180,7 +180,7 @@ redis_server::redis_server(redis_server_options options)
 }
 
 redis_server::~redis_server() {
-    if (pid_ > 0) reap_after_kill(SIGKILL);
+    kill_and_reap();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
 }
@@ -274,10 +274,8 @@ bool redis_server::wait_ready(std::string& why) {
     }
 }
 
-void redis_server::reap_after_kill(int sig) {
-    ::kill(pid_, sig);
-    detail::wait_blocking(pid_);
-    pid_ = -1;
+void redis_server::kill_and_reap() {
+    detail::kill_now(pid_);
     paused_ = false;
 }
 
@@ -294,21 +292,13 @@ std::string redis_server::log_tail() const {
 }
 
 void redis_server::stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    ::kill(pid_, SIGCONT);  // a paused server handles SIGTERM only once it runs again
-    int raw = 0;
-    if (detail::wait_for(pid_, scaled(start_deadline), raw)) {
-        pid_ = -1;
-        paused_ = false;
-        return;
-    }
-    reap_after_kill(SIGKILL);
+    detail::terminate(pid_, scaled(start_deadline));
+    paused_ = false;
 }
 
 void redis_server::kill9() {
     if (pid_ <= 0) return;
-    reap_after_kill(SIGKILL);
+    kill_and_reap();
 }
 
 void redis_server::start() {
@@ -316,7 +306,7 @@ void redis_server::start() {
     spawn();
     std::string why;
     if (wait_ready(why)) return;
-    if (pid_ > 0) reap_after_kill(SIGKILL);
+    kill_and_reap();
     throw std::runtime_error(
         "redis_server::start: redis-server on 127.0.0.1:" + std::to_string(port_) +
         " did not come up: " + why + "\n--- log tail ---\n" + log_tail());

@@ -97,7 +97,7 @@ public:
 private:
     void spawn();                       // fork + exec on port_, sets pid_
     bool wait_ready(std::string& why);  // true once PING answers from *our* pid
-    void reap_after_kill(int sig);      // signal + waitpid
+    void kill_and_reap();               // SIGKILL + waitpid (no-op when not running)
 
     redis_server_options options_;
     std::string dir_;

@@ -82,6 +82,25 @@ bool wait_for(pid_t pid, std::chrono::milliseconds timeout, int& raw_status) {
     }
 }
 
+void terminate(pid_t& pid, std::chrono::milliseconds grace) {
+    if (pid <= 0) return;
+    ::kill(pid, SIGTERM);
+    ::kill(pid, SIGCONT);
+    int raw = 0;
+    if (wait_for(pid, grace, raw)) {
+        pid = -1;
+        return;
+    }
+    kill_now(pid);
+}
+
+void kill_now(pid_t& pid) {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    wait_blocking(pid);
+    pid = -1;
+}
+
 int decode_status(int raw_status) {
     if (raw_status == -1) return -1;
     if (WIFEXITED(raw_status)) return WEXITSTATUS(raw_status);

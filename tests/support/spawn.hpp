@@ -24,6 +24,14 @@ int wait_blocking(pid_t pid);
 /// sets `raw_status` if it exited.
 bool wait_for(pid_t pid, std::chrono::milliseconds timeout, int& raw_status);
 
+/// Stops a server process: SIGTERM plus SIGCONT (a paused process handles SIGTERM only once it
+/// runs again), then SIGKILL if it has not exited after `grace`; reaps it and sets `pid` to -1.
+/// No-op when `pid` <= 0.
+void terminate(pid_t& pid, std::chrono::milliseconds grace);
+
+/// SIGKILL, reap, and set `pid` to -1. No-op when `pid` <= 0.
+void kill_now(pid_t& pid);
+
 /// exit code, or 128 + signal for a killed process.
 int decode_status(int raw_status);
 

@@ -49,4 +49,14 @@ void write_atomically(const std::string& path, std::string_view text) {
     }
 }
 
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string read_tail(const std::string& path, std::size_t bytes) {
+    auto text = read_text(path);
+    return text.size() > bytes ? text.substr(text.size() - bytes) : text;
+}
+
 }  // namespace dlock::test

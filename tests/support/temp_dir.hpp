@@ -1,7 +1,8 @@
 // A private temporary directory for a test's scripts, logs and marker files, removed with the
-// object.
+// object, and the reading and writing of such files.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -28,5 +29,13 @@ private:
 /// Writes `text` to `path` as a whole: into `path`.tmp first, then renamed, so a reader polling
 /// for `path` never sees it half written. Throws std::runtime_error if it cannot.
 void write_atomically(const std::string& path, std::string_view text);
+
+/// The whole content of `path`, or "" if it cannot be read (marker files written by commands,
+/// server logs).
+std::string read_text(const std::string& path);
+
+/// The last `bytes` bytes of `path` (all of it when shorter), or "": a log's tail for a failure
+/// message.
+std::string read_tail(const std::string& path, std::size_t bytes);
 
 }  // namespace dlock::test

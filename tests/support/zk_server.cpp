@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "spawn.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 namespace dlock::test {
@@ -73,14 +74,6 @@ std::string four_letter(const std::string& address, std::uint16_t port, const ch
     }
     ::close(fd);
     return out;
-}
-
-std::string tail_of(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    const auto text = s.str();
-    return text.size() > 3000 ? text.substr(text.size() - 3000) : text;
 }
 
 }  // namespace
@@ -226,8 +219,8 @@ void zk_ensemble::wait_serving(std::size_t i) {
 std::string zk_ensemble::log_tails() const {
     std::string out;
     for (std::size_t i = 0; i < servers_.size(); ++i)
-        out +=
-            "--- server " + std::to_string(i + 1) + " ---\n" + tail_of(servers_[i].dir + "/zk.log");
+        out += "--- server " + std::to_string(i + 1) + " ---\n" +
+               read_tail(servers_[i].dir + "/zk.log", 3000);
     return out;
 }
 
@@ -253,25 +246,10 @@ pid_t zk_ensemble::pid(std::size_t i) const { return servers_.at(i).pid; }
 const std::string& zk_ensemble::dir(std::size_t i) const { return servers_.at(i).dir; }
 
 void zk_ensemble::stop(std::size_t i) {
-    auto& s = servers_.at(i);
-    if (s.pid <= 0) return;
-    ::kill(s.pid, SIGTERM);
-    ::kill(s.pid, SIGCONT);
-    int raw = 0;
-    if (!detail::wait_for(s.pid, scaled(std::chrono::seconds(10)), raw)) {
-        ::kill(s.pid, SIGKILL);
-        detail::wait_blocking(s.pid);
-    }
-    s.pid = -1;
+    detail::terminate(servers_.at(i).pid, scaled(std::chrono::seconds(10)));
 }
 
-void zk_ensemble::kill9(std::size_t i) {
-    auto& s = servers_.at(i);
-    if (s.pid <= 0) return;
-    ::kill(s.pid, SIGKILL);
-    detail::wait_blocking(s.pid);
-    s.pid = -1;
-}
+void zk_ensemble::kill9(std::size_t i) { detail::kill_now(servers_.at(i).pid); }
 
 void zk_ensemble::start(std::size_t i) {
     if (servers_.at(i).pid > 0) return;
