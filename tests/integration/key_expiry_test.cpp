@@ -164,6 +164,24 @@ TEST(KeyExpiry, ACounterThatWentBackStillGivesAHigherToken) {
     }
 }
 
+// A counter ahead of the server's clock (the clock stepped back, or a token of another server's
+// clock): the grant's SET ... GET stored the clock over it, so the counter + 1 goes back in, and
+// the token is that, every kind (lib/fence.lua).
+TEST(KeyExpiry, ACounterAheadOfTheClockGivesCounterPlusOne) {
+    dlock::redis::client redis({.url = shared_redis().url(), .idle_expiry = 60s});
+    for (const auto& kind : kinds()) {
+        SCOPED_TRACE(kind);
+        const auto name = unique_name(kind);
+        const auto first = lock_once(redis, kind, name);
+        const auto fence = redis.lock_key(name) + ":fence";
+        const std::uint64_t ahead = first + 1'000'000'000'000;  // 11.6 days ahead of the clock
+        redis.command({"SET", fence, std::to_string(ahead)});
+        EXPECT_EQ(lock_once(redis, kind, name), ahead + 1);
+        EXPECT_EQ(redis.command({"GET", fence}).text, std::to_string(ahead + 1));
+        EXPECT_GT(redis.command({"PTTL", fence}).integer, 0) << "the counter lost its expiry";
+    }
+}
+
 // A counter left by a version without expiry (a small number, no TTL) gets one at the next grant,
 // and tokens go on rising from it.
 TEST(KeyExpiry, AnOldCounterWithoutExpiryGetsOne) {
@@ -193,6 +211,8 @@ TEST(KeyExpiry, ACounterThatIsNotANumberIsRefused) {
         EXPECT_NE(std::string(e.what()).find("fence counter"), std::string::npos) << e.what();
     }
     EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 0);
+    // The counter is left as it was (the grant's write of it was put back).
+    EXPECT_EQ(redis.command({"GET", redis.lock_key(name) + ":fence"}).text, "x");
 }
 
 TEST(KeyExpiry, IdleExpiryMustBePositive) {

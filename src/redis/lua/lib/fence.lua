@@ -70,14 +70,48 @@ end
 -- make the masters' next tokens disagree and nearly every grant pay a write-back round; its
 -- quorum carries the counter instead (a majority that granted a token intersects every later
 -- majority, and a master restarted empty seeds from its clock: docs/redlock.md).
--- Returns it (a number), or nil and an error reply when the counter is unusable (nothing is
--- written then).
+-- With the clock floor the common case is one write and no read: SET ... GET stores the clock
+-- and returns the counter it replaced, which is below the clock unless the clock stepped back
+-- (or two grants fell in one microsecond); then counter + 1 is stored over it. A counter that is
+-- not a number is put back (kept for max(`idle_ms`, `lease_ms`)) and refused; a key of another
+-- type, or a server that refuses writes, makes SET ... GET fail without writing.
+-- Returns it (a number), or nil and an error reply when the counter is unusable (no grant
+-- changes then).
 local function dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor)
-  local value, bad = dlock_read_fence(fence_key)
-  if not value then return nil, bad end
-  local fence = value + 1
-  if value <= 0 or clock_floor ~= '0' then fence = math.max(fence, dlock_now_us()) end
-  bad = dlock_store_fence(fence_key, fence, dlock_fence_keep(idle_ms, lease_ms))
+  local keep = dlock_fence_keep(idle_ms, lease_ms)
+  if clock_floor == '0' then
+    local value, bad = dlock_read_fence(fence_key)
+    if not value then return nil, bad end
+    local fence = value + 1
+    if value <= 0 then fence = math.max(fence, dlock_now_us()) end
+    bad = dlock_store_fence(fence_key, fence, keep)
+    if bad then return nil, bad end
+    return fence
+  end
+  local fence = dlock_now_us()
+  local replaced
+  if keep then
+    replaced = redis.pcall('SET', fence_key, dlock_fence_text(fence), 'PX', keep, 'GET')
+  else
+    replaced = redis.pcall('SET', fence_key, dlock_fence_text(fence), 'GET')
+  end
+  if type(replaced) == 'table' and replaced.err then
+    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. replaced.err)
+  end
+  if not replaced then return fence end
+  local value = tonumber(replaced)
+  if not value or value ~= math.floor(value) then
+    if keep then
+      redis.pcall('SET', fence_key, replaced, 'PX', keep)
+    else
+      redis.pcall('SET', fence_key, replaced)
+    end
+    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ' holds "' ..
+                                  replaced .. '", not a number')
+  end
+  if value < fence then return fence end
+  fence = value + 1
+  local bad = dlock_store_fence(fence_key, fence, keep)
   if bad then return nil, bad end
   return fence
 end
