@@ -1032,7 +1032,8 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
         if (stopped_ || a.s->dead) return;
         waits_[&ctx] = a.s.get();
     }
-    std::stop_callback on_cancel(a.options.cancel, [&ctx] { ctx.TryCancel(); });
+    std::optional<std::stop_callback<std::function<void()>>> on_cancel;
+    on_cancel.emplace(a.options.cancel, [&ctx] { ctx.TryCancel(); });
     auto& e = *endpoints_[current_.load() % endpoints_.size()];
     call->stream = e.watch->Watch(&ctx);
     auto& stream = call->stream;
@@ -1063,7 +1064,9 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
             if (resp.canceled() || resp.compact_revision() != 0 || resp.events_size() > 0) break;
         }
     }
-    // Done with: the background thread cancels and finishes it (end_watches).
+    // Done with: the background thread cancels and finishes it (end_watches). The cancel callback
+    // goes first: that thread may destroy the call's context as soon as it has it.
+    on_cancel.reset();
     {
         dlock::detail::lock_guard lock(mutex_);
         if (!stopped_) {
