@@ -127,6 +127,33 @@ private:
     bool done_ = false;
 };
 
+/// A wait's Watch call. Once its event came, the background thread cancels and finishes it (the
+/// stream drained, its status read): canceling a call costs the calling thread about as much as
+/// a read round trip, so the waiter goes straight on to its attempt.
+class engine::ending_watch {
+public:
+    explicit ending_watch(engine& owner) : owner_(owner) {}
+    ending_watch(const ending_watch&) = delete;
+    ending_watch& operator=(const ending_watch&) = delete;
+    ~ending_watch() {
+        if (stream) {
+            ctx.TryCancel();
+            pb::WatchResponse drain;
+            while (stream->Read(&drain)) {
+            }
+            stream->Finish();
+        }
+        dlock::detail::lock_guard lock(owner_.mutex_);
+        owner_.waits_.erase(&ctx);
+    }
+
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream;
+
+private:
+    engine& owner_;
+};
+
 /// One acquire call's state between the steps of its acquire_policy.
 struct engine::attempt_state {
     std::string_view name;
@@ -349,6 +376,7 @@ void engine::stop() noexcept {
         if (s) s->dead = true;
     }
     turn_cv_.notify_all();
+    end_watches();  // a wait that ends from now on finishes its own watch (stopped_)
     for (auto& l : orphaned) l->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
     if (s) {
         // The keys go with the lease; if the revoke is not answered they go when it expires.
@@ -370,6 +398,8 @@ void engine::keep_after_fork() noexcept DLOCK_NO_THREAD_SAFETY_ANALYSIS {
     worker_.abandon();
     for (auto& e : endpoints_) dlock::detail::keep_forever(e);
     if (session_) dlock::detail::keep_forever(session_);
+    for (auto& w : ending_)
+        dlock::detail::keep_forever(std::shared_ptr<ending_watch>(std::move(w)));
     if (stream_)
         dlock::detail::keep_forever(std::shared_ptr<keep_alive_stream>(std::move(stream_)));
 }
@@ -829,6 +859,9 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
             }
         }
         const auto key = entry_key(a.prefix, a.s->id, a.kind, a.count, a.guid);
+        if (round == 0 && a.revision != 0 && a.key == key) {
+            if (auto decided = look_again(a)) return *decided;
+        }
         // concurrency.Mutex's tryAcquire: put our key unless it exists, and read the queue under
         // the prefix (every key, by create revision) in the same transaction.
         pb::TxnRequest txn;
@@ -908,6 +941,50 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
     }
 }
 
+std::optional<dlock::detail::attempt_report> engine::look_again(attempt_state& a) {
+    using dlock::detail::attempt_report;
+    const bool permits = a.kind == lock_kind::permits;
+    // A read-only Txn: etcd serves it as a linearizable read (no Raft proposal), where the put's
+    // Txn below is a write even when its compare fails and it only reads.
+    pb::TxnRequest txn;
+    range_queue(*txn.add_success()->mutable_request_range(), a.prefix);
+    if (permits) txn.add_success()->mutable_request_range()->set_key(a.limit_key);
+    pb::TxnResponse resp;
+    a.sent = steady::now();
+    const auto bound =
+        dlock::detail::deadline_after(a.sent, options_.connect_timeout + options_.command_timeout);
+    const auto st =
+        rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+    if (!st.ok()) {
+        a.failure = "etcd: acquiring " + a.quoted + ": " + status_text(st);
+        return attempt_report::failed(make_error_code(code_for(st)));
+    }
+    if (resp.responses_size() != (permits ? 2 : 1)) return std::nullopt;
+    const auto& queue = resp.responses(0).response_range();
+    // Our key, with the create revision it was put with and our lease: a key of that name put
+    // again (a new create revision) or by someone else (another lease) is not our place in line.
+    const auto mine = std::find_if(queue.kvs().begin(), queue.kvs().end(),
+                                   [&](const auto& kv) { return kv.key() == a.key; });
+    if (mine == queue.kvs().end() || mine->create_revision() != a.revision ||
+        mine->lease() != a.s->id) {
+        return std::nullopt;
+    }
+    if (permits) {
+        const auto& got = resp.responses(1).response_range();
+        const auto n = got.kvs_size() == 1 ? parse_permits(got.kvs(0).value()) : std::nullopt;
+        if (!n) return std::nullopt;
+        a.permits = *n;
+    }
+    a.seen = resp.header().revision();
+    a.where = locate(a.kind, entries_in(queue, a.prefix), a.key, a.permits);
+    if (a.where.clash) {
+        a.failure = a.quoted + " is used as a " + other_kind(a.kind) + "; a name serves one kind";
+        return attempt_report::failed(make_error_code(errc::unexpected_reply));
+    }
+    if (!a.where.found) return std::nullopt;
+    return a.where.holds ? attempt_report::granted() : attempt_report::contended();
+}
+
 void engine::wake_successor(const attempt_state& a) {
     // Same key, same lease, create revision unchanged (the fencing token stays): only the waiter
     // watching our key sees the put. Best effort: if it is lost, that waiter looks again when
@@ -946,7 +1023,8 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
         dlock::detail::lock_guard lock(mutex_);
         bound = std::min(until, a.s->valid_until);
     }
-    grpc::ClientContext ctx;
+    auto call = std::make_unique<ending_watch>(*this);
+    auto& ctx = call->ctx;
     ctx.set_deadline(wall(bound));
     add_token(ctx);
     {
@@ -954,9 +1032,11 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
         if (stopped_ || a.s->dead) return;
         waits_[&ctx] = a.s.get();
     }
-    std::stop_callback on_cancel(a.options.cancel, [&ctx] { ctx.TryCancel(); });
+    std::optional<std::stop_callback<std::function<void()>>> on_cancel;
+    on_cancel.emplace(a.options.cancel, [&ctx] { ctx.TryCancel(); });
     auto& e = *endpoints_[current_.load() % endpoints_.size()];
-    auto stream = e.watch->Watch(&ctx);
+    call->stream = e.watch->Watch(&ctx);
+    auto& stream = call->stream;
     // Watches start right after the revision our queue was read at, so nothing in between is
     // missed. Only what decides our turn is watched (no herd): the key we queue behind, deleted
     // (a semaphore's also put: it holds now, so we may be first in line); or, first in a
@@ -984,15 +1064,25 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
             if (resp.canceled() || resp.compact_revision() != 0 || resp.events_size() > 0) break;
         }
     }
-    ctx.TryCancel();
+    // Done with: the background thread cancels and finishes it (end_watches). The cancel callback
+    // goes first: that thread may destroy the call's context as soon as it has it.
+    on_cancel.reset();
     {
-        pb::WatchResponse drain;
-        while (stream->Read(&drain)) {
+        dlock::detail::lock_guard lock(mutex_);
+        if (!stopped_) {
+            ending_.push_back(std::move(call));
+            wake_ = true;
         }
     }
-    stream->Finish();
-    dlock::detail::lock_guard lock(mutex_);
-    waits_.erase(&ctx);
+    worker_cv_.notify_all();
+}
+
+void engine::end_watches() {
+    std::vector<std::unique_ptr<ending_watch>> done;
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        done.swap(ending_);
+    }
 }
 
 bool engine::delete_fenced(const std::string& key, std::int64_t revision, const session& owner,
@@ -1511,6 +1601,7 @@ void engine::run_pending_deletes() {
 
 void engine::run(std::stop_token stop) {
     while (!stop.stop_requested()) {
+        end_watches();
         auto now = steady::now();
         std::shared_ptr<session> s;
         {

@@ -112,6 +112,7 @@ private:
         std::int64_t revision = 0;  // 0: unknown (a put whose reply was lost)
     };
     struct attempt_state;
+    class ending_watch;
 
     /// Runs `call` on the current endpoint, moving to the next one and retrying while the answer
     /// is UNAVAILABLE or late, until `deadline` (each try bounded by command_timeout).
@@ -127,6 +128,11 @@ private:
     /// The current session, granted first if there is none alive (bounded by connect_timeout).
     std::shared_ptr<session> session_for(std::error_code& ec);
     dlock::detail::attempt_report attempt(attempt_state& a);
+    /// An attempt while our key is in place (an earlier attempt of this session put it, and we
+    /// waited): reads the queue again in one linearizable read, no write. Decides when our key is
+    /// there with its create revision and our lease; nullopt when it is not (or the permits key
+    /// is not a number): the put of attempt() then handles it as before.
+    std::optional<dlock::detail::attempt_report> look_again(attempt_state& a);
     /// Waits, with a watch from `a.seen`, for what `a.where` says decides our turn: the deletion
     /// of the key we queue behind (or, for a semaphore, also its put), or, first in a
     /// semaphore's line, any deletion under the prefix and a put of the permits key.
@@ -185,6 +191,8 @@ private:
     /// is free to report that lock lost on time.
     steady::time_point background_deadline(steady::time_point now);
     void run_pending_deletes();
+    /// Cancels and finishes the watches whose wait is over (background thread, and stop()).
+    void end_watches();
     void run(std::stop_token stop);
     void wake() noexcept;
     void cancel_waits(const session* s) noexcept DLOCK_REQUIRES(mutex_);
@@ -204,6 +212,8 @@ private:
     std::vector<pending_delete> pending_ DLOCK_GUARDED_BY(mutex_);
     // The watches in progress (their contexts, canceled when the session ends or on stop).
     std::unordered_map<grpc::ClientContext*, const session*> waits_ DLOCK_GUARDED_BY(mutex_);
+    // The watches whose wait is over, to be canceled and finished by the background thread.
+    std::vector<std::unique_ptr<ending_watch>> ending_ DLOCK_GUARDED_BY(mutex_);
     // The lock prefixes whose turn in this client is taken: the recipe's key is one per lease,
     // so two acquires of one name by one client must not both use it.
     struct turn_line {
