@@ -151,35 +151,42 @@ TEST(KeyExpiry, RedlockTokensRiseAcrossTheCounterExpiry) {
 // A counter that went back while it existed (a Sentinel failover to a replica that missed the
 // last grants, a restart from an older snapshot) still gives a higher token on one server, every
 // kind: the server's clock is the token's floor (lib/fence.lua), not only a missing counter's seed.
-TEST(KeyExpiry, ACounterThatWentBackStillGivesAHigherToken) {
+/// For every kind: a grant, then its fence counter set to `counter(first token)` behind the
+/// client's back, then `check(redis, fence key, first token, next grant's token)`.
+template <class Counter, class Check>
+void after_counter_set(Counter counter, Check check) {
     dlock::redis::client redis({.url = shared_redis().url(), .idle_expiry = 60s});
     for (const auto& kind : kinds()) {
         SCOPED_TRACE(kind);
         const auto name = unique_name(kind);
         const auto first = lock_once(redis, kind, name);
         const auto fence = redis.lock_key(name) + ":fence";
-        // What a replica that missed the grant would hold: the counter before it.
-        redis.command({"SET", fence, std::to_string(first - 1000)});
-        EXPECT_GT(lock_once(redis, kind, name), first) << "a token was handed out twice";
+        redis.command({"SET", fence, std::to_string(counter(first))});
+        check(redis, fence, first, lock_once(redis, kind, name));
     }
+}
+
+TEST(KeyExpiry, ACounterThatWentBackStillGivesAHigherToken) {
+    // What a replica that missed the grant would hold: the counter before it.
+    after_counter_set([](std::uint64_t first) { return first - 1000; },
+                      [](auto&, const std::string&, std::uint64_t first, std::uint64_t next) {
+                          EXPECT_GT(next, first) << "a token was handed out twice";
+                      });
 }
 
 // A counter ahead of the server's clock (the clock stepped back, or a token of another server's
 // clock): the grant's SET ... GET stored the clock over it, so the counter + 1 goes back in, and
 // the token is that, every kind (lib/fence.lua).
 TEST(KeyExpiry, ACounterAheadOfTheClockGivesCounterPlusOne) {
-    dlock::redis::client redis({.url = shared_redis().url(), .idle_expiry = 60s});
-    for (const auto& kind : kinds()) {
-        SCOPED_TRACE(kind);
-        const auto name = unique_name(kind);
-        const auto first = lock_once(redis, kind, name);
-        const auto fence = redis.lock_key(name) + ":fence";
-        const std::uint64_t ahead = first + 1'000'000'000'000;  // 11.6 days ahead of the clock
-        redis.command({"SET", fence, std::to_string(ahead)});
-        EXPECT_EQ(lock_once(redis, kind, name), ahead + 1);
-        EXPECT_EQ(redis.command({"GET", fence}).text, std::to_string(ahead + 1));
-        EXPECT_GT(redis.command({"PTTL", fence}).integer, 0) << "the counter lost its expiry";
-    }
+    constexpr std::uint64_t ahead = 1'000'000'000'000;  // 11.6 days ahead of the clock
+    after_counter_set(
+        [](std::uint64_t first) { return first + ahead; },
+        [](dlock::redis::client& redis, const std::string& fence, std::uint64_t first,
+           std::uint64_t next) {
+            EXPECT_EQ(next, first + ahead + 1);
+            EXPECT_EQ(redis.command({"GET", fence}).text, std::to_string(first + ahead + 1));
+            EXPECT_GT(redis.command({"PTTL", fence}).integer, 0) << "the counter lost its expiry";
+        });
 }
 
 // A counter left by a version without expiry (a small number, no TTL) gets one at the next grant,
