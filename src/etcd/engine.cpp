@@ -474,13 +474,15 @@ void engine::add_token(grpc::ClientContext& ctx) {
 }
 
 grpc::Status engine::rpc(steady::time_point deadline,
-                         const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call) {
+                         const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call,
+                         const stubs** answered) {
     grpc::Status st;
     std::string stale;  // a token etcd refused (once per call)
     for (int tries = 0;; ++tries) {
         const auto now = steady::now();
         const auto index = current_.load() % endpoints_.size();
         auto& e = *endpoints_[index];
+        if (answered != nullptr) *answered = &e;
         std::string token;
         st = auth_token(e, deadline, stale, token);
         if (st.ok()) {
@@ -525,12 +527,14 @@ std::shared_ptr<session> engine::session_for(std::error_code& ec) {
     req.set_ttl(std::chrono::ceil<std::chrono::seconds>(options_.session_ttl).count());
     pb::LeaseGrantResponse resp;
     const auto sent = steady::now();
+    const stubs* answered = endpoints_.front().get();
     const auto st = rpc(
         dlock::detail::deadline_after(sent, options_.connect_timeout),
-        [&](stubs& e, grpc::ClientContext& ctx) { return e.lease->LeaseGrant(&ctx, req, &resp); });
+        [&](stubs& e, grpc::ClientContext& ctx) { return e.lease->LeaseGrant(&ctx, req, &resp); },
+        &answered);
     if (!st.ok() || !resp.error().empty() || resp.ttl() <= 0) {
         const auto code = st.ok() ? errc::server_error : code_for(st);
-        const auto& host = endpoints_[current_.load() % endpoints_.size()]->host;
+        const auto& host = answered->host;  // rpc() has moved on to the next member by now
         std::string why = st.ok() ? resp.error() : status_text(st);
         if (endpoint_.secure && code == errc::connection_failed) {
             // gRPC does not say why a TLS handshake failed: find out with one of our own

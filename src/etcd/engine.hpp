@@ -115,9 +115,12 @@ private:
     class ending_watch;
 
     /// Runs `call` on the current endpoint, moving to the next one and retrying while the answer
-    /// is UNAVAILABLE or late, until `deadline` (each try bounded by command_timeout).
+    /// is UNAVAILABLE or late, until `deadline` (each try bounded by command_timeout). `answered`,
+    /// when given, is set to the endpoint whose answer (or failure) is returned: after a failure
+    /// at the deadline the current endpoint is already the next one.
     grpc::Status rpc(steady::time_point deadline,
-                     const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call);
+                     const std::function<grpc::Status(stubs&, grpc::ClientContext&)>& call,
+                     const stubs** answered = nullptr);
     /// With a user in the URL: the auth token (Authenticate, on first need), "" without auth.
     /// `stale` is a token etcd called invalid: a new one is asked for unless another thread did
     /// already. A refused authentication is UNAUTHENTICATED naming the user (never the password).

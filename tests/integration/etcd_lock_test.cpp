@@ -285,6 +285,36 @@ TEST(EtcdSession, ARevokedLeaseLosesEveryLockAndTheNextAcquireGetsANewLease) {
     y.release(ec);
 }
 
+// A grant that fails names the member whose failure it reports, not the one the client moves on
+// to. The member, paused after its lease was revoked, keeps its connection open and never
+// answers the new LeaseGrant, which so fails at connect_timeout; the other member refuses at
+// once.
+TEST(EtcdSession, AFailedGrantNamesTheMemberThatFailed) {
+    dlock::test::etcd_cluster etcd(1);
+    const auto refusing = "127.0.0.1:" + std::to_string(dlock::test::free_port());
+    const auto ttl = std::chrono::ceil<std::chrono::seconds>(scaled(3s));
+    dlock::etcd::client c({.url = "etcd://" + etcd.endpoint(0) + "," + refusing,
+                           .session_ttl = ttl,
+                           .connect_timeout = scaled(4s),
+                           .command_timeout = scaled(30s)});
+    const auto name = dlock::test::unique_name("etcd-named");
+    auto l = c.acquire(name, {.lease = 10s});
+    const auto key = c.key_of(l);
+    ASSERT_EQ(etcd.etcdctl({"lease", "revoke", key.substr(key.rfind('/') + 1)}).status, 0);
+    ASSERT_TRUE(eventually([&] { return l.state() == dlock::lock_state::lost; }, ttl + 5s));
+    etcd.pause(0);
+    std::error_code ec;
+    auto again = c.acquire(name, {.wait = 0ms}, ec);
+    const auto message = dlock::last_error_message(ec);
+    etcd.resume(0);
+    EXPECT_FALSE(again);
+    EXPECT_NE(message.find("etcd " + etcd.endpoint(0) + ": lease grant failed"), std::string::npos)
+        << message;
+    EXPECT_EQ(message.find(refusing), std::string::npos) << message;
+    std::error_code ignored;
+    l.release(ignored);
+}
+
 // The single member restarts while a lock is held: the lock is uncertain while the stream is
 // broken, then held again on one new stream; the key (and the lease) survive.
 TEST(EtcdSession, TheStreamComesBackAfterTheMemberRestarts) {
