@@ -13,6 +13,7 @@
 #include "child_process.hpp"
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
+#include "temp_dir.hpp"
 #include "test_env.hpp"
 
 using namespace std::chrono_literals;
@@ -28,6 +29,17 @@ const bool sleeper_registered = dt::register_child("sleeper", [](const auto&) {
     std::this_thread::sleep_for(60s);
     return 0;
 });
+
+// A read error (here EISDIR; ESRCH for a /proc file of a process that exited while it was read,
+// which the CLI supervision tests scan) gives what was read, never an exception.
+TEST(Harness, ReadTextOfAFileThatCannotBeReadIsEmpty) {
+    const dlock::test::temp_dir dir("dlock-harness");
+    std::string text = "unset";
+    EXPECT_NO_THROW(text = dlock::test::read_text(dir.path()));
+    EXPECT_EQ(text, "");
+    EXPECT_EQ(dlock::test::read_text(dir / "missing"), "");
+    EXPECT_EQ(dlock::test::read_text(dir.write("f", "abc")), "abc");
+}
 
 TEST(Harness, StartsAndAnswersCommands) {
     dt::redis_server server;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <system_error>
 
@@ -50,8 +51,12 @@ void write_atomically(const std::string& path, std::string_view text) {
 }
 
 std::string read_text(const std::string& path) {
+    // operator<< of a streambuf turns a read error into failbit (a /proc file of a process that
+    // exited meanwhile fails with ESRCH): what was read so far, never an exception.
     std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::ostringstream text;
+    if (in) text << in.rdbuf();
+    return text.str();
 }
 
 std::string read_tail(const std::string& path, std::size_t bytes) {

@@ -30,8 +30,8 @@ private:
 /// for `path` never sees it half written. Throws std::runtime_error if it cannot.
 void write_atomically(const std::string& path, std::string_view text);
 
-/// The whole content of `path`, or "" if it cannot be read (marker files written by commands,
-/// server logs).
+/// The content of `path` (marker files written by commands, server logs, /proc files), or "" if
+/// it cannot be opened; a read error ends it early and never throws.
 std::string read_text(const std::string& path);
 
 /// The last `bytes` bytes of `path` (all of it when shorter), or "": a log's tail for a failure
