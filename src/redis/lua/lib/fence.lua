@@ -22,20 +22,30 @@ local function dlock_fence_text(fence)
   return string.format('%d', fence)
 end
 
--- The value of counter `fence_key` (0 when absent), or nil and an error reply when it is not a
--- whole number.
-local function dlock_read_fence(fence_key)
-  local current = redis.pcall('GET', fence_key)
-  if type(current) == 'table' and current.err then
-    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. current.err)
-  end
-  if not current then return 0 end
+-- The error reply for counter `fence_key` when a command on it failed with `reply`.
+local function dlock_fence_error(fence_key, reply)
+  return redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. reply.err)
+end
+
+-- `current`, the text counter `fence_key` held, as a whole number, or nil and an error reply.
+local function dlock_fence_value(fence_key, current)
   local value = tonumber(current)
   if not value or value ~= math.floor(value) then
     return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ' holds "' ..
                                   current .. '", not a number')
   end
   return value
+end
+
+-- The value of counter `fence_key` (0 when absent), or nil and an error reply when it is not a
+-- whole number.
+local function dlock_read_fence(fence_key)
+  local current = redis.pcall('GET', fence_key)
+  if type(current) == 'table' and current.err then
+    return nil, dlock_fence_error(fence_key, current)
+  end
+  if not current then return 0 end
+  return dlock_fence_value(fence_key, current)
 end
 
 -- How long counter writes keep the counter: max(`idle_ms`, `lease_ms`) (ARGV text or numbers);
@@ -46,18 +56,23 @@ local function dlock_fence_keep(idle_ms, lease_ms)
   return keep
 end
 
+-- SET of counter `fence_key` to `text` for `keep` ms (nil: no expiry), with GET when `get` is
+-- set (the replaced value is the reply); redis.pcall's reply.
+local function dlock_set_fence(fence_key, text, keep, get)
+  local args = {'SET', fence_key, text}
+  if keep then
+    args[#args + 1] = 'PX'
+    args[#args + 1] = keep
+  end
+  if get then args[#args + 1] = 'GET' end
+  return redis.pcall(unpack(args))
+end
+
 -- Stores `value` in counter `fence_key` for `keep` ms (nil: no expiry). Returns an error reply
 -- when the server refuses the write (e.g. a read-only replica), else nil.
 local function dlock_store_fence(fence_key, value, keep)
-  local done
-  if keep then
-    done = redis.pcall('SET', fence_key, dlock_fence_text(value), 'PX', keep)
-  else
-    done = redis.pcall('SET', fence_key, dlock_fence_text(value))
-  end
-  if type(done) == 'table' and done.err then
-    return redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. done.err)
-  end
+  local done = dlock_set_fence(fence_key, dlock_fence_text(value), keep)
+  if type(done) == 'table' and done.err then return dlock_fence_error(fence_key, done) end
   return nil
 end
 
@@ -89,25 +104,15 @@ local function dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor)
     return fence
   end
   local fence = dlock_now_us()
-  local replaced
-  if keep then
-    replaced = redis.pcall('SET', fence_key, dlock_fence_text(fence), 'PX', keep, 'GET')
-  else
-    replaced = redis.pcall('SET', fence_key, dlock_fence_text(fence), 'GET')
-  end
+  local replaced = dlock_set_fence(fence_key, dlock_fence_text(fence), keep, true)
   if type(replaced) == 'table' and replaced.err then
-    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ': ' .. replaced.err)
+    return nil, dlock_fence_error(fence_key, replaced)
   end
   if not replaced then return fence end
-  local value = tonumber(replaced)
-  if not value or value ~= math.floor(value) then
-    if keep then
-      redis.pcall('SET', fence_key, replaced, 'PX', keep)
-    else
-      redis.pcall('SET', fence_key, replaced)
-    end
-    return nil, redis.error_reply('WRONGTYPE fence counter ' .. fence_key .. ' holds "' ..
-                                  replaced .. '", not a number')
+  local value, bad = dlock_fence_value(fence_key, replaced)
+  if not value then
+    dlock_set_fence(fence_key, replaced, keep)  -- put back what was there
+    return nil, bad
   end
   if value < fence then return fence end
   fence = value + 1
