@@ -640,9 +640,9 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                 bool was_there = false;
                 const auto by =
                     dlock::detail::deadline_after(steady::now(), options_.command_timeout);
-                if (!delete_fenced(a.key, a.revision, *a.s, by, was_there)) {
+                if (!delete_fenced(a.key, a.revision, *a.s, by, was_there, a.prefix, a.limit_key)) {
                     dlock::detail::lock_guard lock(mutex_);
-                    pending_.push_back({a.s, a.prefix, a.turn, a.key, a.revision});
+                    pending_.push_back({a.s, a.prefix, a.turn, a.key, a.revision, a.limit_key});
                     wake_ = true;
                     a.turn = 0;  // the background thread gives it back once deleted
                 }
@@ -676,6 +676,7 @@ dlock::lease engine::acquire_until(std::string_view name, const lock_request& re
                     held.turn = std::exchange(a.turn, 0);
                     held.key = a.key;
                     held.revision = a.revision;
+                    held.limit_key = a.limit_key;
                     const auto cap = options.renew ? options.max_hold
                                                    : std::min(options.max_hold, options.lease);
                     if (cap != forever) held.cap_valid = dlock::detail::valid_until(a.sent, cap);
@@ -1090,7 +1091,8 @@ void engine::end_watches() {
 }
 
 bool engine::delete_fenced(const std::string& key, std::int64_t revision, const session& owner,
-                           steady::time_point deadline, bool& was_there) {
+                           steady::time_point deadline, bool& was_there, const std::string& prefix,
+                           const std::string& limit_key) {
     was_there = false;
     if (revision == 0) {
         // A put whose reply was lost: the key is ours if it carries our lease.
@@ -1109,11 +1111,25 @@ bool engine::delete_fenced(const std::string& key, std::int64_t revision, const 
     compare_create(*txn.add_compare(), key, revision);
     auto* del = txn.add_success()->mutable_request_delete_range();
     del->set_key(key);
+    const bool with_limit = !limit_key.empty();
+    if (with_limit) {
+        // Ours is the last key under the prefix when every key there has our create revision
+        // (a compare over a range holds for each key in it). Then the permits key goes too;
+        // else (failure) only our key, fenced as above, in a nested Txn.
+        auto& last = *txn.add_compare();
+        compare_create(last, prefix, revision);
+        last.set_range_end(prefix_range_end(prefix));
+        txn.add_success()->mutable_request_delete_range()->set_key(limit_key);
+        auto& ours = *txn.add_failure()->mutable_request_txn();
+        compare_create(*ours.add_compare(), key, revision);
+        ours.add_success()->mutable_request_delete_range()->set_key(key);
+    }
     pb::TxnResponse resp;
     const auto st = rpc(
         deadline, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
     if (!st.ok()) return false;
-    was_there = resp.succeeded();
+    was_there = resp.succeeded() || (with_limit && resp.responses_size() == 1 &&
+                                     resp.responses(0).response_txn().succeeded());
     return true;
 }
 
@@ -1360,10 +1376,12 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         bool was_there = false;
         const auto deadline =
             dlock::detail::deadline_after(steady::now(), options_.command_timeout);
-        if (!delete_fenced(held.key, held.revision, *held.owner, deadline, was_there)) {
+        if (!delete_fenced(held.key, held.revision, *held.owner, deadline, was_there, held.prefix,
+                           held.limit_key)) {
             {
                 dlock::detail::lock_guard lock(mutex_);
-                pending_.push_back({held.owner, held.prefix, held.turn, held.key, held.revision});
+                pending_.push_back(
+                    {held.owner, held.prefix, held.turn, held.key, held.revision, held.limit_key});
                 wake_ = true;
             }
             worker_cv_.notify_all();
@@ -1544,7 +1562,7 @@ steady::time_point engine::check_leases(steady::time_point now) {
                     // Nobody trusts the key any more: delete it (fenced); the local turn is given
                     // back once it is gone, as our lease would find it again.
                     pending_.push_back({held.owner, held.prefix, std::exchange(held.turn, 0),
-                                        held.key, held.revision});
+                                        held.key, held.revision, held.limit_key});
                 } else {
                     // The session was abandoned: later calls queue under a new lease (a key of
                     // their own), so the turn is free now.
@@ -1592,7 +1610,7 @@ void engine::run_pending_deletes() {
         }
         bool was_there = false;
         if (dead || delete_fenced(d.key, d.revision, *d.owner, background_deadline(steady::now()),
-                                  was_there)) {
+                                  was_there, d.prefix, d.limit_key)) {
             leave_turn(d.prefix, d.turn);
         } else {
             again.push_back(std::move(d));

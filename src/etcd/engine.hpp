@@ -100,6 +100,7 @@ private:
         std::uint64_t turn = 0;  // that turn's id while this grant has it; 0 once given back
         std::string key;
         std::int64_t revision = 0;  // the key's create revision: the fencing token
+        std::string limit_key;      // permits: the semaphore's permits key (delete_fenced)
         steady::time_point cap_valid = steady::time_point::max();  // granted + cap - drift
     };
     /// A delete of our key, fenced on its create revision, that could not be confirmed: retried by
@@ -110,6 +111,7 @@ private:
         std::uint64_t turn = 0;  // the local turn it holds
         std::string key;
         std::int64_t revision = 0;  // 0: unknown (a put whose reply was lost)
+        std::string limit_key;      // permits: the semaphore's permits key (delete_fenced)
     };
     struct attempt_state;
     class ending_watch;
@@ -156,9 +158,11 @@ private:
                             std::optional<std::string>& limit, std::int64_t& revision);
     friend class etcd_watch;
     /// Deletes `key` if its create revision is `revision` (0: if it is ours at all). false when
-    /// the outcome is unknown.
+    /// the outcome is unknown. With a semaphore's `limit_key`, in the same Txn: when `key` is the
+    /// last key under `prefix`, the permits key goes with it (nothing of an idle semaphore stays).
     bool delete_fenced(const std::string& key, std::int64_t revision, const session& owner,
-                       steady::time_point deadline, bool& was_there);
+                       steady::time_point deadline, bool& was_there, const std::string& prefix = {},
+                       const std::string& limit_key = {});
     /// Takes the local turn of lock `prefix` for `ticket` (0: a new ticket is drawn and stored
     /// there): true when it is ticket's, false while another call of this client has it or an
     /// earlier ticket waits for it (the recipe's key is one per lease, so one per client and

@@ -261,6 +261,49 @@ TEST(EtcdKinds, SetPermitsWakesTheFirstWaiter) {
     EXPECT_EQ(ec, dlock::errc::invalid_argument);
 }
 
+// Nothing of an idle semaphore stays in etcd: the release of the last key under its prefix
+// deletes the permits key in the same Txn. While a holder or a waiter is left, the number stays
+// (a release must not hand the next acquire a fresh number while permits are in use).
+TEST(EtcdKinds, TheLastReleaseTakesThePermitsKeyAlong) {
+    const auto name = dlock::test::unique_name("etcd-sem-idle");
+    std::string permits_key = "/dlock-permits-";  // docs/etcd.md, "Semaphore" (no URL prefix)
+    for (const char ch : name) {
+        constexpr char hex[] = "0123456789abcdef";
+        permits_key += hex[static_cast<unsigned char>(ch) >> 4];
+        permits_key += hex[static_cast<unsigned char>(ch) & 15];
+    }
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client(120s);
+    std::error_code ec;
+    auto first = try_now(a, name, permits(1, 1), ec);
+    ASSERT_TRUE(first) << dlock::last_error_message(ec);
+    ASSERT_EQ(keys_under(permits_key), 1u);
+    std::atomic<bool> got{false}, done{false};
+    std::thread waiter([&] {
+        auto l = b.acquire(name, permits(1, 1), {.lease = 10s, .wait = scaled(30s)});
+        got = true;
+        while (!done.load()) std::this_thread::sleep_for(1ms);
+    });
+    ASSERT_TRUE(eventually([&] { return keys_under(name + "/") == 2; }, scaled(10s)));
+    first.release();
+    ASSERT_TRUE(eventually([&] { return got.load(); }, scaled(10s)));
+    EXPECT_EQ(keys_under(permits_key), 1u) << "the number went while the waiter holds";
+    done = true;
+    waiter.join();  // its release is the last
+    EXPECT_EQ(keys_under(name + "/"), 0u);
+    EXPECT_EQ(keys_under(permits_key), 0u) << "the permits key outlived the semaphore's last key";
+    EXPECT_FALSE(a.inspect(name).permit_limit.has_value());
+    // A try that fails deletes its own key only: the holder's number stays.
+    auto again = try_now(a, name, permits(1, 1), ec);
+    ASSERT_TRUE(again) << dlock::last_error_message(ec);
+    auto refused = try_now(b, name, permits(1, 1), ec);
+    EXPECT_FALSE(refused);
+    EXPECT_EQ(keys_under(permits_key), 1u) << "a failed try took the holder's number";
+    again.release();
+    EXPECT_EQ(keys_under(name + "/"), 0u);
+    EXPECT_EQ(keys_under(permits_key), 0u);
+}
+
 // recursive_mutex: every level is the one etcdctl key; the key goes with the last level.
 TEST(EtcdKinds, ReentryLevelsShareOneKey) {
     auto a = shared_etcd_client();
