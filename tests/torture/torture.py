@@ -976,6 +976,9 @@ ETCD_GROUPS = [
     ("mutex", ["mutex"] * 3, {}),
     ("fair", ["fair"] * 3, {}),
     ("mixed", ["mutex", "mutex", "fair"], {}),  # two kinds on one name exclude each other
+    ("rw", ["write", "write", "read", "read"], {}),
+    ("recursive", ["recursive"] * 2, {}),
+    ("sem", ["semaphore"] * 3, {"permits": 2}),
 ]
 
 
