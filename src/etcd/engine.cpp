@@ -300,12 +300,18 @@ void range_queue(pb::RangeRequest& r, const std::string& prefix) {
     r.set_keys_only(true);
 }
 
-/// The queue entries of a range_queue answer (recipe.hpp).
+/// The queue entries of a range_queue answer (recipe.hpp). A key with another '/' after the
+/// prefix belongs to a lock of a longer name ("N/x/<lease>" under lock N's "N/") and is not in
+/// this lock's queue. Leaving it out is safe with etcd's own recipe too: a concurrency.Mutex (or
+/// `etcdctl lock`) on N waits for every key under "N/" created before its own, ours included.
 std::vector<dlock::detail::queue_entry> entries_in(const pb::RangeResponse& r,
                                                    const std::string& prefix) {
     std::vector<dlock::detail::queue_entry> out;
     out.reserve(static_cast<std::size_t>(r.kvs_size()));
-    for (const auto& kv : r.kvs()) out.push_back(entry_of(prefix, kv.key(), kv.create_revision()));
+    for (const auto& kv : r.kvs()) {
+        if (kv.key().find('/', prefix.size()) != std::string::npos) continue;
+        out.push_back(entry_of(prefix, kv.key(), kv.create_revision()));
+    }
     return out;
 }
 

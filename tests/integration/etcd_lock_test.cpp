@@ -211,6 +211,30 @@ TEST(EtcdInterop, EtcdctlLockWaitsForDlockAndDlockWaitsForEtcdctl) {
     }
 }
 
+// A lock named "N/x" keeps its keys under "N/x/", inside lock N's prefix "N/": lock N's queue
+// is its own keys ("N/<lease>", no further '/'), so a held "N/x" neither makes N wait nor looks
+// like another kind on N (a semaphore N would be refused as "used as a mutex").
+TEST(EtcdLock, ANestedNameIsNotInTheWay) {
+    auto a = shared_etcd_client();
+    auto b = shared_etcd_client();
+    const auto name = dlock::test::unique_name("etcd-nest");
+    auto inner = a.acquire(name + "/x", {.lease = 10s});
+    ASSERT_EQ(keys_under(name + "/").size(), 1u);
+    std::error_code ec;
+    auto outer = b.acquire(name, {.lease = 10s, .wait = 0ms}, ec);
+    EXPECT_TRUE(outer) << "lock N waited for lock N/x: " << dlock::last_error_message(ec);
+    EXPECT_EQ(b.inspect(name).holders, outer ? 1u : 0u);
+    outer.release();
+    auto sem = b.acquire(name, {.kind = dlock::lock_kind::permits, .count = 1, .limit = 2},
+                         {.lease = 10s, .wait = 0ms}, ec);
+    EXPECT_TRUE(sem) << "a semaphore N beside a held N/x: " << dlock::last_error_message(ec);
+    sem.release();
+    // N/x still excludes its own kind, and etcdctl's N still waits for everything under N/.
+    auto none = b.acquire(name + "/x", {.lease = 10s, .wait = 0ms}, ec);
+    EXPECT_FALSE(none);
+    EXPECT_EQ(ec, dlock::errc::timeout) << dlock::last_error_message(ec);
+}
+
 // A record is written once and read by everyone after; its key lies outside every lock's key
 // range, so a lock named like the record's prefix is not blocked by it.
 TEST(EtcdLock, RecordOnceKeepsTheFirstValueOutsideEveryLocksKeys) {
