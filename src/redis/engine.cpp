@@ -1200,7 +1200,19 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                                           : std::string()) +
                      ")");
         } else if (servers_.size() == 1) {
-            fail(ec, ec, failures);  // not_ours == 0 here: the server failed
+            // not_ours == 0 here: the server failed. Sent again from the background thread (a
+            // Sentinel failover: to the new master) until answered or our key has run out.
+            const auto now = steady::now();
+            const auto first_gap = std::chrono::milliseconds(250);
+            {
+                dlock::detail::lock_guard lock(pending_mutex_);
+                pending_releases_.push_back(
+                    {protocol, lease.name(), lease.token(), whole,
+                     now + std::max(lease.plan().lease, handoff_lease) + std::chrono::seconds(1),
+                     now + first_gap, first_gap});
+            }
+            wake_by(now + first_gap);
+            fail(ec, ec, failures + "; retried in the background until the lease would end");
         } else {
             fail(ec, errc::quorum_unreachable,
                  "release of \"" + lease.name() + "\": too few servers answered (" +
@@ -1385,9 +1397,53 @@ steady::time_point engine::renew_due(steady::time_point now) {
     return next;
 }
 
+steady::time_point engine::retry_releases(steady::time_point now) {
+    std::vector<pending_release> due;
+    {
+        dlock::detail::lock_guard lock(pending_mutex_);
+        if (pending_releases_.empty()) return steady::time_point::max();
+        const auto later = std::partition(
+            pending_releases_.begin(), pending_releases_.end(),
+            [&](const pending_release& p) { return p.until > now && p.next_try > now; });
+        for (auto it = later; it != pending_releases_.end(); ++it) {
+            if (it->until > now) due.push_back(std::move(*it));  // else: the key ran out
+        }
+        pending_releases_.erase(later, pending_releases_.end());
+    }
+    // Bounded like the renewals: no lease's loss is reported late for a retry's sake.
+    auto latest = steady::time_point::max();
+    {
+        dlock::detail::lock_guard lock(registry_mutex_);
+        latest = registry_.earliest_deadline();
+    }
+    std::vector<pending_release> again;
+    for (auto& p : due) {
+        round_plan plan{one_call({p.protocol->release,
+                                  keys(*p.protocol, p.name),
+                                  {p.token, channel(p.name), ms_text(handoff_lease),
+                                   p.whole ? "1" : "0", ms_text(config_.idle_expiry), ""}}),
+                        /*renewals=*/true};
+        plan.deadline = [&](steady::time_point own, steady::time_point) {
+            return std::min(own, latest);
+        };
+        const auto run = run_on_every_server(plan);
+        const auto& b = run.batches.front();
+        // Any verdict ends it: deleted, already gone, or another owner's (nothing touched).
+        if (!b.ec && b.replies.front().type == reply::kind::integer) continue;
+        p.gap = std::min<std::chrono::milliseconds>(p.gap * 2, std::chrono::seconds(2));
+        p.next_try = steady::now() + p.gap;
+        if (p.next_try < p.until) again.push_back(std::move(p));
+    }
+    dlock::detail::lock_guard lock(pending_mutex_);
+    for (auto& p : again) pending_releases_.push_back(std::move(p));
+    auto next = steady::time_point::max();
+    for (const auto& p : pending_releases_) next = std::min(next, p.next_try);
+    return next;
+}
+
 void engine::run(std::stop_token stop) {
     while (!stop.stop_requested()) {
-        auto next = renew_due(steady::now());
+        auto next = std::min(renew_due(steady::now()), retry_releases(steady::now()));
         const int sub_fd = subscriber_->service(steady::now(), next);
         next = std::min(next, subscriber_->next_retry());
         // Sentinel: +switch-master on one sentinel (sentinel.hpp).

@@ -225,6 +225,8 @@ private:
     /// acknowledged them in time (or no WAIT is asked), else why not (naming k and how many did).
     std::string await_replicas(connection& conn, steady::time_point latest);
     steady::time_point renew_due(steady::time_point now);
+    /// Runs the releases that are due again (pending_release); the time the next one is due.
+    steady::time_point retry_releases(steady::time_point now);
 
     const engine_config config_;
     std::vector<std::unique_ptr<voter>> servers_;
@@ -249,6 +251,22 @@ private:
     /// release takes that id off every server (src/redis/lua/release.lua, ARGV[6]).
     dlock::detail::mutex registered_mutex_;
     std::unordered_map<std::string, std::string> registered_as_ DLOCK_GUARDED_BY(registered_mutex_);
+
+    /// One server (or Sentinel's master): a release the server did not answer. The release
+    /// script only deletes our own token's grant, so the background thread may send it again
+    /// until it is answered (after a Sentinel failover, on the new master) or the key has run out
+    /// by itself (`until`): waiters then get the lock at once instead of at the lease's end.
+    struct pending_release {
+        const lock_protocol* protocol = nullptr;
+        std::string name;
+        std::string token;
+        bool whole = false;
+        steady::time_point until;
+        steady::time_point next_try;
+        std::chrono::milliseconds gap{};  // doubles after each failed try, at most 2 s
+    };
+    dlock::detail::mutex pending_mutex_;
+    std::vector<pending_release> pending_releases_ DLOCK_GUARDED_BY(pending_mutex_);
 
     dlock::detail::mutex identity_mutex_;  // also guards voter::run_id
     std::string identity_error_ DLOCK_GUARDED_BY(identity_mutex_);

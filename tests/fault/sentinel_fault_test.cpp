@@ -156,6 +156,28 @@ TEST(SentinelFault, HolderAndWaiterFollowAFailover) {
     EXPECT_GT(waiter_token.load(), first) << "fencing tokens rise across the failover";
 }
 
+// A release that meets the dead master fails, and is sent again from the background thread
+// until it reaches the new master: the next holder gets the lock after the failover, not at the
+// end of the released lease (docs/sentinel.md, "Failover").
+TEST(SentinelFault, AReleaseThatMetTheDeadMasterReachesTheNewOne) {
+    auto& set = shared_sentinels();
+    set.ensure_healthy();
+    // K = every replica: whichever replica is promoted has the grant.
+    dlock::redis::client holder_client(options(set.url("wait_replicas=2&wait_timeout=1s")));
+    dlock::redis::client next_client(options(set.url()));
+    const auto name = unique_name();
+    auto holder = holder_client.acquire(name, {.lease = scaled(120s)});
+
+    const auto old = set.kill_master();
+    std::error_code ec;
+    holder.release(ec);
+    EXPECT_TRUE(ec) << "the release reached a killed master";
+    set.await_failover(old, failover_deadline);
+    // Well within the released lease (120 s): only a release on the new master frees it.
+    auto next = next_client.acquire(name, {.lease = scaled(5s), .wait = scaled(30s)}, ec);
+    EXPECT_TRUE(next) << dlock::last_error_message(ec) << "\n" << set.describe();
+}
+
 TEST(SentinelFault, WithWaitNoSecondHolderAppearsAfterAFailover) {
     auto& set = shared_sentinels();
     set.ensure_healthy();
