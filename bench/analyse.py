@@ -656,7 +656,7 @@ def report(run_dir, plots_dir, report_path):
                 met = v >= limit
                 target_rows.append((mode, desc, pct(v), f">= {100 * limit:.0f} %", "met" if met else "**missed**"))
         w3 = results.get(f"W3-{mode}")
-        if w3 and mode != "etcd" and w3.get("contended"):
+        if w3 and mode not in ("etcd", "zk") and w3.get("contended"):  # zk: the PING is of an idle Redis
             # The hand-off against one round trip measured under the same load: a hand-off between
             # processes needs at least one (the release reaching the server, the grant the waiter).
             pr, q = w3.get("probe") or {}, w3.get("handoff_other_vs_probe")
@@ -866,6 +866,25 @@ def report(run_dir, plots_dir, report_path):
     L.append("")
     L.append("## Targets")
     L.append("")
+    probes = {}
+    for r in results.values():
+        pr = r.get("probe") or {}
+        if pr.get("status") == "run":
+            probes.setdefault(pr["kind"], pr)
+    if probes:
+        L.append("Rows \"under the same load\" are against **the probe**: a separate process started with the "
+                 "workers, timing from their common start instant over the whole window one operation every "
+                 + " / ".join(f"{pr['gap_ms']:g} ms ({kind})" for kind, pr in probes.items())
+                 + " on a fixed schedule"
+                 + ("; Redis: a PING by dlock-bench-floor (hiredis sync, one connection) to the server the "
+                    "workers lock on" if "redis" in probes else "")
+                 + ("; etcd (W3, W4): a `Put` (32-byte value) and a linearizable `Range` alternately, on the "
+                    "probe's own key `dlock-floor-etcd/probe/<pid>` outside every lock's keys, by "
+                    "dlock-bench-floor-etcd (gRPC C++ sync, one channel) to the same member; the `Put` p50 is "
+                    "the figure" if "etcd" in probes else "")
+                 + ". The W0 floors above were measured on a quiet server; the probe's round trip is the one a "
+                 "hand-off pays under its own load (docs/benchmarks.md, \"The probe\").")
+        L.append("")
     L.append("| lock type | target | measured | limit | |")
     L.append("|---|---|---|---|---|")
     for row in target_rows:
