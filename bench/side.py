@@ -660,8 +660,9 @@ def bound_notes(res, run, scale, run_dir=""):
                       else "")
                    + ". A hand-off is the holder's release (a delete: a Raft commit with WAL fsync before the "
                    "member answers) and the watch event that wakes the next waiter"
-                   + (f"; W0's `Put` p50 in this run was {us(put)}, so one write round trip bounds it from below"
-                      if put else "") + "."
+                   + (f"; so one write round trip bounds it from below: the probe's `Put` under the same load "
+                      f"took {us(ef['floor_load'])} (p50)" if ef.get("floor_load") else "")
+                   + (f"; W0's `Put` on the quiet member {us(put)}" if put else "") + "."
                    + "".join(f" {lab}: {f['backend_cpu_per_grant_us']:.0f} µs of the etcd member's CPU and "
                              f"{f['client_cpu_per_grant_us']:.0f} µs in the workers per grant."
                              for lab, f in e.items()
