@@ -324,7 +324,9 @@ def analyse_workload(wdir):
     })
     probe_p50 = (out["probe"] or {}).get("p50")
     other_p50 = out["handoff_other"]["p50"]
-    out["handoff_other_vs_probe"] = other_p50 / probe_p50 if probe_p50 and other_p50 and contended else None
+    # No ratio to a PING of a Redis server the workers do not use (ZooKeeper workloads).
+    out["handoff_other_vs_probe"] = (other_p50 / probe_p50 if probe_p50 and other_p50 and contended
+                                     and not out["probe"].get("idle_server") else None)
     # Raw distributions for the plots (not written to summary.json).
     out["_raw"] = {"acquire": waits, "handoff_other": handoff_other, "handoff": handoff_all}
     return out
