@@ -7,10 +7,14 @@
 // event loop), not dlock, so it is the one bench/ program that does not go through <dlock/...>.
 //
 //   dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] [--max-ops N] [--warmup N]
-//                     [--interval-us U]
+//                     [--gap-ms G] [--start-at-ns T]
 //
-// --interval-us U > 0 sleeps U µs after each PING: the floor UNDER LOAD, measured from a separate
-// process while a workload runs, without adding a busy client of its own to that load.
+// --gap-ms G > 0 is the probe: one PING every G ms (stats.hpp's pacer: a fixed schedule, one PING
+// per gap whatever the round trips take) for --duration-s seconds, so that a separate process
+// measures the round trip UNDER a workload's load while it runs without adding a busy client of
+// its own to that load. --start-at-ns T (CLOCK_MONOTONIC, the workers' --start-at-ns) makes the
+// timed PINGs start at T, after connecting and the warm-up, so the probe covers the workload's
+// whole window. Neither goes with --reference-s.
 //
 // With --reference-s S > 0 it also times, for reference only (they are not the floor), the same
 // client running what a lock operation costs the server, so the report can split a lock's latency
@@ -67,7 +71,7 @@ using dlock_bench::summary;
     std::fprintf(stderr,
                  "dlock-bench-floor: %s\n"
                  "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
-                 "[--max-ops N] [--warmup N] [--reference-s S] [--interval-us U]\n",
+                 "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T]\n",
                  why);
     std::exit(64);
 }
@@ -144,7 +148,8 @@ int main(int argc, char** argv) {
     long long max_ops = 200'000;
     long long warmup = 2'000;
     double reference_s = 0;     // > 0: also time the references, interleaved with the PINGs
-    long long interval_us = 0;  // > 0: sleep this long after each PING (floor under load)
+    double gap_ms = 0;          // > 0: the probe, one PING every gap_ms (floor under load)
+    long long start_at_ns = 0;  // > 0: the timed PINGs start then (CLOCK_MONOTONIC)
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -168,14 +173,18 @@ int main(int argc, char** argv) {
             warmup = std::atoll(std::string(v).c_str());
         else if (a == "--reference-s")
             reference_s = std::atof(std::string(v).c_str());
-        else if (a == "--interval-us")
-            interval_us = std::atoll(std::string(v).c_str());
+        else if (a == "--gap-ms")
+            gap_ms = std::atof(std::string(v).c_str());
+        else if (a == "--start-at-ns")
+            start_at_ns = std::atoll(std::string(v).c_str());
         else
             usage("unknown option");
     }
     if (server.empty() || out.empty() || server.rfind(':') == std::string::npos) {
         usage("--servers and --out are required");
     }
+    if (gap_ms < 0 || start_at_ns < 0) usage("--gap-ms and --start-at-ns must be >= 0");
+    if (gap_ms > 0 && reference_s > 0) usage("--gap-ms (the probe) does not go with --reference-s");
     const auto connect = [](const std::string& where) -> redisContext* {
         const auto colon = where.rfind(':');
         std::string host = where.substr(0, colon);
@@ -248,21 +257,19 @@ int main(int argc, char** argv) {
         }
         return true;
     };
+    if (start_at_ns > 0) dlock_bench::sleep_until_ns(start_at_ns);
     const std::int64_t deadline =
         now_ns() + static_cast<std::int64_t>(
                        (references ? std::max(duration_s, reference_s) : duration_s) * 1e9);
+    dlock_bench::pacer pace(static_cast<std::int64_t>(gap_ms * 1e6));
     while (static_cast<long long>(rtt.size()) < max_ops && now_ns() < deadline) {
+        pace.wait();
         std::int64_t t0 = now_ns();
         if (!ping(c)) {
             std::fprintf(stderr, "dlock-bench-floor: PING failed: %s\n", c->errstr);
             return 1;
         }
         rtt.push_back(now_ns() - t0);
-        if (interval_us > 0) {
-            const timespec pause{static_cast<time_t>(interval_us / 1'000'000),
-                                 static_cast<long>(interval_us % 1'000'000) * 1000};
-            nanosleep(&pause, nullptr);
-        }
         if (!references) continue;
 
         t0 = now_ns();

@@ -8,6 +8,7 @@
 //
 //   dlock-bench-floor-etcd --servers HOST:PORT --out FILE [--duration-s S] [--max-ops N]
 //                          [--warmup-s S] [--block-ms B] [--connect-timeout-ms T]
+//                          [--gap-ms G] [--start-at-ns T]
 //
 // --servers is one member's client address (the first entry of a list is used). Operations timed:
 //   etcd_range       Range of one key (etcd's default, a linearizable read: the member confirms
@@ -23,6 +24,14 @@
 // that both see the same machine load while a read seldom follows a write. The loop stops after
 // --duration-s seconds (default 3) or --max-ops operations of each kind. Before it, --warmup-s
 // seconds (default 2) of the same blocks are run and not recorded.
+//
+// --gap-ms G > 0 is the probe instead: the round trip UNDER a workload's load, from a separate
+// process while the workload runs (bench/run, docs/benchmarks.md). One operation every G ms on a
+// fixed schedule (stats.hpp's pacer), a Put and a Range of the probe's own key alternately, for
+// --duration-s seconds, with no warm-up beyond the first Put; --start-at-ns T (CLOCK_MONOTONIC,
+// the workers' --start-at-ns) makes the timed operations start at T, after connecting. Its key,
+// dlock-floor-etcd/probe/<pid>, is outside any lock's keys. FILE then gets the etcd_put samples
+// and summary, and the etcd_range "done" record last.
 //
 // FILE gets JSON Lines: one {"what":W,"rtt_ns":N} per operation (for CDF plots), one
 // {"event":"summary","what":W,"client":..,"n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
@@ -57,7 +66,8 @@ namespace pb = etcdserverpb;
     std::fprintf(stderr,
                  "dlock-bench-floor-etcd: %s\n"
                  "usage: dlock-bench-floor-etcd --servers HOST:PORT --out FILE [--duration-s S] "
-                 "[--max-ops N] [--warmup-s S] [--block-ms B] [--connect-timeout-ms T]\n",
+                 "[--max-ops N] [--warmup-s S] [--block-ms B] [--connect-timeout-ms T] "
+                 "[--gap-ms G] [--start-at-ns T]\n",
                  why);
     std::exit(64);
 }
@@ -75,6 +85,8 @@ int main(int argc, char** argv) {
     double warmup_s = 2.0;
     long long block_ms = 100;
     long long connect_timeout_ms = 10'000;
+    double gap_ms = 0;          // > 0: the probe (paced Put and Range, no blocks)
+    long long start_at_ns = 0;  // > 0: the probe's timed operations start then
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -94,6 +106,10 @@ int main(int argc, char** argv) {
             block_ms = std::atoll(std::string(v).c_str());
         else if (a == "--connect-timeout-ms")
             connect_timeout_ms = std::atoll(std::string(v).c_str());
+        else if (a == "--gap-ms")
+            gap_ms = std::atof(std::string(v).c_str());
+        else if (a == "--start-at-ns")
+            start_at_ns = std::atoll(std::string(v).c_str());
         else
             usage("unknown option");
     }
@@ -104,6 +120,7 @@ int main(int argc, char** argv) {
         usage(
             "--duration-s, --max-ops, --block-ms and --connect-timeout-ms must be > 0, "
             "--warmup-s >= 0");
+    if (gap_ms < 0 || start_at_ns < 0) usage("--gap-ms and --start-at-ns must be >= 0");
 
     const auto channel = grpc::CreateChannel(servers, grpc::InsecureChannelCredentials());
     if (!channel->WaitForConnected(std::chrono::system_clock::now() +
@@ -114,7 +131,9 @@ int main(int argc, char** argv) {
         return 1;
     }
     const auto kv = pb::KV::NewStub(channel);
-    const std::string key = "dlock-floor-etcd/" + std::to_string(::getpid());
+    const bool probe = gap_ms > 0;
+    const std::string key = std::string(probe ? "dlock-floor-etcd/probe/" : "dlock-floor-etcd/") +
+                            std::to_string(::getpid());
 
     pb::RangeRequest range;
     range.set_key(key);
@@ -159,12 +178,29 @@ int main(int argc, char** argv) {
     // The key exists during the read blocks (a Range that finds it, as a lock's check does), so
     // each block of writes ends with it put again.
     if (!do_put()) return fail();
+    const std::string client = "gRPC C++ " + grpc::Version() + " sync";
+    if (probe) {
+        std::vector<std::int64_t> puts;
+        std::vector<std::int64_t> ranges;
+        if (start_at_ns > 0) dlock_bench::sleep_until_ns(start_at_ns);
+        const std::int64_t deadline =
+            dlock_bench::now_ns() + static_cast<std::int64_t>(duration_s * 1e9);
+        dlock_bench::pacer pace(static_cast<std::int64_t>(gap_ms * 1e6));
+        for (long long i = 0; i < 2 * max_ops && dlock_bench::now_ns() < deadline; ++i) {
+            pace.wait();
+            const std::int64_t t0 = dlock_bench::now_ns();
+            if (!(i % 2 == 0 ? do_put() : do_range())) return fail();
+            (i % 2 == 0 ? puts : ranges).push_back(dlock_bench::now_ns() - t0);
+        }
+        if (!do_delete()) return fail();
+        return dlock_bench::write_samples_file(out, client,
+                                               {{"etcd_range", &ranges}, {"etcd_put", &puts}});
+    }
     dlock_bench::floor_samples samples;
     if (!dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples, do_range,
                                        do_put, do_delete, do_put))
         return fail();
     if (!do_delete()) return fail();  // nothing of ours is left behind
     const char* const what[4] = {"etcd_range", "etcd_put", "etcd_delete", "etcd_put_delete"};
-    return dlock_bench::write_floor_file(out, "gRPC C++ " + grpc::Version() + " sync", what,
-                                         samples);
+    return dlock_bench::write_floor_file(out, client, what, samples);
 }

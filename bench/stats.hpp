@@ -1,11 +1,13 @@
 // Shared by the floor programs (and the worker's clock): CLOCK_MONOTONIC nanoseconds as
 // the worker protocol requires (docs/benchmarks.md), nearest-rank percentiles, the summary
-// record the analyser reads, and the floor programs' timing loop and output file.
+// record the analyser reads, the floor programs' timing loop, their probe's pacing and their
+// output file.
 #pragma once
 
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +21,36 @@ inline std::int64_t now_ns() noexcept {
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+/// Sleeps until CLOCK_MONOTONIC reads `t` nanoseconds (at once if it already does).
+inline void sleep_until_ns(std::int64_t t) noexcept {
+    const timespec ts{static_cast<time_t>(t / 1'000'000'000), static_cast<long>(t % 1'000'000'000)};
+    while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+}
+
+/// The pace of a floor program's probe (--gap-ms: the round trip under a workload's load, from a
+/// separate process, docs/benchmarks.md): wait() returns at most once every `gap_ns`, on a fixed
+/// schedule from its first call, so the probe adds one operation per gap to the load whatever the
+/// round trips take; an operation that overran its slot moves the schedule on instead of bringing
+/// a burst of catch-up operations. A gap <= 0 never waits.
+class pacer {
+public:
+    explicit pacer(std::int64_t gap_ns) noexcept : gap_(gap_ns) {}
+    void wait() noexcept {
+        if (gap_ <= 0) return;
+        std::int64_t t = now_ns();
+        if (next_ > t) {
+            sleep_until_ns(next_);
+            t = next_;
+        }
+        next_ = t + gap_;
+    }
+
+private:
+    std::int64_t gap_;
+    std::int64_t next_ = 0;
+};
 
 inline std::int64_t nearest_rank(const std::vector<std::int64_t>& sorted, double p) {
     if (sorted.empty()) return 0;
@@ -117,31 +149,46 @@ bool run_floor_blocks(double warmup_s, double duration_s, long long max_ops, lon
     }
 }
 
+/// One kind of operation a floor program timed: its name in FILE and its round trips.
+struct named_samples {
+    const char* what;
+    const std::vector<std::int64_t>* rtt;
+};
+
 /// Writes a floor program's FILE (docs/benchmarks.md): one {"what":W,"rtt_ns":N} per operation
-/// under the names `what` (read, take, release, pair), the summary records of the three writes,
-/// and the read's summary as the "done" record last. Written to FILE.tmp and renamed, so a reader
-/// never sees half a file. Returns 0, or 1 after printing why to stderr.
-inline int write_floor_file(const std::string& path, const std::string& client,
-                            const char* const (&what)[4], const floor_samples& s) {
+/// of every series, a summary record of each series but the first, and the first's summary as the
+/// "done" record last. Written to FILE.tmp and renamed, so a reader never sees half a file.
+/// Returns 0, or 1 after printing why to stderr.
+inline int write_samples_file(const std::string& path, const std::string& client,
+                              const std::vector<named_samples>& series) {
     const std::string tmp = path + ".tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     if (f == nullptr) {
         std::perror(tmp.c_str());
         return 1;
     }
-    const std::vector<std::int64_t>* all[] = {&s.read, &s.take, &s.release, &s.pair};
-    for (int i = 0; i < 4; ++i)
-        for (const auto x : *all[i])
-            std::fprintf(f, "{\"what\":\"%s\",\"rtt_ns\":%lld}\n", what[i],
+    for (const auto& s : series)
+        for (const auto x : *s.rtt)
+            std::fprintf(f, "{\"what\":\"%s\",\"rtt_ns\":%lld}\n", s.what,
                          static_cast<long long>(x));
-    for (int i = 1; i < 4; ++i)
-        print_summary(f, "summary", what[i], client.c_str(), summarise(*all[i]));
-    print_summary(f, "done", what[0], client.c_str(), summarise(s.read));
+    for (std::size_t i = 1; i < series.size(); ++i)
+        print_summary(f, "summary", series[i].what, client.c_str(), summarise(*series[i].rtt));
+    if (!series.empty())
+        print_summary(f, "done", series[0].what, client.c_str(), summarise(*series[0].rtt));
     if (std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
         std::perror(path.c_str());
         return 1;
     }
     return 0;
+}
+
+/// write_samples_file of a floor program's blocks: the operations under the names `what` (read,
+/// take, release, pair), the read's summary as the "done" record.
+inline int write_floor_file(const std::string& path, const std::string& client,
+                            const char* const (&what)[4], const floor_samples& s) {
+    return write_samples_file(
+        path, client,
+        {{what[0], &s.read}, {what[1], &s.take}, {what[2], &s.release}, {what[3], &s.pair}});
 }
 
 }  // namespace dlock_bench
