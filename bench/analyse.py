@@ -1067,7 +1067,7 @@ def report(run_dir, plots_dir, report_path):
         "hold_many": hold,
         "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r)) for r in target_rows],
         "problems": problems,
-        "side_targets": [dict(zip(("target", "measured", "limit", "verdict"), r)) for r in side_rows],
+        "side_targets": [dict(zip(("target", "measured", "limit", "verdict", "floor"), r)) for r in side_rows],
         "plots": pngs,
         "readme_table": table,
     }
@@ -1088,12 +1088,17 @@ def readme_table(run, run_id, target_rows, side_rows):
          f"{run.get('loadavg_start', '?')} at the start, {run.get('loadavg_end', '?')} at the end; "
          f"medians of {(run.get('side') or {}).get('reps', '?')} repetitions; full tables, profiles and plots in "
          "[bench/results/REPORT.md](bench/results/REPORT.md)):", "",
-         "| target | measured (same run) | limit | |", "|---|---|---|---|"]
+         "| target | measured (same run) | limit | | floor in this run / why |", "|---|---|---|---|---|"]
     for t in side_rows:
         L.append("| " + " | ".join(t) + " |")
     for mode, desc, measured, limit, verdict in target_rows:
         if desc.startswith("W6"):
-            L.append(f"| {desc} ({mode}) | {measured} | {limit} | {verdict} |")
+            L.append(f"| {desc} ({mode}) | {measured} | {limit} | {verdict} | — |")
+    L.append("")
+    L.append("Floor: what this run measured that no client can go under, and whether the goal lies under it "
+             "(docs/benchmarks.md, \"Floors\"). Wake-ups and context switches per grant, client CPU, server "
+             "commands (scripts) and server CPU per grant or lock/unlock pair, of dlock and every peer: REPORT.md, "
+             "\"Profile per grant\".")
     return L
 
 

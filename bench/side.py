@@ -214,6 +214,7 @@ def analyse_side(run_dir, side):
                     "commands_per_grant": (sum(c.get("calls", 0) for c in (r.get("server_commands") or {}).values())
                                            / r["cycles_total"]) if r.get("cycles_total") else None,
                 })
+                reps[-1].update(command_time(r.get("server_commands") or {}, window_cycles))
                 raw_other.extend(r["_raw"]["handoff_other"])
                 raw_acq.extend(r["_raw"]["acquire"])
             if not reps:
@@ -225,6 +226,35 @@ def analyse_side(run_dir, side):
             fig["kind"] = v["kind"]
             res[v["label"]] = fig
     return out, problems
+
+
+# The commands the safety rules need in one uncontended lock/unlock pair of a dlock Redis lock
+# (docs/benchmarks.md, "Floors"): the acquire's kind guard (EXISTS), the fence (TIME and one
+# SET ... GET), the lock's SET; the release's GET (is it ours), DEL, PUBLISH (wake the waiters)
+# and EXISTS (the kind guard).
+SAFETY_COMMANDS = ["exists", "time", "set", "set", "get", "del", "publish", "exists"]
+SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+# Commands of the runner (INFO), the probe (PING) and connection set-up: not the lock's.
+OTHER_COMMANDS = ("ping", "info", "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "hello", "auth",
+                  "select")
+
+
+def command_time(cmds, cycles):
+    """The server's time inside commands per grant, from INFO commandstats deltas ("usec"): the
+    lock's scripts plus every other lock command (at least the time inside commands: a script's
+    time includes the commands it runs, counted again on their own), the lock commands that are
+    not scripts (all of dlock's run inside its scripts) and the safety rules' commands at their
+    per-call time in this workload (None if one of them did not run)."""
+    if not cycles or not cmds:
+        return {"command_us_per_grant": None, "nested_us_per_grant": None, "safety_us_per_grant": None}
+    own = {c: v for c, v in cmds.items() if c not in OTHER_COMMANDS and "|" not in c}
+    scripts = sum(v.get("usec", 0) for c, v in own.items() if c in SCRIPT_COMMANDS)
+    nested = sum(v.get("usec", 0) for c, v in own.items() if c not in SCRIPT_COMMANDS)
+    per_call = {c: v["usec"] / v["calls"] for c, v in own.items() if v.get("calls") and "usec" in v}
+    safety = (sum(per_call[c] for c in SAFETY_COMMANDS) if all(c in per_call for c in SAFETY_COMMANDS)
+              else None)
+    return {"command_us_per_grant": (scripts + nested) / cycles,
+            "nested_us_per_grant": nested / cycles, "safety_us_per_grant": safety}
 
 
 def probe_gap(res):
@@ -568,9 +598,16 @@ def section(run_dir, run, plots_dir):
                                  "met" if c / cbase <= 1.5 else "**missed**"))
     L.append("### Targets (each against the best peer measured in this run)")
     bounds = bound_notes(res, run, scale, run_dir)
+    # Each target with its floor in this run (docs/benchmarks.md, "Floors").
+    floors = floor_notes(res, side, run_dir)
+    rows = [t + (floors.get(t[0], "—"),) for t in rows]
     L.append("")
-    L.append("| target | measured | limit | |")
-    L.append("|---|---|---|---|")
+    L.append("Floor: what the run measured that no client can go under (the probe's round trip under the "
+             "same load, W0's script and fan-out references, the server's time per command), and whether the "
+             "goal lies under it; **below the physical floor** marks a goal out of reach on this machine.")
+    L.append("")
+    L.append("| target | measured | limit | | floor in this run / why |")
+    L.append("|---|---|---|---|---|")
     for t in rows:
         L.append("| " + " | ".join(t) + " |")
     L.append("")
@@ -585,6 +622,215 @@ def section(run_dir, run, plots_dir):
         L.append(f"![{p}]({p})")
         L.append("")
     return L, rows, pngs, problems
+
+
+NO_FLOOR = "no floor measured in this run"
+
+
+def floor_notes(res, side, run_dir):
+    """{target description: the floor of that target in this run and why its goal can or cannot be
+    met}, computed from this run's own records only (docs/benchmarks.md, "Floors"); a target whose
+    floor the run did not measure says so. Targets without a floor are not in the dict."""
+    out = {}
+    ref = analyse.floor_records(os.path.join(run_dir, "floor.jsonl"))  # W0: PING and the references
+    ref50 = lambda what: (ref.get(what) or {}).get("p50_ns")  # noqa: E731
+    ping = ref50("redis_ping")
+    cs_us = {g["id"]: g.get("cs_us", 0) for g in side["groups"]}
+    ms = lambda x: f"{x / 1000:g} ms"  # noqa: E731
+    pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+
+    def own(r, lab, key, floor_key="floor_load"):
+        """ ("the best peer ... its own") for the hand-off floors: `lab`'s figure over its own floor."""
+        f = (r or {}).get(lab) or {}
+        return (f" ({lab} {f[key] / f[floor_key]:.2f}× its own, the probe under its load)"
+                if f.get(key) and f.get(floor_key) else "")
+
+    # Hand-offs between processes: the release reaching the server and the grant (or the
+    # notification) reaching the next holder is one round trip, measured under the same load by the
+    # probe (a PING on Redis, a `Put` on etcd).
+    for gid, lab, lim, desc, op in (
+            ("W3-redis", "dlock fair_mutex", 0.6, "W3 fair_mutex hand-off to another p50", "PING"),
+            ("W3-redis", "dlock mutex", 0.8, "W3 mutex hand-off to another p50", "PING"),
+            ("W3-etcd", "dlock mutex over etcd", 1.0, "etcd hand-off to another p50", "`Put`")):
+        r = res.get(gid) or {}
+        f = r.get(lab) or {}
+        blab, bv = best_peer(r, "handoff_other_p50")
+        h, ld = f.get("handoff_other_p50"), f.get("floor_load")
+        if not (h and ld and bv):
+            out[desc] = NO_FLOOR + (" (no round trip under this load: the probe did not run)" if h and bv else "")
+            continue
+        goal = lim * bv
+        gap = f.get("probe_gap_ms")
+        what = (f"one round trip under this load (the probe's {op} p50, a separate process timing one "
+                f"{'every %g ms' % gap if gap else 'every few ms'} while {lab}'s {gid.split('-')[0]} workers ran)")
+        peer_ld = get(r, blab, "floor_load")
+        if goal < ld and peer_ld and peer_ld <= goal:
+            # Under the peer's lighter load the round trip was short enough: the floor is dlock's own load.
+            out[desc] = (f"below the floor under dlock's own load, not under the peer's: the goal asks for {us(goal)} "
+                         f"({lim:g}× {blab}'s {us(bv)}); {what} is {us(ld)}; under {blab}'s load it was "
+                         f"{us(peer_ld)}, "
+                         "not above the goal: dlock's own load raises it (fewer wake-ups per grant would lower it); "
+                         f"dlock is {h / ld:.2f}× its floor" + own(r, blab, "handoff_other_p50"))
+        elif goal < ld:
+            out[desc] = (f"**below the physical floor**: the goal asks for {us(goal)} ({lim:g}× {blab}'s {us(bv)}); "
+                         f"{what} is {us(ld)}"
+                         + (f" (under {blab}'s own load {us(peer_ld)}, also above the goal)" if peer_ld else "")
+                         + f"; dlock is {h / ld:.2f}× that floor" + own(r, blab, "handoff_other_p50"))
+        else:
+            out[desc] = (f"floor {us(ld)} = {what}, under the goal ({us(goal)}); dlock is {h / ld:.2f}× that floor"
+                         + own(r, blab, "handoff_other_p50"))
+    for gid, lab, desc, op in (("W3-redis", "dlock fair_mutex",
+                                "W3 fair_mutex hand-off to another p50 vs PING under the same load", "PING"),
+                               ("W3-etcd", "dlock mutex over etcd",
+                                "etcd hand-off to another p50 vs a `Put` round trip under the same load (the probe)",
+                                "`Put`")):
+        ld = get(res.get(gid), lab, "floor_load")
+        out[desc] = (f"the floor is that round trip itself ({us(ld)}, the probe's {op} p50): 1.0× at best"
+                     if ld else NO_FLOOR)
+    # The uncontended acquire: dlock's acquire is one EVALSHA of its acquire script (it hands out a
+    # fencing token); what the server's side of that costs, from a bare hiredis client, is W0's reference.
+    r = res.get("W1-redis") or {}
+    v = get(r, "dlock mutex", "acquire_p50")
+    blab, bv = best_peer(r, "acquire_p50")
+    acq, snx = ref50("acquire_script"), ref50("set_nx_px")
+    idle = get(r, "dlock mutex", "floor_idle")
+    if v and bv:
+        if not (acq and snx and ping and idle):
+            out["W1 mutex acquire p50"] = NO_FLOOR + " (W0's references did not run)"
+        else:
+            # W0 ran at another time than W1: its references are taken as ratios to W0's own PING and
+            # scaled by the PING measured around this workload.
+            fl = acq / ping * idle
+            peer_fl = snx / ping * (get(r, blab, "floor_idle") or idle)
+            what = (f"one `EVALSHA` of dlock's acquire script (kind guard, fencing token, lock) from a bare hiredis "
+                    f"client took {acq / ping:.2f}× a PING in W0 ({us(acq)} vs {us(ping)} p50), the `SET NX PX` of "
+                    f"the peers {snx / ping:.2f}× ({us(snx)}): the server's side of dlock's acquire is "
+                    f"{acq / snx:.2f}× a `SET NX PX`; with the PING around this workload ({us(idle)}) the script's "
+                    f"floor here is {us(fl)}")
+            tail = f"; dlock is {v / fl:.2f}× that floor, {blab} {bv / peer_fl:.2f}× its `SET NX PX` scaled alike"
+            out["W1 mutex acquire p50"] = (
+                (f"**below the floor**: the goal asks for {us(bv)} ({blab}); {what}" if bv < fl else
+                 f"floor {us(fl)}: {what}, under the goal ({us(bv)})") + tail)
+    # Redis CPU per uncontended pair: the peer's cost of reading, parsing and answering its requests
+    # (its server CPU outside the commands) plus the commands the safety rules need, each at its
+    # per-call time in dlock's own workload.
+    r = res.get("W2-redis") or {}
+    blab, bv = best_peer(r, "server_cpu_per_grant_us")
+    for lab in ("dlock mutex", "dlock fair_mutex"):
+        desc = f"W2 {lab.split()[-1]} Redis CPU per lock/unlock pair"
+        f = r.get(lab) or {}
+        cpu = f.get("server_cpu_per_grant_us")
+        if not (cpu and bv):
+            continue
+        p = r[blab]
+        if f.get("safety_us_per_grant") is None or p.get("command_us_per_grant") is None:
+            out[desc] = NO_FLOOR + " (no INFO commandstats times)"
+            continue
+        outside = bv - p["command_us_per_grant"]
+        fl = outside + f["safety_us_per_grant"]
+        nested = f["nested_us_per_grant"]
+        lua = f["command_us_per_grant"] - 2 * nested
+        what = (f"{blab}'s server CPU outside its commands ({outside:.1f} µs per pair: its requests read, "
+                f"parsed and answered; INFO cpu less commandstats) + the 8 commands the safety rules need "
+                f"(acquire: `EXISTS` kind guard, `TIME`, `SET ... GET` fence, `SET` lock; release: `GET`, `DEL`, "
+                f"`PUBLISH`, `EXISTS`) at their per-call time in this workload ({f['safety_us_per_grant']:.1f} µs)")
+        split = (f"; dlock's {cpu:.1f} µs: {nested:.1f} µs in the commands its scripts ran, {lua:.1f} µs in the "
+                 f"scripts outside them, {cpu - (f['command_us_per_grant'] - nested):.1f} µs outside the commands")
+        out[desc] = ((f"**below the floor**: the goal asks for {bv:.1f} µs; floor {fl:.1f} µs = {what}"
+                      if bv < fl else f"floor {fl:.1f} µs = {what}, under the goal ({bv:.1f} µs): the commands "
+                      "alone do not put it out of reach") + split)
+    # The held share: a holder keeps the lock for the critical section, then the next one gets it
+    # no sooner than one round trip later.
+    for gid, lab, lim, desc, op in (("W4-redis", "dlock fair_mutex", 0.90, "W4 fair_mutex lock held", "PING"),
+                                    ("W4-redis", "dlock mutex", 0.85, "W4 mutex lock held", "PING"),
+                                    ("W4-etcd", "dlock mutex over etcd", None, "etcd W4 lock held", "`Put`")):
+        f = (res.get(gid) or {}).get(lab) or {}
+        if f.get("held") is None:
+            continue
+        ld, cs = f.get("floor_load"), cs_us.get(gid, 0) * 1000
+        if not (ld and cs):
+            out[desc] = NO_FLOOR
+            continue
+        bound = cs / (cs + ld)
+        what = (f"with a {ms(cs / 1000)} critical section and one round trip per hand-off at the probe's {op} p50 "
+                f"under this load ({us(ld)}) the held share is at most {ms(cs / 1000)} / ({ms(cs / 1000)} + "
+                f"{us(ld)}) = {pct(bound)}")
+        h = f.get("handoff_other_p50")
+        tail = f"; dlock's hand-off to another p50 {us(h)} = {h / ld:.2f}× that round trip" if h else ""
+        out[desc] = ((f"**above the physical bound**: {what}, the goal asks for {pct(lim)}" if lim and bound < lim
+                      else f"bound {pct(bound)}: {what}") + tail)
+    # Redlock: the acquire goes to every server; W0 timed a PING written to all of them at once.
+    single = get(res.get("W1-redis"), "dlock mutex", "acquire_p50")
+    for nodes in (3, 5):
+        desc = f"W5 Redlock {nodes} nodes acquire p50 vs own single-node"
+        v = get(res.get(f"W1-redlock{nodes}"), "dlock mutex over Redlock", "acquire_p50")
+        if not (v and single):
+            continue
+        fan = ref50(f"fanout_ping_{nodes}")
+        if not (fan and ping):
+            out[desc] = NO_FLOOR + f" (no W0 fan-out to {nodes} servers)"
+            continue
+        q = fan / ping
+        peers = []
+        for lab, f in (res.get(f"W1-redlock{nodes}") or {}).items():
+            s1 = get(res.get("W1-redis"), lab, "acquire_p50")
+            if f["kind"] == "peer" and f.get("acquire_p50") and s1:
+                peers.append((f["acquire_p50"] / s1, lab))
+        what = (f"a PING written to all {nodes} servers before any reply is read took {us(fan)} p50 in W0, "
+                f"{q:.2f}× one PING ({us(ping)}; quiet servers, which share the machine's cores)")
+        tail = (f"; dlock's {v / single:.2f}× is {v / single / q:.2f}× that floor"
+                + (f" (the best peer, {min(peers)[1]}, {min(peers)[0]:.2f}× its own single-node acquire)"
+                   if peers else ""))
+        out[desc] = ((f"**below the physical floor**: the goal asks for 1.3× the single-node acquire; {what}"
+                      if q > 1.3 else f"floor {q:.2f}×: {what}") + tail)
+    desc = "W5 Redlock hot-key hand-off vs single-node fair hand-off"
+    v = get(res.get("W3-redlock3"), "dlock mutex over Redlock", "handoff_other_p50")
+    ld = get(res.get("W3-redlock3"), "dlock mutex over Redlock", "floor_load")
+    fair = get(res.get("W3-redis"), "dlock fair_mutex", "handoff_other_p50")
+    if v and fair:
+        # At least one round trip to a server under this load (the release reaching a master, the
+        # grant or the notification reaching the waiter); the majority's round trips come on top.
+        fan = ref50("fanout_ping_3")
+        if not ld:
+            out[desc] = NO_FLOOR + " (the probe did not run under this load)"
+        else:
+            what = (f"a Redlock hand-off needs at least one round trip to a master, and one to the first of the 3 "
+                    f"under this load (the probe's PING p50, a separate process) took {us(ld)}"
+                    + (f" (a PING written to all 3 at once took {fan / ping:.2f}× one PING in W0, quiet)"
+                       if fan and ping else ""))
+            out[desc] = ((f"**below the physical floor**: the goal asks for {us(2 * fair)} (2× fair's {us(fair)}); "
+                          if ld > 2 * fair else f"floor {us(ld)}, under the goal ({us(2 * fair)}): ")
+                         + what + f"; dlock is {v / ld:.2f}× that round trip")
+    # ZooKeeper: a hand-off is the holder's delete (a write the server logs before it answers and
+    # fires the watch) and the waiter's re-read before it knows it holds the lock.
+    zk = analyse.floor_records(os.path.join(run_dir, "floor_zk.jsonl"))
+    d50, e50 = (zk.get("zk_delete") or {}).get("p50_ns"), (zk.get("zk_exists") or {}).get("p50_ns")
+    zf = d50 + e50 if d50 and e50 else None
+    zwhat = (f"a ZooKeeper hand-off is at least the holder's delete (a write, {us(d50)} p50) and the waiter's "
+             f"re-read (`exists`, {us(e50)} p50): {us(zf)} in W0, on a quiet server" if zf else None)
+    r = res.get("W3-zk") or {}
+    v = get(r, "dlock mutex over ZooKeeper", "handoff_other_p50")
+    blab, bv = best_peer(r, "handoff_other_p50")
+    if v and bv:
+        if not zf:
+            out["ZooKeeper hand-off to another p50"] = NO_FLOOR + " (no W0 ZooKeeper floor)"
+        else:
+            out["ZooKeeper hand-off to another p50"] = (
+                (f"**below the physical floor**: the goal asks for {us(0.6 * bv)} (0.6× {blab}'s {us(bv)}); "
+                 if 0.6 * bv < zf else f"floor {us(zf)}, under the goal ({us(0.6 * bv)}): ") + zwhat
+                + f"; dlock is {v / zf:.2f}× that floor, {blab} {bv / zf:.2f}×")
+    f = (res.get("W4-zk") or {}).get("dlock mutex over ZooKeeper") or {}
+    if f.get("held") is not None:
+        cs = cs_us.get("W4-zk", 0) * 1000
+        if not (zf and cs):
+            out["ZooKeeper W4 lock held"] = NO_FLOOR + " (no W0 ZooKeeper floor)"
+        else:
+            bound = cs / (cs + zf)
+            out["ZooKeeper W4 lock held"] = (
+                ("**above the physical bound**: " if bound < 0.6 else "") + zwhat
+                + f"; with a {ms(cs / 1000)} critical section the held share is at most {ms(cs / 1000)} / "
+                f"({ms(cs / 1000)} + {us(zf)}) = {pct(bound)}" + (", the goal asks for 60.0 %" if bound < 0.6 else ""))
+    return out
 
 
 def bound_notes(res, run, scale, run_dir=""):
