@@ -1098,7 +1098,7 @@ def readme_table(run, run_id, target_rows, side_rows):
     L.append("Floor: what this run measured that no client can go under, and whether the goal lies under it "
              "(docs/benchmarks.md, \"Floors\"). Wake-ups and context switches per grant, client CPU, server "
              "commands (scripts) and server CPU per grant or lock/unlock pair, of dlock and every peer: REPORT.md, "
-             "\"Profile per grant\".")
+             "\"Profile per grant\"" + (f"; in short, {run['side_counts']}." if run.get("side_counts") else "."))
     return L
 
 

@@ -600,6 +600,7 @@ def section(run_dir, run, plots_dir):
     bounds = bound_notes(res, run, scale, run_dir)
     # Each target with its floor in this run (docs/benchmarks.md, "Floors").
     floors = floor_notes(res, side, run_dir)
+    run["side_counts"] = count_summary(res)
     rows = [t + (floors.get(t[0], "—"),) for t in rows]
     L.append("")
     L.append("Floor: what the run measured that no client can go under (the probe's round trip under the "
@@ -622,6 +623,27 @@ def section(run_dir, run, plots_dir):
         L.append(f"![{p}]({p})")
         L.append("")
     return L, rows, pngs, problems
+
+
+def count_summary(res):
+    """One sentence for the README's table: wake-ups and context switches per W3 grant and server
+    commands per W2 pair, of dlock and the best peer of that row (None when neither ran)."""
+    num = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
+    parts = []
+    w3 = res.get("W3-redis") or {}
+    blab, _ = best_peer(w3, "handoff_other_p50")
+    labs = [lab for lab in ("dlock fair_mutex", "dlock mutex", blab) if lab in w3]
+    if labs:
+        parts.append("wake-ups / context switches per W3 grant (the workers' voluntary / all switches): " + ", ".join(
+            f"{lab} {num(w3[lab].get('wakeups_per_grant'))} / {num(w3[lab].get('ctx_per_grant'))}" for lab in labs))
+    w2 = res.get("W2-redis") or {}
+    blab, _ = best_peer(w2, "server_cpu_per_grant_us")
+    labs = [lab for lab in ("dlock mutex", "dlock fair_mutex", blab) if lab in w2]
+    if labs:
+        parts.append("server commands (scripts) per W2 lock/unlock pair: " + ", ".join(
+            f"{lab} {num(w2[lab].get('commands_per_grant'))} ({num(w2[lab].get('scripts_per_grant'))})"
+            for lab in labs))
+    return "; ".join(parts) or None
 
 
 NO_FLOOR = "no floor measured in this run"
