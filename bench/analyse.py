@@ -542,6 +542,87 @@ ROWS = [
 ]
 
 
+NO_FLOOR = "no floor measured in this run"
+
+
+def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
+    """The floor of one per-lock-type target row in this run and whether its limit lies under it
+    (docs/benchmarks.md, "Floors"): W0's references for W1 (dlock's own scripts from a bare hiredis
+    client; `mutex` only: W0 times the mutex's scripts), the probe under the same load for hand-offs
+    and held shares, W0's fan-out for Redlock, W0's ZooKeeper floor; "—" for rows without one."""
+    ref50 = lambda what: (refs.get(what) or {}).get("p50_ns")  # noqa: E731
+    ping = ref50("redis_ping")
+    if desc.startswith("W6"):
+        return "—"
+    if desc.startswith(("uncontended acquire", "full cycle")):
+        parts = ["acquire_script"] + (["release_script"] if desc.startswith("full") else [])
+        lim = 1.5 if desc.startswith("uncontended") else 3.0
+        if mode != "mutex" or not ping or not all(ref50(x) for x in parts):
+            return NO_FLOOR + (" (W0 times the `mutex` scripts only)" if mode != "mutex" else "")
+        q = sum(ref50(x) for x in parts) / ping
+        r = results.get(f"W1-{mode}") or {}
+        v = get(r, ("acquire", "p50") if len(parts) == 1 else ("cycle", "p50"))
+        if v and r.get("floor_p50") and v / r["floor_p50"] < q:
+            return (f"{NO_FLOOR}: W0's reference ({q:.2f}× a PING there) is above the measured ratio, so W0 ran "
+                    "under other load than W1")
+        what = ("one `EVALSHA` of dlock's acquire script" + (" and one of its release script" if len(parts) > 1
+                                                               else "")
+                + f" from a bare hiredis client took {q:.2f}× a PING in W0 ({us(sum(ref50(x) for x in parts))} vs "
+                f"{us(ping)} p50)")
+        return (f"**below the floor**: the goal asks for {lim:g}×; {what}" if q > lim else f"floor {q:.2f}×: {what}")
+    if desc.startswith("hot-key hand-off"):
+        r = results.get(f"W3-{mode}") or {}
+        pr, idle = r.get("probe") or {}, r.get("floor_p50")
+        if mode == "zk":
+            d, e = (zk.get("zk_delete") or {}).get("p50_ns"), (zk.get("zk_exists") or {}).get("p50_ns")
+            if not (d and e and idle):
+                return NO_FLOOR
+            q = (d + e) / idle
+            what = (f"a ZooKeeper hand-off is at least the holder's delete ({us(d)} p50) and the waiter's re-read "
+                    f"({us(e)}) in W0 (quiet): {q:.2f}× the PING around this workload ({us(idle)})")
+        else:
+            if not (pr.get("p50") and idle) or pr.get("idle_server"):
+                return NO_FLOOR
+            q = pr["p50"] / idle
+            what = (f"one round trip under this load (the probe's PING p50, {us(pr['p50'])}) is {q:.2f}× the quiet "
+                    f"PING around this workload ({us(idle)})")
+        return f"**below the physical floor**: the goal asks for 3×; {what}" if q > 3 else f"floor {q:.2f}×: {what}"
+    if desc.startswith("W4 lock held"):
+        r = results.get(f"W4-{mode}") or {}
+        cs = (r.get("meta") or {}).get("cs_us", 0) * 1000
+        pr = r.get("probe") or {}
+        if mode == "zk":
+            d, e = (zk.get("zk_delete") or {}).get("p50_ns"), (zk.get("zk_exists") or {}).get("p50_ns")
+            rt, what = (d + e if d and e else None), "the ZooKeeper delete + re-read of W0 (quiet)"
+        else:
+            rt = None if pr.get("idle_server") else pr.get("p50")
+            what = f"the probe's {probe_text(pr)} p50 under this load"
+        if not (rt and cs):
+            return NO_FLOOR
+        bound = cs / (cs + rt)
+        text = (f"with a {cs / 1e6:g} ms critical section and one round trip per hand-off ({what}: {us(rt)}) the held "
+                f"share is at most {cs / 1e6:g} ms / ({cs / 1e6:g} ms + {us(rt)}) = {pct(bound)}")
+        lim = 0.90 if mode != "etcd" else None
+        return (f"**above the physical bound**: {text}, the goal asks for {pct(lim)}" if lim and bound < lim
+                else f"bound {pct(bound)}: {text}")
+    if desc.startswith("W3 hand-off to another worker p50 vs a") or " under the same load" in desc:
+        return "the floor is that round trip itself: 1.0× at best"
+    if desc.startswith("W5: Redlock acquire"):
+        nodes = desc.split(" on ")[1].split()[0]
+        fan = ref50(f"fanout_ping_{nodes}")
+        if not (fan and ping):
+            return NO_FLOOR
+        q = fan / ping
+        if measured_ratio is not None and measured_ratio < q:
+            return (f"{NO_FLOOR}: W0's fan-out ({q:.2f}× a PING) is above the measured ratio, so W0 ran under "
+                    "other load")
+        what = (f"a PING written to all {nodes} servers before any reply is read took {q:.2f}× one PING in W0 "
+                f"({us(fan)} vs {us(ping)} p50)")
+        return (f"**below the physical floor**: the goal asks for 1.5×; {what}" if q > 1.5
+                else f"floor {q:.2f}×: {what}")
+    return "—"
+
+
 def report(run_dir, plots_dir, report_path):
     with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
         run = json.load(f)
@@ -887,10 +968,20 @@ def report(run_dir, plots_dir, report_path):
                  + ". The W0 floors above were measured on a quiet server; the probe's round trip is the one a "
                  "hand-off pays under its own load (docs/benchmarks.md, \"The probe\").")
         L.append("")
-    L.append("| lock type | target | measured | limit | |")
-    L.append("|---|---|---|---|---|")
+    refs = floor_records(fpath)
+    floors = {}
     for row in target_rows:
-        L.append("| " + " | ".join(row) + " |")
+        # The W5 rows' measured ratio ("...: 4.22× single-node") for the check against W0's fan-out.
+        m = row[2].rsplit(": ", 1)[-1].split("×")[0] if row[1].startswith("W5") else None
+        floors[(row[0], row[1])] = mode_floor(row[0], row[1], results, refs, zk,
+                                              float(m) if m and m.replace(".", "").isdigit() else None)
+    L.append("The last column: the floor of the target in this run and whether the limit lies under it "
+             "(docs/benchmarks.md, \"Floors\").")
+    L.append("")
+    L.append("| lock type | target | measured | limit | | floor in this run / why |")
+    L.append("|---|---|---|---|---|---|")
+    for row in target_rows:
+        L.append("| " + " | ".join(row) + f" | {floors[(row[0], row[1])]} |")
     tls = run.get("tls") or {}
     for key, what, limit in (("acquire_ratio_W1", "TLS / TCP acquire p50 (W1, once connected)", 1.15),
                              ("handoff_ratio_W3", "TLS / TCP hand-off to another worker p50 (W3)", None)):
@@ -898,9 +989,9 @@ def report(run_dir, plots_dir, report_path):
             v = tls[key]
             verdict = "—" if v is None or limit is None else ("met" if v <= limit else "**missed**")
             L.append(f"| mutex | {what} | {'%.2f×' % v if v else 'not measured'} | "
-                     f"{'<= %.2f×' % limit if limit else 'reported'} | {verdict} |")
+                     f"{'<= %.2f×' % limit if limit else 'reported'} | {verdict} | — |")
     for item in run.get("pending", []):
-        L.append(f"| — | {item} | not yet available | | pending |")
+        L.append(f"| — | {item} | not yet available | | pending | |")
     L.append("")
     for mode in modes:
         wls = [w for w in ("W1", "W2", "W3", "W4") if f"{w}-{mode}" in results]
@@ -1065,7 +1156,8 @@ def report(run_dir, plots_dir, report_path):
         "etcd_floor": {"runner": etcd_info, "records": etcd, "ratio_basis_p50": etcd_basis if etcd else None},
         "workloads": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in results.items()},
         "hold_many": hold,
-        "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r)) for r in target_rows],
+        "targets": [dict(zip(("mode", "target", "measured", "limit", "verdict"), r), floor=floors[(r[0], r[1])])
+                    for r in target_rows],
         "problems": problems,
         "side_targets": [dict(zip(("target", "measured", "limit", "verdict", "floor"), r)) for r in side_rows],
         "plots": pngs,

@@ -681,6 +681,10 @@ def floor_notes(res, side, run_dir):
         if not (h and ld and bv):
             out[desc] = NO_FLOOR + (" (no round trip under this load: the probe did not run)" if h and bv else "")
             continue
+        if h < ld:
+            out[desc] = (f"{NO_FLOOR} under dlock's hand-off: the probe's {op} p50 under this load ({us(ld)}) is above "
+                         f"it ({us(h)}); the probe's own wake-up is part of its round trip")
+            continue
         goal = lim * bv
         gap = f.get("probe_gap_ms")
         what = (f"one round trip under this load (the probe's {op} p50, a separate process timing one "
@@ -730,9 +734,13 @@ def floor_notes(res, side, run_dir):
                     f"{acq / snx:.2f}× a `SET NX PX`; with the PING around this workload ({us(idle)}) the script's "
                     f"floor here is {us(fl)}")
             tail = f"; dlock is {v / fl:.2f}× that floor, {blab} {bv / peer_fl:.2f}× its `SET NX PX` scaled alike"
-            out["W1 mutex acquire p50"] = (
-                (f"**below the floor**: the goal asks for {us(bv)} ({blab}); {what}" if bv < fl else
-                 f"floor {us(fl)}: {what}, under the goal ({us(bv)})") + tail)
+            if v < fl:
+                out["W1 mutex acquire p50"] = (f"{NO_FLOOR}: W0's script reference scaled to this workload ({us(fl)}) "
+                                               "is above dlock's measured acquire, so W0 ran under other load")
+            else:
+                out["W1 mutex acquire p50"] = (
+                    (f"**below the floor**: the goal asks for {us(bv)} ({blab}); {what}" if bv < fl else
+                     f"floor {us(fl)}: {what}, under the goal ({us(bv)})") + tail)
     # Redis CPU per uncontended pair: the peer's cost of reading, parsing and answering its requests
     # (its server CPU outside the commands) plus the commands the safety rules need, each at its
     # per-call time in dlock's own workload.
@@ -793,6 +801,10 @@ def floor_notes(res, side, run_dir):
             out[desc] = NO_FLOOR + f" (no W0 fan-out to {nodes} servers)"
             continue
         q = fan / ping
+        if v / single < q:
+            out[desc] = (f"{NO_FLOOR}: W0's fan-out ({q:.2f}× a PING) is above the measured ratio, so W0 ran under "
+                         "other load")
+            continue
         peers = []
         for lab, f in (res.get(f"W1-redlock{nodes}") or {}).items():
             s1 = get(res.get("W1-redis"), lab, "acquire_p50")
