@@ -583,6 +583,10 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         else:
             if not (pr.get("p50") and idle) or pr.get("idle_server"):
                 return NO_FLOOR
+            h = get(r, ("handoff_other", "p50"))
+            if h and h < pr["p50"]:
+                return (f"{NO_FLOOR}: the probe's PING p50 under this load ({us(pr['p50'])}) is above the hand-off "
+                        "(the probe's own wake-up is part of its round trip)")
             q = pr["p50"] / idle
             what = (f"one round trip under this load (the probe's PING p50, {us(pr['p50'])}) is {q:.2f}× the quiet "
                     f"PING around this workload ({us(idle)})")
@@ -595,7 +599,7 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
             d, e = (zk.get("zk_delete") or {}).get("p50_ns"), (zk.get("zk_exists") or {}).get("p50_ns")
             rt, what = (d + e if d and e else None), "the ZooKeeper delete + re-read of W0 (quiet)"
         else:
-            rt = None if pr.get("idle_server") else pr.get("p50")
+            rt = None if pr.get("idle_server") or (pr.get("kind") == "etcd") != (mode == "etcd") else pr.get("p50")
             what = f"the probe's {probe_text(pr)} p50 under this load"
         if not (rt and cs):
             return NO_FLOOR
@@ -606,7 +610,9 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         return (f"**above the physical bound**: {text}, the goal asks for {pct(lim)}" if lim and bound < lim
                 else f"bound {pct(bound)}: {text}")
     if desc.startswith("W3 hand-off to another worker p50 vs a") or " under the same load" in desc:
-        return "the floor is that round trip itself: 1.0× at best"
+        pr = (results.get(f"W3-{mode}") or {}).get("probe") or {}
+        ok = pr.get("p50") and (pr.get("kind") == "etcd") == (mode == "etcd")
+        return "the floor is that round trip itself: 1.0× at best" if ok else NO_FLOOR
     if desc.startswith("W5: Redlock acquire"):
         nodes = desc.split(" on ")[1].split()[0]
         fan = ref50(f"fanout_ping_{nodes}")
@@ -779,7 +785,7 @@ def report(run_dir, plots_dir, report_path):
                 # Put while W3 ran); the quiet W0 Put beside it, reported.
                 pr = results["W3-etcd"].get("probe") or {}
                 desc = "W3 hand-off to another worker p50 vs an etcd `Put` under the same load (the probe)"
-                if pr.get("p50"):
+                if pr.get("p50") and pr.get("kind") == "etcd":  # older runs: a PING of the idle Redis
                     q = handoff / pr["p50"]
                     target_rows.append((mode, desc, f"{us(handoff)} = {q:.2f}× Put p50 under load ({us(pr['p50'])})",
                                         "<= 2×", "met" if q <= 2 else "**missed**"))

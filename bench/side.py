@@ -203,10 +203,14 @@ def analyse_side(run_dir, side):
                     "backend_cpu_per_grant_us": (meta["backend_cpu_pct"] / 100 * meta["duration_s"] * 1e6
                                                  / window_cycles) if window_cycles and "backend_cpu_pct" in meta else None,
                     "floor_idle": median([meta.get("floor_before_p50"), meta.get("floor_after_p50")]),
-                    "floor_load": (r.get("probe") or {}).get("p50"),
+                    # An etcd workload's round trip is the probe's `Put`; runs from before the etcd
+                    # probe timed a PING of the idle Redis server there instead: no figure then.
+                    "floor_load": (r.get("probe") or {}).get("p50")
+                    if g["id"].endswith("-etcd") == ((r.get("probe") or {}).get("kind") == "etcd") else None,
                     "probe_read": (r.get("probe") or {}).get("read_p50"),
                     "probe_gap_ms": (r.get("probe") or {}).get("gap_ms"),
-                    "handoff_vs_load": r.get("handoff_other_vs_probe"),
+                    "handoff_vs_load": r.get("handoff_other_vs_probe")
+                    if g["id"].endswith("-etcd") == ((r.get("probe") or {}).get("kind") == "etcd") else None,
                     "client_cpu_per_grant_us": r.get("worker_cpu_us_per_cycle"),
                     "ctx_per_grant": r.get("ctx_switches_per_cycle"),
                     "wakeups_per_grant": r.get("wakeups_per_cycle"),
