@@ -758,7 +758,7 @@ def floor_notes(res, side, run_dir):
             continue
         p = r[blab]
         if f.get("safety_us_per_grant") is None or p.get("command_us_per_grant") is None:
-            out[desc] = NO_FLOOR + " (no INFO commandstats times)"
+            out[desc] = NO_FLOOR + " (INFO commandstats lack a time of the peer's or of a safety rule's command)"
             continue
         outside = bv - p["command_us_per_grant"]
         fl = outside + f["safety_us_per_grant"]
