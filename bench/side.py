@@ -609,7 +609,8 @@ def section(run_dir, run, plots_dir):
     L.append("")
     L.append("Floor: what the run measured that no client can go under (the probe's round trip under the "
              "same load, W0's script and fan-out references, the server's time per command), and whether the "
-             "goal lies under it; **below the physical floor** marks a goal out of reach on this machine.")
+             "goal lies under it; **below the (physical) floor** and, for a held share, **above the physical "
+             "bound** mark a goal out of reach on this machine (docs/benchmarks.md, \"Floors\").")
     L.append("")
     L.append("| target | measured | limit | | floor in this run / why |")
     L.append("|---|---|---|---|---|")
