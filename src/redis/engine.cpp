@@ -1207,7 +1207,7 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
             {
                 dlock::detail::lock_guard lock(pending_mutex_);
                 pending_releases_.push_back(
-                    {protocol, lease.name(), lease.token(), whole,
+                    {plan.calls,
                      now + std::max(lease.plan().lease, handoff_lease) + std::chrono::seconds(1),
                      now + first_gap, first_gap});
             }
@@ -1418,11 +1418,7 @@ steady::time_point engine::retry_releases(steady::time_point now) {
     }
     std::vector<pending_release> again;
     for (auto& p : due) {
-        round_plan plan{one_call({p.protocol->release,
-                                  keys(*p.protocol, p.name),
-                                  {p.token, channel(p.name), ms_text(handoff_lease),
-                                   p.whole ? "1" : "0", ms_text(config_.idle_expiry), ""}}),
-                        /*renewals=*/true};
+        round_plan plan{p.calls, /*renewals=*/true};
         plan.deadline = [&](steady::time_point own, steady::time_point) {
             return std::min(own, latest);
         };

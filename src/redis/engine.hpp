@@ -257,10 +257,7 @@ private:
     /// until it is answered (after a Sentinel failover, on the new master) or the key has run out
     /// by itself (`until`): waiters then get the lock at once instead of at the lease's end.
     struct pending_release {
-        const lock_protocol* protocol = nullptr;
-        std::string name;
-        std::string token;
-        bool whole = false;
+        std::shared_ptr<const std::vector<script_call>> calls;  // the release as first sent
         steady::time_point until;
         steady::time_point next_try;
         std::chrono::milliseconds gap{};  // doubles after each failed try, at most 2 s

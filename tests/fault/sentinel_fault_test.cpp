@@ -158,7 +158,7 @@ TEST(SentinelFault, HolderAndWaiterFollowAFailover) {
 
 // A release that meets the dead master fails, and is sent again from the background thread
 // until it reaches the new master: the next holder gets the lock after the failover, not at the
-// end of the released lease (docs/sentinel.md, "Failover").
+// end of the released lease (docs/sentinel.md, "Reaction time").
 TEST(SentinelFault, AReleaseThatMetTheDeadMasterReachesTheNewOne) {
     auto& set = shared_sentinels();
     set.ensure_healthy();
