@@ -48,24 +48,26 @@ local function dlock_read_fence(fence_key)
   return dlock_fence_value(fence_key, current)
 end
 
--- How long counter writes keep the counter: max(`idle_ms`, `lease_ms`) (ARGV text or numbers);
+-- How long counter writes keep the counter: max(`idle_ms`, `lease_ms`) (ARGV text or numbers),
+-- returned as given (text goes to the server as it is, not through Lua's number formatting);
 -- nil (no expiry, the behaviour before the counter had one) when `idle_ms` is missing.
 local function dlock_fence_keep(idle_ms, lease_ms)
-  local keep = tonumber(idle_ms)
-  if keep then keep = math.max(keep, tonumber(lease_ms) or 0) end
-  return keep
+  local idle = tonumber(idle_ms)
+  if not idle then return nil end
+  local lease = tonumber(lease_ms)
+  if lease and lease > idle then return lease_ms end
+  return idle_ms
 end
 
 -- SET of counter `fence_key` to `text` for `keep` ms (nil: no expiry), with GET when `get` is
 -- set (the replaced value is the reply); redis.pcall's reply.
 local function dlock_set_fence(fence_key, text, keep, get)
-  local args = {'SET', fence_key, text}
   if keep then
-    args[#args + 1] = 'PX'
-    args[#args + 1] = keep
+    if get then return redis.pcall('SET', fence_key, text, 'PX', keep, 'GET') end
+    return redis.pcall('SET', fence_key, text, 'PX', keep)
   end
-  if get then args[#args + 1] = 'GET' end
-  return redis.pcall(unpack(args))
+  if get then return redis.pcall('SET', fence_key, text, 'GET') end
+  return redis.pcall('SET', fence_key, text)
 end
 
 -- Stores `value` in counter `fence_key` for `keep` ms (nil: no expiry). Returns an error reply
@@ -129,6 +131,8 @@ local function dlock_raise_fence(fence_key, fence, idle_ms, lease_ms)
   if not value then return bad end
   local keep = dlock_fence_keep(idle_ms, lease_ms)
   if value < fence then return dlock_store_fence(fence_key, fence, keep) end
-  if keep and redis.call('PTTL', fence_key) < keep then redis.call('PEXPIRE', fence_key, keep) end
+  if keep and redis.call('PTTL', fence_key) < tonumber(keep) then
+    redis.call('PEXPIRE', fence_key, keep)
+  end
   return nil
 end
