@@ -949,17 +949,20 @@ def report(run_dir, plots_dir, report_path):
         if cost.get("bare_scripts"):
             L.append("Server cost of an uncontended lock/unlock pair run as two scripts (bench/floor.cpp's server-cost "
                      "op on the quiet server: INFO commandstats and cpu around pairs on "
-                     f"{cost['bare_scripts'].get('keys', 8)} keys in turn, pipelined; not round trips):")
+                     f"{cost['bare_scripts'].get('keys', 8)} keys in turn, pipelined, the two variants alternated in "
+                     f"{cost['bare_scripts'].get('series', 1)} series each; per-pair figures from each variant's "
+                     "quietest series; not round trips):")
             L.append("")
-            L.append("| scripts | pairs | EVALSHA time per pair | of it in the commands run | redis-server CPU per "
-                     "pair | commands (scripts) per pair |")
+            L.append("| scripts | pairs | EVALSHA time per pair, quietest series (median) | of it in the commands "
+                     "run | redis-server CPU per pair | commands (scripts) per pair |")
             L.append("|---|---|---|---|---|---|")
             for what, text in (("bare_scripts", "bare: only the 8 commands dlock's safety rules need, same KEYS/ARGV "
                                                 "counts (the W2 floor's script term)"),
                                ("dlock_scripts", "dlock's acquire.lua and release.lua, as the mutex sends them")):
                 c = cost.get(what)
                 if c:
-                    L.append(f"| {text} | {c['pairs']:,} | {c['evalsha_us_per_pair']:.1f} µs | "
+                    L.append(f"| {text} | {c['pairs']:,} | {c['evalsha_us_per_pair']:.1f} µs "
+                             f"({c.get('evalsha_us_per_pair_median', 0):.1f} µs) | "
                              f"{c['command_us_per_pair']:.1f} µs | {c['cpu_us_per_pair']:.1f} µs | "
                              f"{c['commands_per_pair']:.1f} ({c['scripts_per_pair']:.1f}) |")
             L.append("")
