@@ -110,13 +110,14 @@ def load_worker_file(path, expected_w):
 
 
 def floor_records(path):
-    """{what: summary record} ("summary" and "done" records) of a floor program's file; {} if absent."""
+    """{what: summary record} ("summary", "server_cost" and "done" records) of a floor program's file;
+    {} if absent."""
     out = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 rec = json.loads(line)
-                if rec.get("event") in ("summary", "done"):
+                if rec.get("event") in ("summary", "server_cost", "done"):
                     out[rec["what"]] = rec
     return out
 
@@ -943,6 +944,27 @@ def report(run_dir, plots_dir, report_path):
                          f"{us(r['p50_ns'])} ({ratio(r['p50_ns'], floor_p50)}) | "
                          f"{us(r['p90_ns'])} ({ratio(r['p90_ns'], floor_p50)}) | "
                          f"{us(r['p99_ns'])} ({ratio(r['p99_ns'], floor_p50)}) |")
+            L.append("")
+        cost = floor_records(fpath)
+        if cost.get("bare_scripts"):
+            L.append("Server cost of an uncontended lock/unlock pair run as two scripts (bench/floor.cpp's server-cost "
+                     "op on the quiet server: INFO commandstats and cpu around pairs on "
+                     f"{cost['bare_scripts'].get('keys', 8)} keys in turn, pipelined, the two variants alternated in "
+                     f"{cost['bare_scripts'].get('series', 1)} series each; per-pair figures from each variant's "
+                     "quietest series; not round trips):")
+            L.append("")
+            L.append("| scripts | pairs | EVALSHA time per pair, quietest series (median) | of it in the commands "
+                     "run | redis-server CPU per pair | commands (scripts) per pair |")
+            L.append("|---|---|---|---|---|---|")
+            for what, text in (("bare_scripts", "bare: only the 8 commands dlock's safety rules need, same KEYS/ARGV "
+                                                "counts (the W2 floor's script term)"),
+                               ("dlock_scripts", "dlock's acquire.lua and release.lua, as the mutex sends them")):
+                c = cost.get(what)
+                if c:
+                    L.append(f"| {text} | {c['pairs']:,} | {c['evalsha_us_per_pair']:.1f} µs "
+                             f"({c.get('evalsha_us_per_pair_median', 0):.1f} µs) | "
+                             f"{c['command_us_per_pair']:.1f} µs | {c['cpu_us_per_pair']:.1f} µs | "
+                             f"{c['commands_per_pair']:.1f} ({c['scripts_per_pair']:.1f}) |")
             L.append("")
         L.append("Ratios: this machine is shared and its load drifts, so each workload below is divided by the "
                  "mean of the PING p50s measured on its server just before and just after it (0.5 s each, same "

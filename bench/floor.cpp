@@ -7,7 +7,7 @@
 // event loop), not dlock, so it is the one bench/ program that does not go through <dlock/...>.
 //
 //   dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] [--max-ops N] [--warmup N]
-//                     [--gap-ms G] [--start-at-ns T]
+//                     [--gap-ms G] [--start-at-ns T] [--reference-s S] [--server-cost-s S]
 //
 // --gap-ms G > 0 is the probe: one PING every G ms (stats.hpp's pacer: a fixed schedule, one PING
 // per gap whatever the round trips take) for --duration-s seconds, so that a separate process
@@ -31,8 +31,24 @@
 // each `--@include lib/<file>.lua`, e.g. acquire.lua's kind guard) and embedded in this binary: the
 // raw .lua files are not runnable on their own.
 //
+// With --server-cost-s S > 0, after the PINGs (and references), the server-cost op: what the
+// SERVER spends per uncontended lock/unlock pair when the pair runs as two scripts, read from
+// INFO (cpu, commandstats) around batches of pairs on 8 lock keys in turn, each batch of 8 pairs
+// written at once (pipelined: the server's time is the figure, not the round trips). Two variants,
+// alternated in 8 series each so both see the same load; each variant's figures are those of its
+// quietest series (print_cost):
+//   bare_scripts    two scripts written here (kBareAcquire, kBareRelease) that run exactly the 8
+//                   commands dlock's safety rules need and nothing else, with the KEYS and ARGV
+//                   counts dlock's mutex sends (7 keys; 11 and 5 ARGV): the least any protocol that
+//                   runs those commands in scripts can cost (EVALSHA itself, KEYS/ARGV made into
+//                   Lua strings, each redis.call's bridge, the commands' own work)
+//   dlock_scripts   dlock's own acquire and release (embedded, as above) with the same keys and
+//                   arguments as the library's mutex on one server, first attempt (no waiter id)
+//
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
-// {"event":"summary","what":W,...} per reference, and the floor's own summary record
+// {"event":"summary","what":W,...} per reference, one {"event":"server_cost","what":W,"pairs":..,
+// "evalsha_us_per_pair":..,"command_us_per_pair":..,"cpu_us_per_pair":..,"commands_per_pair":..,
+// "scripts_per_pair":..,...} per server-cost variant, and the floor's own summary record
 // {"event":"done","what":"redis_ping","n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
 // "mean_ns":..} last. Percentiles are nearest-rank, as in the Figures section of
 // docs/benchmarks.md. The ZooKeeper floor is dlock-bench-floor-zk (floor_zk.cpp).
@@ -71,7 +87,8 @@ using dlock_bench::summary;
     std::fprintf(stderr,
                  "dlock-bench-floor: %s\n"
                  "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
-                 "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T]\n",
+                 "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T] "
+                 "[--server-cost-s S]\n",
                  why);
     std::exit(64);
 }
@@ -138,6 +155,234 @@ void print_summary(std::FILE* f, const char* event, const char* what, const summ
     dlock_bench::print_summary(f, event, what, client, s);
 }
 
+// The server-cost op's bare scripts: the 8 commands dlock's safety rules need in an uncontended
+// lock/unlock pair of its mutex (docs/benchmarks.md, "Floors"), nothing else. KEYS and ARGV as
+// dlock's acquire.lua and release.lua get them: KEYS[1] lock key, KEYS[2] fence counter, KEYS[3]
+// the mutex waiters; acquire ARGV[1] token, ARGV[2] lease ms, ARGV[10] the fence's idle period ms;
+// release ARGV[1] token, ARGV[2] release channel. The acquire: the kind guard (one EXISTS of the
+// lock key and the keys other lock kinds leave on its name), the fence (TIME, then the counter set
+// to the clock in microseconds with GET: the replaced value is what a rising token checks against),
+// the lock. The release: compare (GET), delete, wake (PUBLISH), and whether waiters are queued.
+constexpr std::string_view kBareAcquire = R"lua(local base = KEYS[1]
+redis.call('EXISTS', base, base .. ':readers', base .. ':mutex_turn', base .. ':queue', base .. ':alive')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('SET', KEYS[2], string.format('%d', now), 'PX', ARGV[10], 'GET')
+redis.call('SET', base, ARGV[1], 'PX', ARGV[2])
+return {1, now}
+)lua";
+constexpr std::string_view kBareRelease =
+    R"lua(if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], 'released')
+redis.call('EXISTS', KEYS[3])
+return 1
+)lua";
+
+/// SCRIPT LOAD of `text`; its SHA-1, or "" on failure (printed).
+std::string load_text(redisContext* c, std::string_view what, std::string_view text) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "SCRIPT LOAD %b", text.data(), text.size()));
+    std::string sha;
+    if (r != nullptr && r->type == REDIS_REPLY_STRING) sha.assign(r->str, r->len);
+    if (sha.empty()) {
+        std::fprintf(stderr, "dlock-bench-floor: SCRIPT LOAD %.*s: %s\n",
+                     static_cast<int>(what.size()), what.data(),
+                     r != nullptr && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+    }
+    if (r != nullptr) freeReplyObject(r);
+    return sha;
+}
+
+/// What INFO cpu and INFO commandstats say at one moment (sums since the server started).
+struct server_stats {
+    double cpu_s = 0;     // used_cpu_user + used_cpu_sys
+    long long calls = 0;  // every command but INFO, scripts' own commands included
+    long long script_calls = 0;
+    long long script_usec = 0;   // EVALSHA / EVAL: the scripts, the commands they ran included
+    long long command_usec = 0;  // the other commands (those the scripts ran, here)
+};
+
+/// INFO cpu commandstats, parsed; false (printed) when the server did not answer.
+bool read_stats(redisContext* c, server_stats& out) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "INFO cpu commandstats"));
+    if (r == nullptr || r->type != REDIS_REPLY_STRING) {
+        std::fprintf(stderr, "dlock-bench-floor: INFO failed: %s\n",
+                     r != nullptr && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+        if (r != nullptr) freeReplyObject(r);
+        return false;
+    }
+    out = {};
+    const std::string_view text(r->str, r->len);
+    const auto number = [](std::string_view s) {
+        long long v = 0;
+        std::from_chars(s.data(), s.data() + s.size(), v);
+        return v;
+    };
+    const auto field = [](std::string_view line, std::string_view name) {
+        const auto at = line.find(name);
+        if (at == std::string_view::npos) return std::string_view{};
+        auto v = line.substr(at + name.size());
+        return v.substr(0, v.find(','));
+    };
+    for (std::size_t pos = 0; pos < text.size();) {
+        auto end = text.find('\n', pos);
+        if (end == std::string_view::npos) end = text.size();
+        auto line = text.substr(pos, end - pos);
+        pos = end + 1;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.starts_with("used_cpu_user:") || line.starts_with("used_cpu_sys:")) {
+            out.cpu_s += std::atof(std::string(line.substr(line.find(':') + 1)).c_str());
+            continue;
+        }
+        if (!line.starts_with("cmdstat_")) continue;
+        const auto name = line.substr(8, line.find(':') - 8);
+        if (name == "info") continue;
+        const long long calls = number(field(line, "calls="));
+        const long long usec = number(field(line, "usec="));
+        out.calls += calls;
+        if (name == "evalsha" || name == "eval") {
+            out.script_calls += calls;
+            out.script_usec += usec;
+        } else if (name.find('|') == std::string_view::npos) {
+            out.command_usec += usec;
+        }
+    }
+    freeReplyObject(r);
+    return true;
+}
+
+/// What the server spent on one series of pairs: differences of INFO around it.
+struct cost_series {
+    long long pairs = 0;
+    server_stats spent;
+    double script_us_per_pair() const {
+        return static_cast<double>(spent.script_usec) / static_cast<double>(pairs);
+    }
+};
+
+/// One variant of the server-cost op: a pair of scripts and what the server spent on them.
+struct cost_variant {
+    const char* what;
+    std::string acquire_sha, release_sha;
+    std::vector<cost_series> series;
+};
+
+/// Runs lock/unlock pairs of `v` on `locks` in turn for `seconds`, 8 pairs per write, and adds the
+/// server's spending (INFO before and after) to v.series. False (printed) on any failure or on a
+/// reply that is not a grant and a release.
+bool run_pairs(redisContext* c, cost_variant& v, const std::vector<std::string>& locks,
+               const std::string& token, double seconds) {
+    server_stats before;
+    server_stats after;
+    cost_series one;
+    if (!read_stats(c, before)) return false;
+    const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(seconds * 1e9);
+    // Each lock's 7 keys and its channel, as the library's mutex on one server sends them.
+    const std::vector<std::string_view> suffixes{"",
+                                                 ":fence",
+                                                 ":mutex_waiters",
+                                                 ":mutex_alive",
+                                                 ":mutex_arrivals",
+                                                 ":mutex_turn",
+                                                 ":mutex_woken"};
+    std::vector<std::vector<std::string>> acquire_args;
+    std::vector<std::vector<std::string>> release_args;
+    for (const auto& lock : locks) {
+        std::vector<std::string> keys;
+        for (const auto s : suffixes) keys.push_back(lock + std::string(s));
+        const std::string channel = lock + ":released";
+        std::vector<std::string> a{"EVALSHA", v.acquire_sha, std::to_string(keys.size())};
+        a.insert(a.end(), keys.begin(), keys.end());
+        // engine::attempt: token, lease, count, limit, waiter liveness, channel, re-entry,
+        // ticket floor, waiter id (none: a first attempt), fence idle period, clock floor.
+        a.insert(a.end(),
+                 {token, "10000", "1", "0", "2000", channel, "0", "0", "", "86400000", "1"});
+        std::vector<std::string> r{"EVALSHA", v.release_sha, std::to_string(keys.size())};
+        r.insert(r.end(), keys.begin(), keys.end());
+        // engine::release_everywhere: token, channel, hand-off lease, "0", fence idle period.
+        r.insert(r.end(), {token, channel, "2000", "0", "86400000"});
+        acquire_args.push_back(std::move(a));
+        release_args.push_back(std::move(r));
+    }
+    const auto append = [&](const std::vector<std::string>& args) {
+        std::vector<const char*> argv;
+        std::vector<std::size_t> lens;
+        for (const auto& x : args) {
+            argv.push_back(x.data());
+            lens.push_back(x.size());
+        }
+        return redisAppendCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()) ==
+               REDIS_OK;
+    };
+    while (now_ns() < deadline) {
+        for (std::size_t i = 0; i < locks.size(); ++i) {
+            if (!append(acquire_args[i]) || !append(release_args[i])) return false;
+        }
+        for (std::size_t i = 0; i < 2 * locks.size(); ++i) {
+            void* p = nullptr;
+            if (redisGetReply(c, &p) != REDIS_OK || p == nullptr) {
+                std::fprintf(stderr, "dlock-bench-floor: %s: %s\n", v.what, c->errstr);
+                return false;
+            }
+            const auto* r = static_cast<const redisReply*>(p);
+            const bool ok = i % 2 == 0 ? r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+                                             r->element[0]->type == REDIS_REPLY_INTEGER &&
+                                             r->element[0]->integer == 1
+                                       : r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+            if (!ok) {
+                std::fprintf(stderr, "dlock-bench-floor: %s: %s is not a %s\n", v.what,
+                             r->type == REDIS_REPLY_ERROR ? r->str : "the reply",
+                             i % 2 == 0 ? "grant" : "release");
+            }
+            freeReplyObject(p);
+            if (!ok) return false;
+        }
+        one.pairs += static_cast<long long>(locks.size());
+    }
+    if (!read_stats(c, after)) return false;
+    one.spent.cpu_s = after.cpu_s - before.cpu_s;
+    one.spent.calls = after.calls - before.calls;
+    one.spent.script_calls = after.script_calls - before.script_calls;
+    one.spent.script_usec = after.script_usec - before.script_usec;
+    one.spent.command_usec = after.command_usec - before.command_usec;
+    if (one.pairs > 0) v.series.push_back(one);
+    return true;
+}
+
+/// The variant's record. Its per-pair figures are those of its quietest series (the least
+/// script time per pair: on a shared machine, a series the server spent preempted counts the
+/// waits in its script time), so that the floor they give errs low; the median script time per
+/// pair of all series is beside them (for comparing variants: less noisy than one series).
+void print_cost(std::FILE* f, const cost_variant& v, std::size_t keys, double seconds) {
+    if (v.series.empty()) return;
+    const auto& q = *std::min_element(v.series.begin(), v.series.end(),
+                                      [](const cost_series& a, const cost_series& b) {
+                                          return a.script_us_per_pair() < b.script_us_per_pair();
+                                      });
+    long long pairs = 0;
+    std::vector<double> per_pair;
+    for (const auto& x : v.series) {
+        pairs += x.pairs;
+        per_pair.push_back(x.script_us_per_pair());
+    }
+    std::sort(per_pair.begin(), per_pair.end());
+    const std::size_t m = per_pair.size() / 2;
+    const double median =
+        per_pair.size() % 2 == 1 ? per_pair[m] : (per_pair[m - 1] + per_pair[m]) / 2;
+    const double n = static_cast<double>(q.pairs);
+    std::fprintf(f,
+                 "{\"event\":\"server_cost\",\"what\":\"%s\",\"client\":\"hiredis %d.%d.%d sync, "
+                 "pipelined\",\"keys\":%zu,\"pairs_per_write\":%zu,\"seconds\":%g,\"series\":%zu,"
+                 "\"pairs\":%lld,\"quietest_pairs\":%lld,\"evalsha_us_per_pair\":%.3f,"
+                 "\"evalsha_us_per_pair_median\":%.3f,\"command_us_per_pair\":%.3f,"
+                 "\"cpu_us_per_pair\":%.3f,\"commands_per_pair\":%.3f,\"scripts_per_pair\":%.3f}\n",
+                 v.what, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH, keys, keys, seconds,
+                 v.series.size(), pairs, q.pairs, q.script_us_per_pair(), median,
+                 static_cast<double>(q.spent.command_usec) / n, q.spent.cpu_s * 1e6 / n,
+                 static_cast<double>(q.spent.calls) / n,
+                 static_cast<double>(q.spent.script_calls) / n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +395,7 @@ int main(int argc, char** argv) {
     double reference_s = 0;     // > 0: also time the references, interleaved with the PINGs
     double gap_ms = 0;          // > 0: the probe, one PING every gap_ms (floor under load)
     long long start_at_ns = 0;  // > 0: the timed PINGs start then (CLOCK_MONOTONIC)
+    double server_cost_s = 0;   // > 0: then the server-cost op, this long
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -177,6 +423,8 @@ int main(int argc, char** argv) {
             gap_ms = std::atof(std::string(v).c_str());
         else if (a == "--start-at-ns")
             start_at_ns = std::atoll(std::string(v).c_str());
+        else if (a == "--server-cost-s")
+            server_cost_s = std::atof(std::string(v).c_str());
         else
             usage("unknown option");
     }
@@ -185,6 +433,10 @@ int main(int argc, char** argv) {
     }
     if (gap_ms < 0 || start_at_ns < 0) usage("--gap-ms and --start-at-ns must be >= 0");
     if (gap_ms > 0 && reference_s > 0) usage("--gap-ms (the probe) does not go with --reference-s");
+    if (server_cost_s < 0) usage("--server-cost-s must be >= 0");
+    if (gap_ms > 0 && server_cost_s > 0) {
+        usage("--gap-ms (the probe) does not go with --server-cost-s");
+    }
     const auto connect = [](const std::string& where) -> redisContext* {
         const auto colon = where.rfind(':');
         std::string host = where.substr(0, colon);
@@ -319,6 +571,29 @@ int main(int argc, char** argv) {
         if (!fan3.rtt.empty()) refs.push_back(std::move(fan3));
         if (!fan5.rtt.empty()) refs.push_back(std::move(fan5));
     }
+    // The server-cost op, on the now quiet server: the variants alternate in short series so
+    // that both see the same load.
+    std::vector<cost_variant> costs;
+    std::vector<std::string> cost_locks;
+    if (server_cost_s > 0) {
+        costs.push_back({"bare_scripts",
+                         load_text(c, "bare acquire", kBareAcquire),
+                         load_text(c, "bare release", kBareRelease),
+                         {}});
+        costs.push_back(
+            {"dlock_scripts", load_script(c, "acquire"), load_script(c, "release"), {}});
+        for (const auto& v : costs) {
+            if (v.acquire_sha.empty() || v.release_sha.empty()) return 1;
+        }
+        for (int i = 0; i < 8; ++i) cost_locks.push_back(lock + ":pair" + std::to_string(i));
+        constexpr int rounds = 8;
+        for (int round = 0; round < rounds; ++round) {
+            for (auto& v : costs) {
+                if (!run_pairs(c, v, cost_locks, token, server_cost_s / (2 * rounds))) return 1;
+            }
+        }
+        for (const auto& l : cost_locks) call(c, {"DEL", l, l + ":fence"});
+    }
     redisFree(c);
 
     const std::string tmp = out + ".tmp";
@@ -329,6 +604,7 @@ int main(int argc, char** argv) {
     }
     for (const auto v : rtt) std::fprintf(f, "{\"rtt_ns\":%lld}\n", static_cast<long long>(v));
     for (const auto& r : refs) print_summary(f, "summary", r.what, summarise(r.rtt));
+    for (const auto& v : costs) print_cost(f, v, cost_locks.size(), server_cost_s / 2);
     print_summary(f, "done", "redis_ping", summarise(rtt));
     if (std::fclose(f) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0) {
         std::perror(out.c_str());

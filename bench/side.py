@@ -232,11 +232,6 @@ def analyse_side(run_dir, side):
     return out, problems
 
 
-# The commands the safety rules need in one uncontended lock/unlock pair of a dlock Redis lock
-# (docs/benchmarks.md, "Floors"): the acquire's kind guard (EXISTS), the fence (TIME and one
-# SET ... GET), the lock's SET; the release's GET (is it ours), DEL, PUBLISH (wake the waiters)
-# and EXISTS (the kind guard).
-SAFETY_COMMANDS = ["exists", "time", "set", "set", "get", "del", "publish", "exists"]
 SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
 # Commands of the runner (INFO), the probe (PING) and connection set-up: not the lock's.
 OTHER_COMMANDS = ("ping", "info", "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "hello", "auth",
@@ -246,19 +241,15 @@ OTHER_COMMANDS = ("ping", "info", "subscribe", "unsubscribe", "psubscribe", "pun
 def command_time(cmds, cycles):
     """The server's time inside commands per grant, from INFO commandstats deltas ("usec"): the
     lock's scripts plus every other lock command (at least the time inside commands: a script's
-    time includes the commands it runs, counted again on their own), the lock commands that are
-    not scripts (all of dlock's run inside its scripts) and the safety rules' commands at their
-    per-call time in this workload (None if one of them did not run)."""
+    time includes the commands it runs, counted again on their own), and the lock commands that
+    are not scripts (all of dlock's run inside its scripts). The commands the safety rules need
+    are timed in W0 instead, in bare scripts (bench/floor.cpp's server-cost op)."""
     if not cycles or not cmds:
-        return {"command_us_per_grant": None, "nested_us_per_grant": None, "safety_us_per_grant": None}
+        return {"command_us_per_grant": None, "nested_us_per_grant": None}
     own = {c: v for c, v in cmds.items() if c not in OTHER_COMMANDS and "|" not in c}
     scripts = sum(v.get("usec", 0) for c, v in own.items() if c in SCRIPT_COMMANDS)
     nested = sum(v.get("usec", 0) for c, v in own.items() if c not in SCRIPT_COMMANDS)
-    per_call = {c: v["usec"] / v["calls"] for c, v in own.items() if v.get("calls") and "usec" in v}
-    safety = (sum(per_call[c] for c in SAFETY_COMMANDS) if all(c in per_call for c in SAFETY_COMMANDS)
-              else None)
-    return {"command_us_per_grant": (scripts + nested) / cycles,
-            "nested_us_per_grant": nested / cycles, "safety_us_per_grant": safety}
+    return {"command_us_per_grant": (scripts + nested) / cycles, "nested_us_per_grant": nested / cycles}
 
 
 def probe_gap(res):
@@ -654,6 +645,44 @@ def count_summary(res):
 NO_FLOOR = "no floor measured in this run"
 
 
+def w2_floor_text(lab, f, blab, peer, bare, own_w0=None):
+    """The floor of "W2 <lock type> Redis CPU per lock/unlock pair" and why (docs/benchmarks.md,
+    "Floors"): `f` and `peer` are W2's figures of `lab` and of the best peer `blab`, `bare` and
+    `own_w0` the server-cost records of W0's bare scripts and of dlock's own (mutex) scripts."""
+    bv, cpu = peer["server_cpu_per_grant_us"], f["server_cpu_per_grant_us"]
+    # The peer's time inside commands counts its compare-and-delete script's own commands twice
+    # (in EVALSHA's time and on their own), so this term errs low: the floor stays a floor.
+    outside = bv - peer["command_us_per_grant"]
+    script = bare["evalsha_us_per_pair"]
+    fl = outside + script
+    what = (f"{blab}'s server CPU outside its commands in W2 ({outside:.1f} µs per pair: its requests read, parsed "
+            f"and answered; INFO cpu less commandstats) + the 8 commands the safety rules need (acquire: `EXISTS` "
+            f"kind guard, `TIME`, `SET ... GET` fence, `SET` lock; release: `GET`, `DEL`, `PUBLISH`, `EXISTS`) "
+            f"run in the thinnest two scripts with dlock's KEYS/ARGV counts, W0's bare scripts on the quiet "
+            f"server ({script:.1f} µs of `EVALSHA` time per pair, their quietest series: running a script at all, "
+            f"KEYS/ARGV made into Lua strings, each `redis.call`'s bridge, and "
+            f"{bare['command_us_per_pair']:.1f} µs in the commands themselves)")
+    verdict = (f"**below the floor**: the goal asks for {bv:.1f} µs ({blab}); floor {fl:.1f} µs = {what}: the goal "
+               f"is physically out of reach for a protocol that needs those 8 commands in scripts (the floor is "
+               f"{fl / bv:.2f}× the goal)" if bv < fl else
+               f"floor {fl:.1f} µs = {what}, under the goal ({bv:.1f} µs, {blab}): the commands in scripts alone do "
+               "not put it out of reach")
+    nested = f.get("nested_us_per_grant") or 0
+    scripts = f["command_us_per_grant"] - nested
+    split = (f"; dlock's {cpu:.1f} µs in W2: {scripts:.1f} µs of script time ({nested:.1f} µs of it in the commands "
+             f"its scripts ran), {cpu - scripts:.1f} µs outside the commands")
+    if own_w0 and own_w0.get("evalsha_us_per_pair_median") and bare.get("evalsha_us_per_pair_median"):
+        o, b = own_w0["evalsha_us_per_pair_median"], bare["evalsha_us_per_pair_median"]
+        split += (f"; in W0's op (medians of the alternated series) dlock's own scripts took {o:.1f} µs per pair vs "
+                  f"the bare scripts' {b:.1f} µs: "
+                  + (f"{o - b:.1f} µs is what its scripts could still save" if o > b else
+                     "no measurable gap: its scripts cost what the 8 commands in scripts cost"))
+    else:
+        split += (f" (W0 times the mutex's scripts only; W2's load is not W0's quiet server: vs the bare scripts' "
+                  f"{script:.1f} µs)")
+    return verdict + split
+
+
 def floor_notes(res, side, run_dir):
     """{target description: the floor of that target in this run and why its goal can or cannot be
     met}, computed from this run's own records only (docs/benchmarks.md, "Floors"); a target whose
@@ -747,33 +776,30 @@ def floor_notes(res, side, run_dir):
                     (f"**below the floor**: the goal asks for {us(bv)} ({blab}); {what}" if bv < fl else
                      f"floor {us(fl)}: {what}, under the goal ({us(bv)})") + tail)
     # Redis CPU per uncontended pair: the peer's cost of reading, parsing and answering its requests
-    # (its server CPU outside the commands) plus the commands the safety rules need, each at its
-    # per-call time in dlock's own workload.
+    # (its server CPU outside the commands) plus what the 8 commands the safety rules need cost when
+    # they run in two scripts, the thinnest there can be: W0's bare scripts (bench/floor.cpp, the
+    # server-cost op), whose EVALSHA time includes the commands' own.
     r = res.get("W2-redis") or {}
     blab, bv = best_peer(r, "server_cpu_per_grant_us")
+    bare, own_w0 = ref.get("bare_scripts"), ref.get("dlock_scripts")
     for lab in ("dlock mutex", "dlock fair_mutex"):
         desc = f"W2 {lab.split()[-1]} Redis CPU per lock/unlock pair"
         f = r.get(lab) or {}
         cpu = f.get("server_cpu_per_grant_us")
         if not (cpu and bv):
             continue
-        p = r[blab]
-        if f.get("safety_us_per_grant") is None or p.get("command_us_per_grant") is None:
-            out[desc] = NO_FLOOR + " (INFO commandstats lack a time of the peer's or of a safety rule's command)"
+        if not bare:
+            out[desc] = NO_FLOOR + " (W0's server-cost op did not run: no bare scripts' time)"
             continue
-        outside = bv - p["command_us_per_grant"]
-        fl = outside + f["safety_us_per_grant"]
-        nested = f["nested_us_per_grant"]
-        lua = f["command_us_per_grant"] - 2 * nested
-        what = (f"{blab}'s server CPU outside its commands ({outside:.1f} µs per pair: its requests read, "
-                f"parsed and answered; INFO cpu less commandstats) + the 8 commands the safety rules need "
-                f"(acquire: `EXISTS` kind guard, `TIME`, `SET ... GET` fence, `SET` lock; release: `GET`, `DEL`, "
-                f"`PUBLISH`, `EXISTS`) at their per-call time in this workload ({f['safety_us_per_grant']:.1f} µs)")
-        split = (f"; dlock's {cpu:.1f} µs: {nested:.1f} µs in the commands its scripts ran, {lua:.1f} µs in the "
-                 f"scripts outside them, {cpu - (f['command_us_per_grant'] - nested):.1f} µs outside the commands")
-        out[desc] = ((f"**below the floor**: the goal asks for {bv:.1f} µs; floor {fl:.1f} µs = {what}"
-                      if bv < fl else f"floor {fl:.1f} µs = {what}, under the goal ({bv:.1f} µs): the commands "
-                      "alone do not put it out of reach") + split)
+        if r[blab].get("command_us_per_grant") is None or f.get("command_us_per_grant") is None:
+            out[desc] = NO_FLOOR + " (INFO commandstats lack a time of the peer's or of dlock's commands)"
+            continue
+        w2_scripts = f["command_us_per_grant"] - (f.get("nested_us_per_grant") or 0)
+        if bare["evalsha_us_per_pair"] > w2_scripts:
+            out[desc] = (f"{NO_FLOOR}: W0's bare scripts ({bare['evalsha_us_per_pair']:.1f} µs per pair) took more "
+                         f"than {lab}'s own scripts in W2 ({w2_scripts:.1f} µs), so W0 ran under other load")
+            continue
+        out[desc] = w2_floor_text(lab, f, blab, r[blab], bare, own_w0 if lab == "dlock mutex" else None)
     # The held share: a holder keeps the lock for the critical section, then the next one gets it
     # no sooner than one round trip later.
     for gid, lab, lim, desc, op in (("W4-redis", "dlock fair_mutex", 0.90, "W4 fair_mutex lock held", "PING"),
