@@ -116,6 +116,19 @@ TEST(SentinelFault, HolderAndWaiterFollowAFailover) {
     // the new master, which a renewal's WAIT needs (docs/sentinel.md); a few seconds on a loaded
     // machine.
     auto holder = holder_client.acquire(name, {.lease = scaled(12s)});
+    // WAIT asked one replica for the grant; the one promoted below may be the other, which under
+    // load can lag (then the grant is lost with the old master, as docs/sentinel.md says). This
+    // test is about following the failover: both replicas have the grant before the master dies.
+    ASSERT_TRUE(eventually(
+        [&] {
+            for (std::size_t i = 0; i < 3; ++i) {
+                if (set.node(i).command({"EXISTS", holder_client.lock_key(name)}) != "1")
+                    return false;
+            }
+            return true;
+        },
+        10s))
+        << set.describe();
 
     std::atomic<bool> got{false};
     std::atomic<std::uint64_t> waiter_token{0};
