@@ -1,6 +1,12 @@
 #include "redis/subscriber.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 namespace dlock::redis::detail {
 namespace {
@@ -21,13 +27,25 @@ void wait_until(std::condition_variable& cv, dlock::detail::unique_lock& lock,
     }
 }
 
+/// poll(2)'s timeout for `deadline`: -1 (none) for time_point::max(), rounded up to whole ms.
+int poll_timeout(steady::time_point deadline) {
+    if (deadline == steady::time_point::max()) return -1;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now());
+    return static_cast<int>(std::clamp<long long>(left.count(), 0, 60'000));
+}
+
 }  // namespace
 
 subscriber::subscriber(std::vector<std::shared_ptr<node>> servers,
                        std::function<void(steady::time_point)> wake)
     : servers_(std::move(servers)),
       wake_(std::move(wake)),
-      conn_(servers_.at(0)->connect(node::role::subscriber)) {}
+      conn_(servers_.at(0)->connect(node::role::subscriber)) {
+    kick_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (kick_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+}
+
+subscriber::~subscriber() { ::close(kick_fd_); }
 
 subscriber::registration::registration(subscriber& owner, std::string channel, wake_mode mode,
                                        std::string key)
@@ -62,6 +80,7 @@ subscriber::registration::~registration() {
             // Woken, but gave up without the lock: the release it was woken for is still unused.
             ++ch.wakeups;
             ch.changed.notify_one();
+            if (owner_.lent_) owner_.kick_reader();  // it may be the one to take it
         }
         ch.wakeups = std::min<std::uint64_t>(ch.wakeups, static_cast<std::uint64_t>(ch.waiters));
         // Stay subscribed for a while: a hot lock's next waiter then skips SUBSCRIBE's round trip.
@@ -105,7 +124,7 @@ void subscriber::registration::wait_subscribed(steady::time_point deadline,
     const std::stop_callback wake_on_cancel(cancel, [this] { owner_.interrupt(channel_); });
     dlock::detail::unique_lock lock(owner_.mutex_);
     auto& ch = owner_.channels_[channel_];  // stays: this registration keeps it listed
-    wait_until(
+    owner_.sleep(
         ch.confirmed, lock, deadline,
         // Runs with mutex_ held, inside the wait (the analysis does not see into it).
         [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return ch.subscribed || cancel.stop_requested(); });
@@ -119,16 +138,110 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
     // Back here after a wake-up: that attempt found the lock taken, and whoever took it publishes
     // again when it releases. The wake-up is used up.
     woken_ = false;
-    // The predicate runs with mutex_ held, inside the wait (the analysis does not see into it).
-    wait_until(ch.changed, lock, deadline, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
+    // In wait() from here on, in arrival order (the ticket): a wake_mode::one wake-up goes to the
+    // channel's longest waiter when that one reads the connection, else to a sleeping waiter.
+    const auto ticket = ++owner_.wait_tickets_;
+    ch.in_wait.insert(ticket);
+    // Runs with mutex_ held (also inside the condition variable's wait, where the analysis does
+    // not see it). Called until it returns true, never after: a wake_mode::one wake-up it takes is
+    // this waiter's.
+    const auto ready = [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
         if (generation_locked() != seen || cancel.stop_requested()) return true;
-        if (mode_ == wake_mode::one && ch.wakeups > 0) {
+        if (mode_ == wake_mode::one && ch.wakeups > 0 &&
+            (ch.reading == ticket) == (ch.reading != 0 && *ch.in_wait.begin() == ch.reading)) {
             --ch.wakeups;
             woken_ = true;
             return true;
         }
         return false;
-    });
+    };
+    struct leave_wait {
+        channel_state& ch;
+        std::uint64_t ticket;
+        ~leave_wait() { ch.in_wait.erase(ticket); }  // with mutex_ held: `lock` outlives it
+    } leaving{ch, ticket};
+    if (ready()) return;
+    if (owner_.lend_locked()) {
+        // This thread reads the connection itself (see the file comment) until what it waits for
+        // arrives, the deadline, or the background thread wants the connection back.
+        ch.reading = ticket;
+        bool done = false;
+        while (!done && !owner_.preempt_ && owner_.conn_->is_open()) {
+            pollfd fds[2] = {{owner_.conn_->native_handle(), owner_.conn_->wanted_events(), 0},
+                             {owner_.kick_fd_, POLLIN, 0}};
+            const int timeout = poll_timeout(deadline);
+            lock.unlock();
+            const int n = ::poll(fds, 2, timeout);
+            if (n > 0 && (fds[1].revents & POLLIN) != 0) {
+                std::uint64_t count = 0;
+                [[maybe_unused]] const auto r = ::read(owner_.kick_fd_, &count, sizeof count);
+            }
+            if (n > 0 && fds[0].revents != 0) owner_.read_available();
+            lock.lock();
+            done = ready() || steady::now() >= deadline;
+        }
+        ch.reading = 0;
+        const bool wake_background = owner_.give_back_locked();
+        if (wake_background) {
+            lock.unlock();
+            owner_.wake_(steady::time_point::min());
+            lock.lock();
+        }
+        if (done) return;
+        // Taken back (or the connection failed): the background thread reads from here on.
+    }
+    owner_.sleep(ch.changed, lock, deadline, ready);
+}
+
+template <class Pred>
+void subscriber::sleep(std::condition_variable& cv, dlock::detail::unique_lock& lock,
+                       steady::time_point deadline, Pred ready) {
+    if (ready()) return;
+    // Someone must read for a sleeping waiter: a waiter that has the connection lent, or the
+    // background thread, which may have stopped polling it while it was lent.
+    ++sleepers_;
+    if (!lent_ && !background_polls_) {
+        lock.unlock();
+        wake_(steady::time_point::min());
+        lock.lock();
+    }
+    wait_until(cv, lock, deadline, ready);
+    --sleepers_;
+}
+
+bool subscriber::lend_locked() {
+    // The background thread is not using it (it uses it only inside service() and on_readable(),
+    // which mark themselves under mutex_), and has nothing to send on it.
+    if (lent_ || background_io_ || dirty_ || !conn_->is_open()) return false;
+    if (!servers_[server_]->current(*conn_)) return false;
+    lent_ = true;
+    preempt_ = false;
+    lent_node_ = servers_[server_].get();
+    lent_generation_ = lent_node_->generation();
+    return true;
+}
+
+bool subscriber::give_back_locked() {
+    const bool wanted = preempt_ || dirty_ || sleepers_ > 0 || !conn_->is_open();
+    lent_ = false;
+    preempt_ = false;
+    lent_node_ = nullptr;
+    return wanted && !background_polls_;
+}
+
+void subscriber::kick_reader() const noexcept {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(kick_fd_, &one, sizeof one);
+}
+
+bool subscriber::lent() const {
+    dlock::detail::lock_guard lock(mutex_);
+    return lent_;
+}
+
+int subscriber::sleepers() const {
+    dlock::detail::lock_guard lock(mutex_);
+    return sleepers_;
 }
 
 bool subscriber::subscribed(const std::string& channel) const {
@@ -139,6 +252,7 @@ bool subscriber::subscribed(const std::string& channel) const {
 
 void subscriber::interrupt(const std::string& channel) {
     dlock::detail::lock_guard lock(mutex_);  // orders the notify after a waiter's predicate check
+    if (lent_) kick_reader();
     const auto it = channels_.find(channel);
     if (it == channels_.end()) return;
     it->second.changed.notify_all();
@@ -153,6 +267,35 @@ void subscriber::notify_everyone_locked() {
 }
 
 int subscriber::service(steady::time_point now, steady::time_point latest) {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (lent_) {
+            // A waiter reads it: ask for it back only when there is work on it.
+            const bool moved = lent_node_ && lent_node_->generation() != lent_generation_;
+            if (dirty_ || moved || now >= next_linger_expiry_locked()) {
+                preempt_ = true;
+                kick_reader();
+            }
+            background_polls_ = false;
+            return -1;
+        }
+        background_io_ = true;
+    }
+    const int fd = service_connection(now, latest);
+    dlock::detail::lock_guard lock(mutex_);
+    if (fd >= 0) events_ = conn_->wanted_events();
+    background_io_ = false;
+    // Read only for someone: a waiter asleep on a condition variable, or a SUBSCRIBE to confirm.
+    // What else arrives (a message for a waiter between its attempts, for a lingering channel)
+    // waits in the socket for the next reader: that waiter's own wait() reads it.
+    background_polls_ =
+        fd >= 0 &&
+        (sleepers_ > 0 || std::any_of(channels_.begin(), channels_.end(),
+                                      [](const auto& kv) { return kv.second.requested; }));
+    return background_polls_ ? fd : -1;
+}
+
+int subscriber::service_connection(steady::time_point now, steady::time_point latest) {
     std::vector<std::string> subscribe, unsubscribe;
     bool reconnected = false;
     // The node moved (node.hpp): what is subscribed on the old address is reconnected below
@@ -226,9 +369,20 @@ int subscriber::service(steady::time_point now, steady::time_point latest) {
     return conn_->native_handle();
 }
 
-short subscriber::wanted_events() const noexcept { return conn_->wanted_events(); }
+short subscriber::wanted_events() const noexcept { return events_; }
 
 void subscriber::on_readable() {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (lent_) return;  // its reader reads it
+        background_io_ = true;
+    }
+    read_available();
+    dlock::detail::lock_guard lock(mutex_);
+    background_io_ = false;
+}
+
+void subscriber::read_available() {
     for (;;) {
         reply r;
         std::error_code ec;
@@ -268,9 +422,10 @@ void subscriber::dispatch(const reply& r) {
             ++ch.generation;
             ch.changed.notify_all();
         } else if (ch.wakeups < static_cast<std::uint64_t>(ch.waiters)) {
-            // One release lets one waiter in: wake one, not the herd.
+            // One release lets one waiter in: wake one, not the herd. A reader that is the
+            // channel's longest waiter takes it itself, right after this read.
             ++ch.wakeups;
-            ch.changed.notify_one();
+            if (ch.reading == 0 || *ch.in_wait.begin() != ch.reading) ch.changed.notify_one();
         }
     } else if (kind == "subscribe") {
         ch.requested = false;
@@ -332,7 +487,8 @@ steady::time_point subscriber::next_linger_expiry_locked() const {
 
 steady::time_point subscriber::next_retry() const {
     dlock::detail::lock_guard lock(mutex_);
-    if (conn_->is_open()) return next_linger_expiry_locked();
+    // Lent: its reader has the connection (service() takes it back for a due linger).
+    if (lent_ || conn_->is_open()) return next_linger_expiry_locked();
     // Disconnected: lingering has no meaning (nothing is subscribed); reconnect only for waiters.
     const bool wanted = std::any_of(channels_.begin(), channels_.end(),
                                     [](const auto& kv) { return kv.second.waiters > 0; });
@@ -341,6 +497,7 @@ steady::time_point subscriber::next_retry() const {
 
 void subscriber::wake_all() {
     dlock::detail::lock_guard lock(mutex_);
+    if (lent_) kick_reader();
     for (auto& [name, ch] : channels_) ++ch.generation;
     notify_everyone_locked();
 }

@@ -16,6 +16,17 @@
 //
 // The client's background thread owns the connection: it sends (UN)SUBSCRIBE, reads messages,
 // reconnects with backoff and, after a reconnect, wakes every waiter (messages may have been lost).
+// While a waiter is in wait() the connection is lent to it (one waiter at a time, and only while
+// the background thread is not using it): that thread polls the connection itself and dispatches
+// what it reads to every waiter, so the message it waits for wakes it directly, not through the
+// background thread and a condition variable (one wake-up fewer on the hand-off's path). The
+// background thread stops polling the connection while it is lent, and takes it back (the reader
+// is woken through an eventfd and falls back to the condition variable) when it has work on it:
+// a SUBSCRIBE or UNSUBSCRIBE to send, a lingering channel to drop, a node that moved. A reader
+// that leaves while other waiters sleep, or with work pending, wakes the background thread to
+// read for them; one that leaves alone does not. The background thread reads only for someone (a
+// waiter asleep on a condition variable, a SUBSCRIBE to confirm): other messages (for a waiter
+// between two attempts, for a lingering channel) wait in the socket, in order, for the next reader.
 // A SUBSCRIBE's confirmation wakes the channel's waiters too: one that attempted before it (late
 // confirmation, reconnect) may have missed a release published before the server subscribed.
 // It never blocks past the `latest` it is given, and it sleeps while it has nothing to do: with the
@@ -27,10 +38,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <poll.h>
 
 #include <dlock/detail/thread_safety.hpp>
 
@@ -94,13 +108,20 @@ public:
         mutable bool woken_ = false;  // holds a wake-up (wake_mode::one) not yet used
     };
 
+    /// Whether the connection is lent to a waiter now (see the file comment).
+    bool lent() const;
+    /// How many waiters sleep on a condition variable now (someone else reads for them).
+    int sleepers() const;
+
     /// Whether `channel` is subscribed now (confirmed by the server), e.g. still lingering after
     /// its last waiter left.
     bool subscribed(const std::string& channel) const;
 
     // --- background thread side ---
     /// Sends pending (UN)SUBSCRIBEs, reconnecting first if needed (with backoff), blocking no later
-    /// than `latest`. Returns the descriptor to poll for messages, or -1 when idle or disconnected.
+    /// than `latest`. Returns the descriptor to poll for messages, or -1 when idle, disconnected,
+    /// lent to a waiter, or when nobody needs it read now (no waiter asleep on a condition
+    /// variable, no SUBSCRIBE to confirm).
     int service(steady::time_point now, steady::time_point latest);
     /// poll(2) events to wait for on service()'s descriptor: what the connection's transport
     /// wants (a TLS stream may need POLLOUT to go on reading).
@@ -113,6 +134,10 @@ public:
     steady::time_point next_retry() const;
     /// Wakes every waiter (shutdown).
     void wake_all();
+
+    subscriber(const subscriber&) = delete;
+    subscriber& operator=(const subscriber&) = delete;
+    ~subscriber();
 
 private:
     struct channel_state {
@@ -132,8 +157,10 @@ private:
             std::string last_message;
         };
         std::unordered_map<std::string, keyed_waiter> keyed;  // hand-off channels, by token
-        std::condition_variable changed;                      // wait() sleeps on it
-        std::condition_variable confirmed;                    // wait_subscribed() sleeps on it
+        std::set<std::uint64_t> in_wait;    // tickets of its waiters in wait(), oldest first
+        std::uint64_t reading = 0;          // the ticket of its waiter that reads the connection
+        std::condition_variable changed;    // wait() sleeps on it
+        std::condition_variable confirmed;  // wait_subscribed() sleeps on it
     };
     /// Makes the channel's sleeping waiters re-check their predicate (a cancel was requested).
     void interrupt(const std::string& channel);
@@ -141,6 +168,22 @@ private:
     void notify_everyone_locked() DLOCK_REQUIRES(mutex_);
     steady::time_point next_linger_expiry_locked() const DLOCK_REQUIRES(mutex_);
     void dispatch(const reply& r);
+    /// The body of service(), run while the background thread uses the connection.
+    int service_connection(steady::time_point now, steady::time_point latest);
+    /// Sleeps on `cv` until `ready()` or `deadline`, making sure someone reads meanwhile.
+    template <class Pred>
+    void sleep(std::condition_variable& cv, dlock::detail::unique_lock& lock,
+               steady::time_point deadline, Pred ready) DLOCK_REQUIRES(mutex_);
+    /// Reads and dispatches every message already available (the caller uses the connection).
+    void read_available();
+    /// Lends the connection to the calling waiter when nobody uses it and nothing is pending.
+    bool lend_locked() DLOCK_REQUIRES(mutex_);
+    /// Takes the connection back from the waiter that read; true when the background thread
+    /// must be woken to read for others or to do pending work.
+    bool give_back_locked() DLOCK_REQUIRES(mutex_);
+    /// Wakes the waiter reading the connection (it re-checks what it waits for and whether it
+    /// must give the connection back).
+    void kick_reader() const noexcept;
     void reset_connection();
     /// Closes the connection; with several servers the next attempt goes to the next one.
     void move_to_next_server();
@@ -156,6 +199,19 @@ private:
     std::unordered_map<std::string, channel_state> channels_ DLOCK_GUARDED_BY(mutex_);
     bool dirty_ DLOCK_GUARDED_BY(mutex_) = false;  // channels_ changed since the last service()
     steady::time_point reconnect_at_ DLOCK_GUARDED_BY(mutex_){};
+    // The connection lent to a waiting thread (see the file comment). The background thread uses
+    // conn_ and server_ only while nobody has them lent, and the reader only while it has: the
+    // hand-over is made under mutex_.
+    int kick_fd_ = -1;       // eventfd: wakes the reader's poll
+    short events_ = POLLIN;  // what service()'s descriptor is polled for (background thread only)
+    bool lent_ DLOCK_GUARDED_BY(mutex_) = false;              // a waiter reads the connection
+    bool preempt_ DLOCK_GUARDED_BY(mutex_) = false;           // the background thread wants it back
+    bool background_io_ DLOCK_GUARDED_BY(mutex_) = false;     // in service() / on_readable()
+    bool background_polls_ DLOCK_GUARDED_BY(mutex_) = false;  // its poll includes the connection
+    int sleepers_ DLOCK_GUARDED_BY(mutex_) = 0;  // waiters asleep on a condition variable
+    std::uint64_t wait_tickets_ DLOCK_GUARDED_BY(mutex_) = 0;     // the last wait() ticket given
+    const node* lent_node_ DLOCK_GUARDED_BY(mutex_) = nullptr;    // the node it was lent on
+    std::uint64_t lent_generation_ DLOCK_GUARDED_BY(mutex_) = 0;  // that node's generation then
     std::chrono::milliseconds backoff_ DLOCK_GUARDED_BY(mutex_){0};
 };
 

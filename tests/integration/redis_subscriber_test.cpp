@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <stop_token>
 #include <thread>
 #include <utility>
 
@@ -203,8 +204,9 @@ TEST(RedisSubscriber, AHandOffChannelGivesEachKeyedWaiterOnlyItsOwnGrants) {
     EXPECT_TRUE(d.sub().subscribed(channel));
     EXPECT_TRUE(c.subscribed_throughout());
     server.command({"CLIENT", "KILL", "TYPE", "pubsub"});
-    ASSERT_TRUE(eventually([&] { return !c.subscribed_throughout(); }, 10s))
-        << "a reconnect ends the unbroken subscription";
+    // Nobody reads for a waiter that is not waiting; its own wait() finds the broken connection.
+    c.wait(c.generation(), steady::now() + scaled(5s), {});
+    EXPECT_FALSE(c.subscribed_throughout()) << "a reconnect ends the unbroken subscription";
 }
 
 TEST(RedisSubscriber, NothingToDoAfterTheConnectionDropsWithOnlyLingeringChannels) {
@@ -222,11 +224,19 @@ TEST(RedisSubscriber, NothingToDoAfterTheConnectionDropsWithOnlyLingeringChannel
     }  // the waiter gives up: the channel lingers, still subscribed
     d.step(1ms);
     server.kill9();
-    // The drop is noticed on the next readable pass; then nothing is left to do.
-    ASSERT_TRUE(eventually([&] { return d.step(1ms) < 0; }, 5s));
+    // Nobody waits, so nothing reads the connection, and nothing is due before the linger ends:
+    // no deadline in the past (the background thread would spin on it).
     EXPECT_EQ(d.step(1ms), -1);
-    EXPECT_EQ(d.sub().next_retry(), steady::time_point::max())
-        << "no deadline in the past: the background thread would spin on it";
+    EXPECT_GT(d.sub().next_retry(), steady::now());
+    // Then the channel goes (the drop is noticed, or the UNSUBSCRIBE goes to a dead connection)
+    // and nothing is left to do.
+    ASSERT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return d.sub().next_retry() == steady::time_point::max();
+        },
+        scaled(10s)));
+    EXPECT_EQ(d.step(1ms), -1);
     server.start();
     EXPECT_EQ(d.step(1ms), -1) << "no reconnect while nobody waits";
     EXPECT_EQ(d.sub().next_retry(), steady::time_point::max());
@@ -289,12 +299,9 @@ TEST(RedisSubscriber, AConfirmationWakesTheWaitersThatReadTheirGenerationBeforeI
     // After a reconnect the SUBSCRIBE goes again: a waiter that read its generation between the
     // reconnect's wake-up and the new confirmation is woken by the confirmation too.
     server.command({"CLIENT", "KILL", "TYPE", "pubsub"});
-    ASSERT_TRUE(eventually(
-        [&] {
-            d.step(1ms);
-            return !d.sub().subscribed(channel);
-        },
-        10s));
+    // Nobody reads for waiters that are not waiting: a waiter's own wait() finds the drop.
+    one.wait(one.generation(), steady::now() + scaled(5s), {});
+    ASSERT_FALSE(d.sub().subscribed(channel));
     // service() reconnects (after its back-off) and sends the SUBSCRIBE; no reading yet.
     ASSERT_TRUE(
         eventually([&] { return d.sub().service(steady::now(), steady::now() + 1s) >= 0; }, 10s));
@@ -308,6 +315,114 @@ TEST(RedisSubscriber, AConfirmationWakesTheWaitersThatReadTheirGenerationBeforeI
         10s));
     EXPECT_NE(one.generation(), seen_before_confirmation)
         << "the re-SUBSCRIBE's confirmation did not wake a waiter that attempted before it";
+}
+
+/// Subscribes `channel` by driving the loop by hand.
+void subscribe_by_hand(driver& d, const std::string& channel) {
+    ASSERT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return d.sub().subscribed(channel);
+        },
+        10s));
+}
+
+/// A thread in `reg.wait(seen, ...)` (deadline far off, cancelled by `cancel`), `woken` once back.
+struct waiting_thread {
+    std::atomic<bool> woken{false};
+    std::jthread thread;
+    waiting_thread(const subscriber::registration& reg, std::stop_token cancel = {}) {
+        const auto seen = reg.generation();
+        thread = std::jthread([this, &reg, seen, cancel] {
+            reg.wait(seen, steady::now() + scaled(60s), cancel);
+            woken = true;
+        });
+    }
+};
+
+// A waiter in wait() reads the connection itself (src/redis/subscriber.hpp): its message wakes it
+// with nobody running the background loop.
+TEST(RedisSubscriber, AWaiterReadsItsOwnMessage) {
+    dlock::test::redis_server server;
+    driver d(server);  // driven by hand, and not at all once subscribed
+    const auto channel = unique_name();
+    subscriber::registration a(d.sub(), channel, wake_mode::all, "fair:c.aaaa");
+    subscriber::registration b(d.sub(), channel, wake_mode::all, "fair:c.bbbb");
+    subscribe_by_hand(d, channel);
+    waiting_thread wa(a);
+    ASSERT_TRUE(eventually([&] { return d.sub().lent(); }, 10s)) << "the waiter reads";
+    waiting_thread wb(b);  // asleep: the connection is a's
+    server.command({"PUBLISH", channel, "granted 7 3 fair:c.bbbb"});
+    EXPECT_TRUE(eventually([&] { return wb.woken.load(); }, 10s))
+        << "the reader hands another waiter its message";
+    EXPECT_FALSE(wa.woken.load());
+    EXPECT_TRUE(d.sub().lent());
+    server.command({"PUBLISH", channel, "granted 8 4 fair:c.aaaa"});
+    EXPECT_TRUE(eventually([&] { return wa.woken.load(); }, 10s)) << "its own message wakes it";
+    EXPECT_EQ(a.last_message(), "granted 8 4 fair:c.aaaa");
+    EXPECT_EQ(b.last_message(), "granted 7 3 fair:c.bbbb");
+    EXPECT_FALSE(d.sub().lent());
+}
+
+// The background thread takes the connection back from a reading waiter when it has work on it
+// (here another channel's SUBSCRIBE); the waiter then sleeps and is woken as before.
+TEST(RedisSubscriber, TheBackgroundThreadTakesTheConnectionBackForWork) {
+    dlock::test::redis_server server;
+    driver d(server);  // driven by hand
+    const auto channel = unique_name();
+    subscriber::registration a(d.sub(), channel, wake_mode::all, "fair:c.aaaa");
+    subscribe_by_hand(d, channel);
+    waiting_thread wa(a);
+    ASSERT_TRUE(eventually([&] { return d.sub().lent(); }, 10s));
+    subscriber::registration other(d.sub(), channel + "/other", wake_mode::one);
+    subscribe_by_hand(d, channel + "/other");
+    EXPECT_FALSE(wa.woken.load());
+    server.command({"PUBLISH", channel, "granted 7 3 fair:c.aaaa"});
+    EXPECT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return wa.woken.load();
+        },
+        10s));
+    EXPECT_EQ(a.last_message(), "granted 7 3 fair:c.aaaa");
+}
+
+// A cancel reaches a waiter that sleeps in poll(2) on the connection, not on a condition variable.
+TEST(RedisSubscriber, ACancelReachesAReadingWaiter) {
+    dlock::test::redis_server server;
+    driver d(server);  // driven by hand
+    const auto channel = unique_name();
+    subscriber::registration a(d.sub(), channel, wake_mode::one);
+    subscribe_by_hand(d, channel);
+    std::stop_source cancel;
+    waiting_thread wa(a, cancel.get_token());
+    ASSERT_TRUE(eventually([&] { return d.sub().lent(); }, 10s));
+    cancel.request_stop();
+    EXPECT_TRUE(eventually([&] { return wa.woken.load(); }, 10s));
+}
+
+// A reader that leaves while another waiter sleeps leaves the reading to the background thread.
+TEST(RedisSubscriber, TheBackgroundThreadReadsForASleeperWhenTheReaderLeaves) {
+    dlock::test::redis_server server;
+    driver d(server);  // driven by hand
+    const auto channel = unique_name();
+    subscriber::registration a(d.sub(), channel, wake_mode::all, "fair:c.aaaa");
+    subscriber::registration b(d.sub(), channel, wake_mode::all, "fair:c.bbbb");
+    subscribe_by_hand(d, channel);
+    waiting_thread wa(a);
+    ASSERT_TRUE(eventually([&] { return d.sub().lent(); }, 10s));
+    waiting_thread wb(b);
+    ASSERT_TRUE(eventually([&] { return d.sub().sleepers() == 1; }, 10s));
+    server.command({"PUBLISH", channel, "granted 7 3 fair:c.aaaa"});
+    ASSERT_TRUE(eventually([&] { return wa.woken.load(); }, 10s));
+    EXPECT_GE(d.step(1ms), 0) << "someone sleeps: the background thread reads";
+    server.command({"PUBLISH", channel, "granted 8 4 fair:c.bbbb"});
+    EXPECT_TRUE(eventually(
+        [&] {
+            d.step(1ms);
+            return wb.woken.load();
+        },
+        10s));
 }
 
 }  // namespace
