@@ -193,9 +193,10 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
     owner_.sleep(ch.changed, lock, deadline, ready);
 }
 
+// `lock` holds mutex_ on entry and on return; the analysis cannot follow a lock passed in.
 template <class Pred>
 void subscriber::sleep(std::condition_variable& cv, dlock::detail::unique_lock& lock,
-                       steady::time_point deadline, Pred ready) {
+                       steady::time_point deadline, Pred ready) DLOCK_NO_THREAD_SAFETY_ANALYSIS {
     if (ready()) return;
     // Someone must read for a sleeping waiter: a waiter that has the connection lent, or the
     // background thread, which may have stopped polling it while it was lent.

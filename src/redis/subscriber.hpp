@@ -170,10 +170,11 @@ private:
     void dispatch(const reply& r);
     /// The body of service(), run while the background thread uses the connection.
     int service_connection(steady::time_point now, steady::time_point latest);
-    /// Sleeps on `cv` until `ready()` or `deadline`, making sure someone reads meanwhile.
+    /// Sleeps on `cv` until `ready()` or `deadline`, making sure someone reads meanwhile. `lock`
+    /// holds mutex_ (on entry and on return; the analysis cannot follow a lock passed in).
     template <class Pred>
     void sleep(std::condition_variable& cv, dlock::detail::unique_lock& lock,
-               steady::time_point deadline, Pred ready) DLOCK_REQUIRES(mutex_);
+               steady::time_point deadline, Pred ready) DLOCK_NO_THREAD_SAFETY_ANALYSIS;
     /// Reads and dispatches every message already available (the caller uses the connection).
     void read_available();
     /// Lends the connection to the calling waiter when nobody uses it and nothing is pending.
