@@ -929,8 +929,8 @@ def report(run_dir, plots_dir, report_path):
             ref_text = {
                 "set_nx_px": "`SET k tok NX PX 10000` (the plainest lock command)",
                 "multi_set_incr": "`MULTI; SET k tok NX PX; INCR fence; PTTL k; EXEC`, one write",
-                "acquire_script": "`EVALSHA acquire.lua` (dlock's acquire: TYPE, INCR, SET PX)",
-                "release_script": "`EVALSHA release.lua` (dlock's release: GET, DEL, PUBLISH)",
+                "acquire_script": "`EVALSHA acquire.lua` (dlock's acquire: EXISTS kind guard, TIME, SET ... GET fence, SET PX)",
+                "release_script": "`EVALSHA release.lua` (dlock's release: GET, DEL, PUBLISH, EXISTS)",
                 "fanout_ping_3": "PING to 3 servers at once (all written, then all read): Redlock's floor",
                 "fanout_ping_5": "PING to 5 servers at once: Redlock's floor on 5 nodes",
             }

@@ -23,8 +23,10 @@
 //   set_nx_px       SET k tok NX PX 10000 (the plainest lock command), then an untimed DEL
 //   multi_set_incr  MULTI; SET k tok NX PX; INCR fence; PTTL k; EXEC in one write (a script-free
 //                   acquire that also hands out a fencing token), then an untimed DEL
-//   acquire_script  EVALSHA of dlock's acquire.lua (TYPE, INCR fence, SET PX) on a free lock
-//   release_script  EVALSHA of dlock's release.lua (GET, DEL, PUBLISH) on the lock just taken
+//   acquire_script  EVALSHA of dlock's acquire.lua on a free lock, with the mutex's keys and
+//                   arguments (kind guard EXISTS, TIME, SET ... GET fence, SET PX)
+//   release_script  EVALSHA of dlock's release.lua (GET, DEL, PUBLISH, EXISTS) on the lock just
+//                   taken
 //   fanout_ping_N   with N >= 3 (5) --servers: one PING written to each of the first N servers
 //                   before any reply is read (the physical floor of a parallel Redlock round)
 // The scripts are the ones the library sends, composed at build time (cmake/embed_lua.cmake inlines
@@ -66,6 +68,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dlock::redis::detail::lua {
@@ -252,6 +255,29 @@ bool read_stats(redisContext* c, server_stats& out) {
 }
 
 /// What the server spent on one series of pairs: differences of INFO around it.
+/// The EVALSHA calls of a dlock::mutex acquire and release of `lock` on one server, with the keys
+/// and arguments the library sends (engine::attempt, engine::release_everywhere; the key suffixes
+/// of src/redis/protocol.cpp): a first attempt (no waiter id) and its release.
+std::pair<std::vector<std::string>, std::vector<std::string>> mutex_script_calls(
+    const std::string& acquire_sha, const std::string& release_sha, const std::string& lock,
+    const std::string& token) {
+    std::vector<std::string> keys;
+    for (const auto s : {"", ":fence", ":mutex_waiters", ":mutex_alive", ":mutex_arrivals",
+                         ":mutex_turn", ":mutex_woken"})
+        keys.push_back(lock + s);
+    const std::string channel = lock + ":released";
+    std::vector<std::string> a{"EVALSHA", acquire_sha, std::to_string(keys.size())};
+    a.insert(a.end(), keys.begin(), keys.end());
+    // engine::attempt: token, lease, count, limit, waiter liveness, channel, re-entry, ticket
+    // floor, waiter id (none: a first attempt), fence idle period, clock floor.
+    a.insert(a.end(), {token, "10000", "1", "0", "2000", channel, "0", "0", "", "86400000", "1"});
+    std::vector<std::string> r{"EVALSHA", release_sha, std::to_string(keys.size())};
+    r.insert(r.end(), keys.begin(), keys.end());
+    // engine::release_everywhere: token, channel, hand-off lease, "0", fence idle period.
+    r.insert(r.end(), {token, channel, "2000", "0", "86400000"});
+    return {std::move(a), std::move(r)};
+}
+
 struct cost_series {
     long long pairs = 0;
     server_stats spent;
@@ -277,30 +303,10 @@ bool run_pairs(redisContext* c, cost_variant& v, const std::vector<std::string>&
     cost_series one;
     if (!read_stats(c, before)) return false;
     const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(seconds * 1e9);
-    // Each lock's 7 keys and its channel, as the library's mutex on one server sends them.
-    const std::vector<std::string_view> suffixes{"",
-                                                 ":fence",
-                                                 ":mutex_waiters",
-                                                 ":mutex_alive",
-                                                 ":mutex_arrivals",
-                                                 ":mutex_turn",
-                                                 ":mutex_woken"};
     std::vector<std::vector<std::string>> acquire_args;
     std::vector<std::vector<std::string>> release_args;
     for (const auto& lock : locks) {
-        std::vector<std::string> keys;
-        for (const auto s : suffixes) keys.push_back(lock + std::string(s));
-        const std::string channel = lock + ":released";
-        std::vector<std::string> a{"EVALSHA", v.acquire_sha, std::to_string(keys.size())};
-        a.insert(a.end(), keys.begin(), keys.end());
-        // engine::attempt: token, lease, count, limit, waiter liveness, channel, re-entry,
-        // ticket floor, waiter id (none: a first attempt), fence idle period, clock floor.
-        a.insert(a.end(),
-                 {token, "10000", "1", "0", "2000", channel, "0", "0", "", "86400000", "1"});
-        std::vector<std::string> r{"EVALSHA", v.release_sha, std::to_string(keys.size())};
-        r.insert(r.end(), keys.begin(), keys.end());
-        // engine::release_everywhere: token, channel, hand-off lease, "0", fence idle period.
-        r.insert(r.end(), {token, channel, "2000", "0", "86400000"});
+        auto [a, r] = mutex_script_calls(v.acquire_sha, v.release_sha, lock, token);
         acquire_args.push_back(std::move(a));
         release_args.push_back(std::move(r));
     }
@@ -473,7 +479,6 @@ int main(int argc, char** argv) {
     const std::string token = "0123456789abcdef0123456789abcdef";
     const std::string lock = "dlock-floor:{" + std::to_string(now_ns()) + "}";
     const std::string fence = lock + ":fence";
-    const std::string channel = lock + ":released";
     std::string acquire_sha;
     std::string release_sha;
     const bool references = reference_s > 0;
@@ -482,6 +487,7 @@ int main(int argc, char** argv) {
         release_sha = load_script(c, "release");
         if (acquire_sha.empty() || release_sha.empty()) return 1;
     }
+    const auto script_calls = mutex_script_calls(acquire_sha, release_sha, lock, token);
     struct reference {
         const char* what;
         std::vector<std::int64_t> rtt;
@@ -546,10 +552,10 @@ int main(int argc, char** argv) {
         if (!call(c, {"DEL", lock})) return 1;
 
         t0 = now_ns();
-        if (!call(c, {"EVALSHA", acquire_sha, "2", lock, fence, token, "10000"})) return 1;
+        if (!call(c, script_calls.first)) return 1;
         acq.rtt.push_back(now_ns() - t0);
         t0 = now_ns();
-        if (!call(c, {"EVALSHA", release_sha, "1", lock, token, channel})) return 1;
+        if (!call(c, script_calls.second)) return 1;
         rel.rtt.push_back(now_ns() - t0);
 
         for (auto* r : {&fan3, &fan5}) {
