@@ -1,6 +1,7 @@
 // Saturating steady-clock arithmetic: `forever` and far deadlines must never overflow.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 
 namespace dlock::detail {
@@ -20,6 +21,14 @@ inline steady::time_point deadline_after(steady::time_point now, milliseconds d)
 inline milliseconds remaining(steady::time_point now, steady::time_point t) noexcept {
     if (t <= now) return milliseconds::zero();
     return std::chrono::duration_cast<milliseconds>(t - now);
+}
+
+/// poll(2)'s timeout from now until `deadline`: -1 (none) for time_point::max(), else whole
+/// milliseconds rounded up, within [0, 60 s] (the caller polls again after a minute).
+inline int poll_timeout_ms(steady::time_point now, steady::time_point deadline) noexcept {
+    if (deadline == steady::time_point::max()) return -1;
+    const auto left = std::chrono::ceil<milliseconds>(deadline - now).count();
+    return static_cast<int>(std::clamp<long long>(left, 0, 60'000));
 }
 
 }  // namespace dlock::detail

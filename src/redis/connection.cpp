@@ -293,12 +293,7 @@ void exchange_all(std::span<exchange> exchanges) {
             ++it;
         }
         if (active.empty()) break;
-        int timeout_ms = -1;
-        if (next_deadline != steady::time_point::max()) {
-            const auto left =
-                std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now).count();
-            timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
-        }
+        int timeout_ms = dlock::detail::poll_timeout_ms(now, next_deadline);
         if (buffered) timeout_ms = 0;
         const int n = ::poll(fds.data(), fds.size(), timeout_ms);
         if (n <= 0 && !buffered) continue;  // timeout (deadlines are checked above) or EINTR

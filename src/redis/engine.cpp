@@ -1451,12 +1451,7 @@ void engine::run(std::stop_token stop) {
 
         const short sub_events = sub_fd >= 0 ? subscriber_->wanted_events() : short{POLLIN};
         pollfd fds[3] = {{wake_fd_, POLLIN, 0}, {sub_fd, sub_events, 0}, {watch_fd, POLLIN, 0}};
-        int timeout_ms = -1;
-        if (next != steady::time_point::max()) {
-            const auto left =
-                std::chrono::ceil<std::chrono::milliseconds>(next - steady::now()).count();
-            timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
-        }
+        const int timeout_ms = dlock::detail::poll_timeout_ms(steady::now(), next);
         const int n = ::poll(fds, 3, timeout_ms);  // a negative fd is ignored
         worker_wakes_at_.store(steady::time_point::min().time_since_epoch().count());
         if (n <= 0) continue;

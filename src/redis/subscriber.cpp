@@ -8,6 +8,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "core/time.hpp"
+
 namespace dlock::redis::detail {
 namespace {
 
@@ -25,13 +27,6 @@ void wait_until(std::condition_variable& cv, dlock::detail::unique_lock& lock,
     } else {
         cv.wait_until(lock.native(), deadline, pred);
     }
-}
-
-/// poll(2)'s timeout for `deadline`: -1 (none) for time_point::max(), rounded up to whole ms.
-int poll_timeout(steady::time_point deadline) {
-    if (deadline == steady::time_point::max()) return -1;
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now());
-    return static_cast<int>(std::clamp<long long>(left.count(), 0, 60'000));
 }
 
 }  // namespace
@@ -147,8 +142,9 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
     // this waiter's.
     const auto ready = [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
         if (generation_locked() != seen || cancel.stop_requested()) return true;
+        // The reader takes it when it is the longest waiter, a sleeper when the reader is not.
         if (mode_ == wake_mode::one && ch.wakeups > 0 &&
-            (ch.reading == ticket) == (ch.reading != 0 && *ch.in_wait.begin() == ch.reading)) {
+            (ch.reading == ticket) == ch.reader_is_longest()) {
             --ch.wakeups;
             woken_ = true;
             return true;
@@ -169,7 +165,7 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
         while (!done && !owner_.preempt_ && owner_.conn_->is_open()) {
             pollfd fds[2] = {{owner_.conn_->native_handle(), owner_.conn_->wanted_events(), 0},
                              {owner_.kick_fd_, POLLIN, 0}};
-            const int timeout = poll_timeout(deadline);
+            const int timeout = dlock::detail::poll_timeout_ms(steady::now(), deadline);
             lock.unlock();
             const int n = ::poll(fds, 2, timeout);
             if (n > 0 && (fds[1].revents & POLLIN) != 0) {
@@ -426,7 +422,7 @@ void subscriber::dispatch(const reply& r) {
             // One release lets one waiter in: wake one, not the herd. A reader that is the
             // channel's longest waiter takes it itself, right after this read.
             ++ch.wakeups;
-            if (ch.reading == 0 || *ch.in_wait.begin() != ch.reading) ch.changed.notify_one();
+            if (!ch.reader_is_longest()) ch.changed.notify_one();
         }
     } else if (kind == "subscribe") {
         ch.requested = false;

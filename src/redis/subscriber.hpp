@@ -157,8 +157,10 @@ private:
             std::string last_message;
         };
         std::unordered_map<std::string, keyed_waiter> keyed;  // hand-off channels, by token
-        std::set<std::uint64_t> in_wait;    // tickets of its waiters in wait(), oldest first
-        std::uint64_t reading = 0;          // the ticket of its waiter that reads the connection
+        std::set<std::uint64_t> in_wait;  // tickets of its waiters in wait(), oldest first
+        std::uint64_t reading = 0;        // the ticket of its waiter that reads the connection
+        /// Whether its waiter that reads the connection has waited longest of those in wait().
+        bool reader_is_longest() const { return reading != 0 && *in_wait.begin() == reading; }
         std::condition_variable changed;    // wait() sleeps on it
         std::condition_variable confirmed;  // wait_subscribed() sleeps on it
     };

@@ -21,6 +21,7 @@ using dlock::detail::drift_for;
 using dlock::detail::lease_to_request;
 using dlock::detail::make_renewal_plan;
 using dlock::detail::next_renewal_at;
+using dlock::detail::poll_timeout_ms;
 using dlock::detail::remaining;
 using dlock::detail::renewal_plan;
 using dlock::detail::renewal_retry_delay;
@@ -75,6 +76,19 @@ TEST(Remaining, RoundsDownToWholeMilliseconds) {
     EXPECT_EQ(remaining(t0, t0 + 999us), 0ms);
     EXPECT_EQ(remaining(t0, t0 + 30s), 30s);
     EXPECT_GT(remaining(t0, steady::time_point::max()), milliseconds(24h * 365 * 100));
+}
+
+TEST(PollTimeout, NoDeadlineWaitsForever) {
+    EXPECT_EQ(poll_timeout_ms(t0, steady::time_point::max()), -1);
+}
+
+TEST(PollTimeout, RoundsUpWithinAMinute) {
+    EXPECT_EQ(poll_timeout_ms(t0, t0), 0);
+    EXPECT_EQ(poll_timeout_ms(t0, t0 - 5s), 0);
+    EXPECT_EQ(poll_timeout_ms(t0, t0 + 1us), 1);
+    EXPECT_EQ(poll_timeout_ms(t0, t0 + 1500us), 2);
+    EXPECT_EQ(poll_timeout_ms(t0, t0 + 30s), 30'000);
+    EXPECT_EQ(poll_timeout_ms(t0, t0 + 1h), 60'000);
 }
 
 // ---- renewal.hpp ----------------------------------------------------------------------------
