@@ -222,6 +222,9 @@ struct master_resolver::state {
     std::size_t next_sentinel DLOCK_GUARDED_BY(mutex) = 0;  // the last one that answered
     std::function<void()> changed DLOCK_GUARDED_BY(mutex);
     std::string last_failure DLOCK_GUARDED_BY(mutex);  // of the latest discovery
+    // Per sentinel, the last answer that was not a timeout ("" before any): what a timed-out
+    // attempt's message adds.
+    std::vector<std::string> answers DLOCK_GUARDED_BY(discover_mutex);
 
     // +switch-master (background thread only).
     std::unique_ptr<connection> watch;
@@ -287,7 +290,8 @@ redis_endpoint master_resolver::master(steady::time_point deadline, std::error_c
         if (state_->master && !state_->suspected) return *state_->master;
     }
     std::string why;
-    if (!discover(deadline, why)) {
+    state_->answers.resize(settings_.sentinels.size());
+    if (!discover(deadline, why, state_->answers)) {
         const auto what = "redis sentinel: " + describe() + ": " + why;
         {
             dlock::detail::lock_guard lock(state_->mutex);
@@ -300,7 +304,8 @@ redis_endpoint master_resolver::master(steady::time_point deadline, std::error_c
     return *state_->master;
 }
 
-bool master_resolver::discover(steady::time_point deadline, std::string& why) {
+bool master_resolver::discover(steady::time_point deadline, std::string& why,
+                               std::vector<std::string>& answers) {
     std::size_t first = 0;
     {
         dlock::detail::lock_guard lock(state_->mutex);
@@ -312,8 +317,9 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why) {
     };
     for (;;) {
         std::string round;
-        const auto note = [&](const std::string& what) {
+        const auto note = [&](std::size_t i, const std::string& what) {
             round += (round.empty() ? "" : "; ") + what;
+            answers[i] = what;
         };
         for (std::size_t k = 0; k < n; ++k) {
             const auto i = (first + k) % n;
@@ -327,19 +333,26 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why) {
             const auto r = sentinel.execute(
                 {"SENTINEL", "get-master-addr-by-name", settings_.master_name}, ec);
             const auto where = settings_.sentinels[i].describe() + ": ";
+            if (ec == errc::server_timeout) {
+                // Not an answer (maybe an attempt the deadline cut short): noted with the last.
+                round += (round.empty() ? "" : "; ") + dlock::detail::message_for(ec) +
+                         (answers[i].empty() ? ""
+                                             : " (the last answer it gave: " + answers[i] + ")");
+                continue;
+            }
             if (ec) {
-                note(dlock::detail::message_for(ec));
+                note(i, dlock::detail::message_for(ec));
                 continue;
             }
             if (r.type == reply::kind::nil ||
                 (r.type == reply::kind::array && r.elements.empty())) {
-                note(where + "knows no master named \"" + settings_.master_name + "\"");
+                note(i, where + "knows no master named \"" + settings_.master_name + "\"");
                 continue;
             }
             long long port = 0;
             if (r.type != reply::kind::array || r.elements.size() != 2 ||
                 !parse_count(r.elements[1].text, 65535, port) || port == 0) {
-                note(where + "unexpected answer " +
+                note(i, where + "unexpected answer " +
                      (r.is_error() ? r.text : std::string(to_string(r.type))));
                 continue;
             }
@@ -352,13 +365,13 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why) {
                                     clamp(left, command_timeout_), "dlock:sentinel-check"}));
             const auto role = check.execute({"ROLE"}, ec);
             if (ec) {
-                note(where + "names " + candidate.describe() +
-                     ", which fails: " + dlock::detail::message_for(ec));
+                note(i, where + "names " + candidate.describe() +
+                           ", which fails: " + dlock::detail::message_for(ec));
                 continue;
             }
             if (role.type != reply::kind::array || role.elements.empty() ||
                 role.elements[0].text != "master") {
-                note(where + "names " + candidate.describe() + ", whose ROLE is " +
+                note(i, where + "names " + candidate.describe() + ", whose ROLE is " +
                      (role.type == reply::kind::array && !role.elements.empty()
                           ? role.elements[0].text
                           : role.text) +

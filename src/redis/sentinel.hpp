@@ -77,7 +77,10 @@ public:
     std::optional<dlock::detail::redis_endpoint> known() const;
     /// A verified master: the known one, or (when none is known or it is suspected) a new
     /// discovery, asking every sentinel in turn and again until `deadline`. At the deadline:
-    /// errc::connection_failed naming what each sentinel answered.
+    /// errc::connection_failed naming what each sentinel answered; a sentinel whose connection
+    /// timed out is named with the last answer it gave (an earlier round's, or an earlier
+    /// discovery's): the deadline cuts the last round's attempts short, and on a loaded machine
+    /// "connect timed out" would otherwise hide the cause every full attempt reported.
     dlock::detail::redis_endpoint master(steady::time_point deadline, std::error_code& ec);
     /// A connection to `seen` failed or was answered READONLY: when `seen` is still the known
     /// master, asks the sentinels again (bounded by connect_timeout). True when the known master
@@ -101,7 +104,9 @@ public:
 
 private:
     struct state;
-    bool discover(steady::time_point deadline, std::string& why);
+    /// `answers`: what each sentinel last answered (state::answers, under discover_mutex).
+    bool discover(steady::time_point deadline, std::string& why,
+                  std::vector<std::string>& answers);
 
     const sentinel_settings settings_;
     const std::chrono::milliseconds connect_timeout_;

@@ -99,4 +99,28 @@ TEST(SentinelTls, ASentinelFromAnUnknownCaIsRefusedNamingTheCause) {
         << what;
 }
 
+// A sentinel that stops answering is named with the last answer it gave, not only with the
+// timeout: a discovery asks every sentinel again until its deadline, and on a loaded machine the
+// last round's attempt, cut short by that deadline, used to replace the cause every full attempt
+// had reported (the refusal above then read "connect timed out").
+TEST(SentinelTls, ASentinelThatStopsAnsweringIsNamedWithTheLastAnswerItGave) {
+    auto& set = tls_set();
+    dlock::redis::client stranger(options(set.url(
+        "failover_wait=200ms&tls_ca=" + dlock::test::shared_tls_certs().dir() + "/other-ca.pem")));
+    std::error_code ec;
+    EXPECT_FALSE(stranger.acquire(unique_name(), {.wait = 0s}, ec));
+    const auto refused = dlock::last_error_message();
+    ASSERT_NE(refused.find("certificate verify failed: unknown CA"), std::string::npos) << refused;
+
+    set.sentinel(0).pause();  // keeps its sockets; the TLS handshake gets no answer
+    EXPECT_FALSE(stranger.acquire(unique_name(), {.wait = 0s}, ec));
+    const auto what = dlock::last_error_message();
+    set.sentinel(0).resume();
+    EXPECT_EQ(ec, dlock::errc::connection_failed);
+    const auto named = what.find("127.0.0.1:" + std::to_string(set.sentinel(0).tls_port()) +
+                                 ": connect timed out (the last answer it gave: ");
+    ASSERT_NE(named, std::string::npos) << what;
+    EXPECT_NE(what.find("certificate verify failed: unknown CA", named), std::string::npos) << what;
+}
+
 }  // namespace
