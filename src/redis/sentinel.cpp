@@ -335,9 +335,9 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why,
             const auto where = settings_.sentinels[i].describe() + ": ";
             if (ec == errc::server_timeout) {
                 // Not an answer (maybe an attempt the deadline cut short): noted with the last.
-                round += (round.empty() ? "" : "; ") + dlock::detail::message_for(ec) +
-                         (answers[i].empty() ? ""
-                                             : " (the last answer it gave: " + answers[i] + ")");
+                round +=
+                    (round.empty() ? "" : "; ") + dlock::detail::message_for(ec) +
+                    (answers[i].empty() ? "" : " (the last answer it gave: " + answers[i] + ")");
                 continue;
             }
             if (ec) {
@@ -353,7 +353,7 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why,
             if (r.type != reply::kind::array || r.elements.size() != 2 ||
                 !parse_count(r.elements[1].text, 65535, port) || port == 0) {
                 note(i, where + "unexpected answer " +
-                     (r.is_error() ? r.text : std::string(to_string(r.type))));
+                            (r.is_error() ? r.text : std::string(to_string(r.type))));
                 continue;
             }
             auto candidate = settings_.master;
@@ -366,16 +366,16 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why,
             const auto role = check.execute({"ROLE"}, ec);
             if (ec) {
                 note(i, where + "names " + candidate.describe() +
-                           ", which fails: " + dlock::detail::message_for(ec));
+                            ", which fails: " + dlock::detail::message_for(ec));
                 continue;
             }
             if (role.type != reply::kind::array || role.elements.empty() ||
                 role.elements[0].text != "master") {
                 note(i, where + "names " + candidate.describe() + ", whose ROLE is " +
-                     (role.type == reply::kind::array && !role.elements.empty()
-                          ? role.elements[0].text
-                          : role.text) +
-                     ", not master");
+                            (role.type == reply::kind::array && !role.elements.empty()
+                                 ? role.elements[0].text
+                                 : role.text) +
+                            ", not master");
                 continue;
             }
             std::function<void()> changed;

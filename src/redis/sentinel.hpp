@@ -105,8 +105,7 @@ public:
 private:
     struct state;
     /// `answers`: what each sentinel last answered (state::answers, under discover_mutex).
-    bool discover(steady::time_point deadline, std::string& why,
-                  std::vector<std::string>& answers);
+    bool discover(steady::time_point deadline, std::string& why, std::vector<std::string>& answers);
 
     const sentinel_settings settings_;
     const std::chrono::milliseconds connect_timeout_;
