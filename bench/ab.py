@@ -13,7 +13,9 @@ on the same servers, so machine load hits every build alike. Per run: the hand-o
 worker p50 (next acq - previous rel), the share of hand-offs that went to another worker, grants
 per second, and voluntary (wake-ups) and all context switches per grant from the workers'
 rusage; then the medians per mode and build. Mutual-exclusion overlaps and worker errors are
-counted; not a replacement for bench/run's report.
+counted; not a replacement for bench/run's report. QUANTILES=1 in the environment also prints
+each run's hand-off to another worker at p10/p25/p50/p75/p90 and the p50 of a release followed by
+the same worker's next grant.
 """
 import itertools, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 if len(sys.argv) < 5:
@@ -73,6 +75,12 @@ try:
                        wake_per_grant=nv / max(1, cycles), ctx_per_grant=(nv + niv) / max(1, cycles),
                        viol=viol, errors=errors)
             res.setdefault((mode, bname), []).append(row)
+            if os.environ.get("QUANTILES") and len(ho) >= 10:
+                q = statistics.quantiles(ho, n=20)
+                hs = sorted(b[0] - a[1] for a, b in zip(iv, iv[1:]) if a[2] == b[2])
+                print(f"  {mode} {bname} hand-off to another p10/p25/p50/p75/p90 (us): " +
+                      "/".join(f"{q[i] / 1e3:.0f}" for i in (1, 4, 9, 14, 17)) +
+                      (f"; back to itself p50 {hs[len(hs) // 2] / 1e3:.0f}" if hs else ""), flush=True)
             print(r, mode, bname, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 finally:
     for s in servers: s.terminate(); s.wait()

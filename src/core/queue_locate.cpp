@@ -54,6 +54,7 @@ queue_position locate_in_queue(std::vector<queue_entry> entries, std::string_vie
             out.holds = true;
         } else {
             out.watch = std::prev(me)->id;
+            out.watch_is_last = std::prev(me) == line.begin();
         }
         return out;
     }
@@ -61,6 +62,9 @@ queue_position locate_in_queue(std::vector<queue_entry> entries, std::string_vie
         --it;
         if (it->role != queue_role::read) {
             out.watch = it->id;
+            out.watch_is_last = std::none_of(line.begin(), it, [](const queue_entry& e) {
+                return e.role != queue_role::read;
+            });
             return out;
         }
     }

@@ -32,6 +32,9 @@ struct queue_position {
     /// or a new number of permits: watch all of them (and the limit), not one predecessor.
     bool first_waiter = false;
     std::string watch{};  ///< !holds && !first_waiter: the id of the entry to watch
+    /// read and write, !holds: `watch` is the only entry that keeps ours from holding. Orders only
+    /// grow, so no entry is ever placed before ours: once `watch` is gone, ours holds.
+    bool watch_is_last = false;
 };
 
 /// Where the entry with id `ours` stands among `entries` (any order; sorted here by `order`).

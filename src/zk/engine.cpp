@@ -310,7 +310,9 @@ dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::u
                 break;
             }
             case acquire_step::action::wait: {
-                a.wait_rc = wait_turn(*a.s, a.ours, a.where, a.permits, step.until, options.cancel);
+                a.wait_rc = wait_turn(*a.s, a.ours, a.where, a.permits, step.until, options.cancel,
+                                      a.vacated);
+                a.vacated_seen = steady::now();
                 step = policy.woke();
                 break;
             }
@@ -365,6 +367,17 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
     if (const int rc = std::exchange(a.wait_rc, ZOK);
         rc != ZOK && rc != ZNONODE && !recoverable(rc)) {
         return failed(code_for(rc), quoted + ": watch: " + zk_text(rc));
+    }
+    // The only node ahead of ours went, and the session that delivered its deletion stayed
+    // connected: ours holds with no getChildren (docs/zookeeper.md, "The recipe", step 4).
+    // Sequence numbers only grow, so no node is ever placed before ours; not after a create in
+    // doubt (a late duplicate of ours must be found and deleted by a getChildren) and not when
+    // the session died meanwhile.
+    if (std::exchange(a.vacated, false) && a.ours.created() && !a.ours.doubted && s &&
+        !s->dead() && !s->stale(steady::now()) && !cancel.stop_requested()) {
+        a.sent = a.vacated_seen;
+        a.where.holds = true;
+        return attempt_report::granted();
     }
     // Connection and session trouble is retried here, within the attempt, until it is answered;
     // cancel and the deadline still bound it.
@@ -458,7 +471,8 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
 
 int engine::wait_turn(session& s, const protected_node& ours, const standing& where,
                       std::uint64_t permits, steady::time_point deadline,
-                      const std::stop_token& cancel) {
+                      const std::stop_token& cancel, bool& vacated) {
+    vacated = false;
     // Watch only what decides our turn (no herd): the node we wait for (deleted; for a
     // semaphore, also set once it holds), or, first in a semaphore's line, the children (a
     // release) and the parent's data (set_permits). ZNONODE: the node went between getChildren
@@ -493,7 +507,10 @@ int engine::wait_turn(session& s, const protected_node& ours, const standing& wh
     }
     // A watch fires only for changes after it was set: what changed since our getChildren was
     // read back above.
-    if (rc == ZOK && !changed) s.watch_wait(watched, seen, deadline, cancel);
+    if (rc == ZOK && !changed) {
+        vacated = s.watch_wait(watched, seen, deadline, cancel) && where.watch_is_last &&
+                  !where.watch_parent;
+    }
     s.watch_end(watched);
     return rc;
 }

@@ -49,6 +49,7 @@ struct position {
     bool found = false;   ///< our node is among the children
     bool holds = false;   ///< it holds the lock
     std::string watch{};  ///< when found && !holds: the child to watch
+    bool watch_is_last = false;  ///< only `watch` keeps ours from holding (queue_position)
 };
 
 /// Where the node named `ours` stands among `children` (docs/zookeeper.md, step 2): a write node
@@ -86,6 +87,9 @@ struct standing {
     /// for a release or for set_permits).
     bool watch_parent = false;
     std::string watch{};  ///< !holds && !watch_parent: the child to watch
+    /// A lock's node: `watch` is the only node that keeps ours from holding, so its deletion
+    /// grants ours (sequence numbers only grow: no node is ever placed before ours).
+    bool watch_is_last = false;
 };
 
 /// The pure part of one recipe: how its nodes are named, which children belong to another kind

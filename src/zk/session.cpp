@@ -219,15 +219,19 @@ std::uint64_t session::watch_begin(const std::string& path) {
     return w.fired;
 }
 
-void session::watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
+bool session::watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
                          const std::stop_token& cancel) {
     dlock::detail::unique_lock lock(mutex_);
     const auto gen = state_gen_;
+    const bool connected_before = state_ == ZOO_CONNECTED_STATE;
     std::stop_token token = cancel;
     changed_.wait_until(lock, token, bounded(deadline), [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
         const auto it = watches_.find(path);
         return dead_ || state_gen_ != gen || (it != watches_.end() && it->second.fired != seen);
     });
+    const auto it = watches_.find(path);
+    return connected_before && !dead_ && state_gen_ == gen && state_ == ZOO_CONNECTED_STATE &&
+           it != watches_.end() && it->second.fired != seen && it->second.deleted;
 }
 
 void session::watch_end(const std::string& path) {
@@ -252,7 +256,10 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
         } else if (path != nullptr) {
             // Deleted, changed, or the watch was dropped: the waiter looks again either way.
             const auto it = self->watches_.find(path);
-            if (it != self->watches_.end()) ++it->second.fired;
+            if (it != self->watches_.end()) {
+                ++it->second.fired;
+                if (type == ZOO_DELETED_EVENT) it->second.deleted = true;
+            }
             const auto held = self->owned_.find(path);
             if (held != self->owned_.end()) {
                 if (type == ZOO_DELETED_EVENT) {
@@ -406,7 +413,7 @@ int session::create_protected(protected_node& node, const ACL_vector* acl) {
             }
             node.name.clear();
             if (retriable(erc)) {
-                node.in_doubt = true;  // it may still be there: look again
+                node.in_doubt = node.doubted = true;  // it may still be there: look again
                 return erc;
             }
             if (erc != ZNONODE) return erc;
@@ -420,7 +427,7 @@ int session::create_protected(protected_node& node, const ACL_vector* acl) {
         return zoo_create2(zh, want.c_str(), nullptr, -1, acl, ZOO_EPHEMERAL_SEQUENTIAL,
                            buffer.data(), static_cast<int>(buffer.size()), &stat);
     });
-    if (retriable(rc)) node.in_doubt = true;  // find it by its guid once reconnected
+    if (retriable(rc)) node.in_doubt = node.doubted = true;  // find it by guid once reconnected
     if (rc != ZOK) return rc;
     const std::string_view path(buffer.data());
     node.name = std::string(path.substr(path.rfind('/') + 1));

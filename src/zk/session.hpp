@@ -49,6 +49,9 @@ struct protected_node {
     std::uint64_t czxid = 0;
     /// A create's outcome is unknown: look for it by guid before creating another.
     bool in_doubt = false;
+    /// Some create of this acquire was in doubt: a duplicate of ours may still land, so only a
+    /// fresh getChildren (which deletes it) may grant (engine::attempt). Never cleared.
+    bool doubted = false;
 
     bool created() const noexcept { return !name.empty(); }
     std::string path() const { return parent + "/" + name; }
@@ -127,9 +130,11 @@ public:
 
     /// One-shot watches on nodes: begin before zoo_wexists (returns the event count seen), wait,
     /// end when done. wait returns when the node's watch fired, the session changed state, the
-    /// deadline passed or cancel was requested.
+    /// deadline passed or cancel was requested: true when the watch fired because the node was
+    /// deleted and the session stayed connected and alive throughout (the deletion is then a
+    /// fact of the server's order, delivered on this session before anything later).
     std::uint64_t watch_begin(const std::string& path);
-    void watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
+    bool watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
                     const std::stop_token& cancel);
     void watch_end(const std::string& path);
 
@@ -218,6 +223,7 @@ private:
     struct watch {
         std::uint64_t fired = 0;
         int waiters = 0;
+        bool deleted = false;  // a ZOO_DELETED_EVENT fired (a node's name never comes back)
     };
     mutable dlock::detail::mutex mutex_;
     std::condition_variable_any changed_;  // with a detail::unique_lock (BasicLockable)

@@ -13,6 +13,7 @@
 
 #include <zookeeper/proto.h>
 
+#include <algorithm>
 #include <atomic>
 #include <latch>
 #include <functional>
@@ -122,6 +123,60 @@ TEST(ZkLock, TimeoutLeavesNoNode) {
     EXPECT_TRUE(shared_zk().children(zk.lock_path(name)).empty());
     l = take(other, name, dlock::lock_kind::exclusive, 0ms, ec);
     EXPECT_FALSE(ec);
+}
+
+// A waiter whose watched node goes takes the lock without reading the children again only when
+// that node was the last one ahead of its own (docs/zookeeper.md, "The recipe", step 4): here
+// the waiter ahead of it gives up while the holder still holds, so the deletion it hears is no
+// grant; it reads again, watches the holder, and is served once the holder releases.
+TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForTheOneBehind) {
+    auto holder_client = make_client();
+    auto ahead_client = make_client();
+    std::atomic<bool> behind_granted{false};
+    auto behind_client = make_client([&](const dlock::lock_event& e) {
+        if (e.kind == dlock::event_kind::acquired) behind_granted = true;
+    });
+    const auto name = dlock::test::unique_name("ahead-leaves");
+    const auto parent = holder_client.lock_path(name);
+    std::error_code ec;
+    auto holder = take(holder_client, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    const auto holder_node = parent + "/" + shared_zk().children(parent).at(0);
+
+    std::stop_source leave;
+    std::jthread ahead([&] {
+        std::error_code aec;
+        auto l = ahead_client.acquire_until(name, {}, {.cancel = leave.get_token()},
+                                            steady::now() + scaled(30s), aec);
+        EXPECT_EQ(aec, dlock::errc::canceled);
+    });
+    // The waiter ahead watches the holder's node.
+    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 1; }, scaled(10s)));
+    std::error_code bec;
+    dlock::lease behind;
+    std::jthread behind_thread([&] {
+        behind = take(behind_client, name, dlock::lock_kind::exclusive, scaled(30s), bec);
+    });
+    ASSERT_TRUE(eventually([&] { return shared_zk().children(parent).size() == 3; }, scaled(10s)));
+    // The middle one in sequence order (a child's name ends in its 10-digit sequence number).
+    auto queued = shared_zk().children(parent);
+    std::sort(queued.begin(), queued.end(), [](const std::string& a, const std::string& b) {
+        return a.substr(a.size() - 10) < b.substr(b.size() - 10);
+    });
+    const auto ahead_node = parent + "/" + queued.at(1);
+    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(ahead_node) == 1; }, scaled(10s)));
+
+    leave.request_stop();
+    ahead.join();
+    // The one behind heard the deletion, read again and now watches the holder too (the watch of
+    // the waiter that left stays until it fires).
+    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 2; }, scaled(10s)))
+        << "the waiter behind never watched the holder";
+    EXPECT_FALSE(behind_granted) << "granted while the holder still held the lock";
+    holder.release();
+    behind_thread.join();
+    EXPECT_FALSE(bec) << bec.message();
+    EXPECT_TRUE(behind);
 }
 
 TEST(ZkLock, FencingTokensRise) {

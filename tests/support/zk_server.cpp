@@ -282,6 +282,27 @@ std::string zk_ensemble::mode(std::size_t i) const {
     return text.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
 }
 
+std::size_t zk_ensemble::watchers(const std::string& path, std::size_t i) const {
+    // "<path>\n\t0x<session>\n\t0x<session>\n<next path>\n...": the tab lines under our path.
+    const auto text = four_letter(servers_.at(i).address, servers_.at(i).client_port, "wchp",
+                                  std::chrono::milliseconds(500));
+    std::size_t count = 0;
+    bool ours = false;
+    std::size_t begin = 0;
+    while (begin < text.size()) {
+        auto end = text.find('\n', begin);
+        if (end == std::string::npos) end = text.size();
+        const std::string_view line(text.data() + begin, end - begin);
+        if (!line.empty() && line.front() == '\t') {
+            if (ours) ++count;
+        } else {
+            ours = line == path;
+        }
+        begin = end + 1;
+    }
+    return count;
+}
+
 std::vector<std::string> zk_ensemble::children(const std::string& path) const {
     struct closer {
         void operator()(zhandle_t* zh) const { zookeeper_close(zh); }

@@ -73,6 +73,9 @@ public:
 
     /// The `Mode:` of server i ("standalone", "leader", "follower"), or "" if it does not answer.
     std::string mode(std::size_t i) const;
+    /// How many sessions server i holds a watch on node `path` for (the `wchp` four-letter
+    /// word); 0 when none, or when the server does not answer.
+    std::size_t watchers(const std::string& path, std::size_t i = 0) const;
     /// The children of `path` (sorted), read with a fresh ZooKeeper session; empty if the node
     /// does not exist. Throws std::runtime_error if no server answers within scaled(10s).
     std::vector<std::string> children(const std::string& path) const;

@@ -58,6 +58,23 @@ TEST(QueueLocate, ReaderBehindAHoldingWriterWaits) {
     }
 }
 
+TEST(QueueLocate, TheWatchedEntryIsLastWhenNothingElseIsAhead) {
+    // A writer: only when its predecessor is first.
+    const std::vector<queue_entry> q = {w(1, "a"), w(2, "b"), w(3, "c")};
+    EXPECT_TRUE(locate_in_queue(q, "b", 0).watch_is_last);
+    EXPECT_FALSE(locate_in_queue(q, "c", 0).watch_is_last) << "a is ahead of b";
+    EXPECT_FALSE(locate_in_queue(q, "a", 0).watch_is_last) << "holds: watches nothing";
+    // A reader: only when the writer it watches is the only writer ahead (readers share).
+    const std::vector<queue_entry> rq = {r(1, "r0"), w(2, "w1"), r(3, "r1"), w(4, "w2"),
+                                         r(5, "r2")};
+    EXPECT_TRUE(locate_in_queue(rq, "r1", 0).watch_is_last);
+    EXPECT_FALSE(locate_in_queue(rq, "r2", 0).watch_is_last) << "w1 is ahead of w2";
+    EXPECT_FALSE(locate_in_queue(rq, "w2", 0).watch_is_last) << "w1 is ahead of r1";
+    // Permits never: their rule is a running sum.
+    const std::vector<queue_entry> pq = {p(1, 2, "p1"), p(2, 2, "p2"), p(3, 1, "p3")};
+    EXPECT_FALSE(locate_in_queue(pq, "p3", 2).watch_is_last);
+}
+
 TEST(QueueLocate, PermitsRunningSumInQueueOrder) {
     const std::vector<queue_entry> q = {p(1, 1, "a"), p(2, 2, "b"), p(3, 2, "c"), p(4, 1, "d")};
     EXPECT_TRUE(locate_in_queue(q, "a", 3).holds);
