@@ -46,9 +46,9 @@ struct lock_node {
 std::optional<lock_node> parse_node(const std::string& name);
 
 struct position {
-    bool found = false;   ///< our node is among the children
-    bool holds = false;   ///< it holds the lock
-    std::string watch{};  ///< when found && !holds: the child to watch
+    bool found = false;          ///< our node is among the children
+    bool holds = false;          ///< it holds the lock
+    std::string watch{};         ///< when found && !holds: the child to watch
     bool watch_is_last = false;  ///< only `watch` keeps ours from holding (queue_position)
 };
 

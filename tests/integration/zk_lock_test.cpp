@@ -154,9 +154,8 @@ TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForTheOneBehind) {
     ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 1; }, scaled(10s)));
     std::error_code bec;
     dlock::lease behind;
-    std::jthread behind_thread([&] {
-        behind = take(behind_client, name, dlock::lock_kind::exclusive, scaled(30s), bec);
-    });
+    std::jthread behind_thread(
+        [&] { behind = take(behind_client, name, dlock::lock_kind::exclusive, scaled(30s), bec); });
     ASSERT_TRUE(eventually([&] { return shared_zk().children(parent).size() == 3; }, scaled(10s)));
     // The middle one in sequence order (a child's name ends in its 10-digit sequence number).
     auto queued = shared_zk().children(parent);
