@@ -575,12 +575,12 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         r = results.get(f"W3-{mode}") or {}
         pr, idle = r.get("probe") or {}, r.get("floor_p50")
         if mode == "zk":
-            d, e = (zk.get("zk_delete") or {}).get("p50_ns"), (zk.get("zk_exists") or {}).get("p50_ns")
-            if not (d and e and idle):
+            d = (zk.get("zk_delete") or {}).get("p50_ns")
+            if not (d and idle):
                 return NO_FLOOR
-            q = (d + e) / idle
-            what = (f"a ZooKeeper hand-off is at least the holder's delete ({us(d)} p50) and the waiter's re-read "
-                    f"({us(e)}) in W0 (quiet): {q:.2f}× the PING around this workload ({us(idle)})")
+            q = d / idle
+            what = (f"a ZooKeeper hand-off is at least the holder's delete ({us(d)} p50 in W0, quiet; the next "
+                    f"in line needs no re-read): {q:.2f}× the PING around this workload ({us(idle)})")
         else:
             if not (pr.get("p50") and idle) or pr.get("idle_server"):
                 return NO_FLOOR
@@ -597,8 +597,7 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         cs = (r.get("meta") or {}).get("cs_us", 0) * 1000
         pr = r.get("probe") or {}
         if mode == "zk":
-            d, e = (zk.get("zk_delete") or {}).get("p50_ns"), (zk.get("zk_exists") or {}).get("p50_ns")
-            rt, what = (d + e if d and e else None), "the ZooKeeper delete + re-read of W0 (quiet)"
+            rt, what = (zk.get("zk_delete") or {}).get("p50_ns"), "the ZooKeeper delete of W0 (quiet)"
         else:
             rt = None if pr.get("idle_server") or (pr.get("kind") == "etcd") != (mode == "etcd") else pr.get("p50")
             what = f"the probe's {probe_text(pr)} p50 under this load"

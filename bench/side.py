@@ -866,13 +866,12 @@ def floor_notes(res, side, run_dir):
             out[desc] = ((f"**below the physical floor**: the goal asks for {us(2 * fair)} (2× fair's {us(fair)}); "
                           if ld > 2 * fair else f"floor {us(ld)}, under the goal ({us(2 * fair)}): ")
                          + what + f"; dlock is {v / ld:.2f}× that round trip")
-    # ZooKeeper: a hand-off is the holder's delete (a write the server logs before it answers and
-    # fires the watch) and the waiter's re-read before it knows it holds the lock.
+    # ZooKeeper: a hand-off is at least the holder's delete (a write the server logs before it
+    # answers and fires the watch); the waiter next in line knows it holds from the watch alone.
     zk = analyse.floor_records(os.path.join(run_dir, "floor_zk.jsonl"))
-    d50, e50 = (zk.get("zk_delete") or {}).get("p50_ns"), (zk.get("zk_exists") or {}).get("p50_ns")
-    zf = d50 + e50 if d50 and e50 else None
-    zwhat = (f"a ZooKeeper hand-off is at least the holder's delete (a write, {us(d50)} p50) and the waiter's "
-             f"re-read (`exists`, {us(e50)} p50): {us(zf)} in W0, on a quiet server" if zf else None)
+    zf = (zk.get("zk_delete") or {}).get("p50_ns")
+    zwhat = (f"a ZooKeeper hand-off is at least the holder's delete (a write, {us(zf)} p50 in W0, on a quiet "
+             f"server; the waiter next in line needs no re-read)" if zf else None)
     r = res.get("W3-zk") or {}
     v = get(r, "dlock mutex over ZooKeeper", "handoff_other_p50")
     blab, bv = best_peer(r, "handoff_other_p50")
