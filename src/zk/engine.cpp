@@ -228,12 +228,16 @@ dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_opt
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
                                              czxid, options, sent, valid, kind);
     s->own(node->path);  // a deletion by someone else makes the lease lost at once
+    bool woken = false;
     {
         dlock::detail::lock_guard lock(mutex_);
         track(core, std::move(node), steady::now());
-        wake_ = true;
+        // The background thread looks at this lease at its due time: wake it only when that is
+        // before its own next look.
+        woken = leases_.next_due() < worker_wakes_at_;
+        wake_ = wake_ || woken;
     }
-    worker_cv_.notify_all();
+    if (woken) worker_cv_.notify_all();
     notify({event_kind::acquired, name, czxid, {}, steady::now()});
     return dlock::detail::lease_access::make(std::move(core));
 }
@@ -833,10 +837,13 @@ void engine::run(std::stop_token stop) {
         }
         sessions.clear();
         dlock::detail::unique_lock lock(mutex_);
+        const auto until = std::min(next, now + std::chrono::seconds(1));
+        worker_wakes_at_ = wake_ ? steady::time_point::min() : until;
         // The predicate runs inside the wait, with mutex_ held: the analysis cannot see that.
-        worker_cv_.wait_until(lock, stop, std::min(next, now + std::chrono::seconds(1)),
+        worker_cv_.wait_until(lock, stop, until,
                               [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return wake_; });
         wake_ = false;
+        worker_wakes_at_ = steady::time_point::min();
     }
 }
 
