@@ -121,7 +121,7 @@ private:
         int wait_rc = ZOK;          // setting the latest watch: a failure ends the next attempt
         bool vacated = false;       // the wait saw the deletion of the last node ahead of ours
         steady::time_point vacated_seen{};  // when that wait returned
-        std::string failure{};      // a failed attempt's message
+        std::string failure{};              // a failed attempt's message
     };
     /// The one acquire loop of every kind (docs/zookeeper.md, "The recipe"): acquire_policy's
     /// steps, with the attempts and waits of `recipe`. `limit`: a semaphore's permits when none
@@ -138,8 +138,8 @@ private:
     /// `vacated`: the watched node was where.watch_is_last and its deletion arrived on the session
     /// while it stayed connected (session::watch_wait), so ours holds.
     int wait_turn(session& s, const protected_node& ours, const standing& where,
-                  std::uint64_t permits, steady::time_point deadline,
-                  const std::stop_token& cancel, bool& vacated);
+                  std::uint64_t permits, steady::time_point deadline, const std::stop_token& cancel,
+                  bool& vacated);
     /// The semaphore's permits from its parent's data; creates the parent (with `limit`) or sets
     /// empty data. ZooKeeper's rc.
     int read_limit(session& s, const std::string& parent, std::uint32_t limit, std::uint64_t& out);
