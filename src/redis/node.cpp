@@ -29,9 +29,13 @@ node::node(std::unique_ptr<address_source> source, std::chrono::milliseconds con
     : source_(std::move(source)),
       connect_timeout_(connect_timeout),
       command_timeout_(command_timeout) {
+    // The address is asked for outside settings_mutex_: a Sentinel address may discover the
+    // master, which holds the resolver's discovery lock, and a discovery on the background
+    // thread calls refresh() (settings_mutex_) under that lock: one order only.
+    auto first = source_->current();
     {
         dlock::detail::lock_guard lock(settings_mutex_);
-        now_ = make_generation(0, source_->current());
+        now_ = make_generation(0, std::move(first));
     }
     renew_conn_ = connect(role::renewals);
     source_->on_change([this] { refresh(); });
