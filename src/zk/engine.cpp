@@ -377,8 +377,8 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
     // Sequence numbers only grow, so no node is ever placed before ours; not after a create in
     // doubt (a late duplicate of ours must be found and deleted by a getChildren) and not when
     // the session died meanwhile.
-    if (std::exchange(a.vacated, false) && a.ours.created() && !a.ours.doubted && s &&
-        !s->dead() && !s->stale(steady::now()) && !cancel.stop_requested()) {
+    if (std::exchange(a.vacated, false) && a.ours.created() && !a.ours.doubted && s && !s->dead() &&
+        !s->stale(steady::now()) && !cancel.stop_requested()) {
         a.sent = a.vacated_seen;
         a.where.holds = true;
         return attempt_report::granted();
