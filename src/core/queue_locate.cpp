@@ -62,9 +62,8 @@ queue_position locate_in_queue(std::vector<queue_entry> entries, std::string_vie
         --it;
         if (it->role != queue_role::read) {
             out.watch = it->id;
-            out.watch_is_last = std::none_of(line.begin(), it, [](const queue_entry& e) {
-                return e.role != queue_role::read;
-            });
+            out.watch_is_last = std::none_of(
+                line.begin(), it, [](const queue_entry& e) { return e.role != queue_role::read; });
             return out;
         }
     }

@@ -317,8 +317,11 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why,
     };
     for (;;) {
         std::string round;
-        const auto note = [&](std::size_t i, const std::string& what) {
+        const auto add = [&](const std::string& what) {
             round += (round.empty() ? "" : "; ") + what;
+        };
+        const auto note = [&](std::size_t i, const std::string& what) {
+            add(what);
             answers[i] = what;
         };
         for (std::size_t k = 0; k < n; ++k) {
@@ -335,9 +338,8 @@ bool master_resolver::discover(steady::time_point deadline, std::string& why,
             const auto where = settings_.sentinels[i].describe() + ": ";
             if (ec == errc::server_timeout) {
                 // Not an answer (maybe an attempt the deadline cut short): noted with the last.
-                round +=
-                    (round.empty() ? "" : "; ") + dlock::detail::message_for(ec) +
-                    (answers[i].empty() ? "" : " (the last answer it gave: " + answers[i] + ")");
+                add(dlock::detail::message_for(ec) +
+                    (answers[i].empty() ? "" : " (the last answer it gave: " + answers[i] + ")"));
                 continue;
             }
             if (ec) {

@@ -316,7 +316,7 @@ dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::u
             case acquire_step::action::wait: {
                 a.wait_rc = wait_turn(*a.s, a.ours, a.where, a.permits, step.until, options.cancel,
                                       a.vacated);
-                a.vacated_seen = steady::now();
+                if (a.vacated) a.sent = steady::now();  // the grant's start, if attempt takes it
                 step = policy.woke();
                 break;
             }
@@ -379,7 +379,6 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
     // the session died meanwhile.
     if (std::exchange(a.vacated, false) && a.ours.created() && !a.ours.doubted && s && !s->dead() &&
         !s->stale(steady::now()) && !cancel.stop_requested()) {
-        a.sent = a.vacated_seen;
         a.where.holds = true;
         return attempt_report::granted();
     }

@@ -116,12 +116,11 @@ private:
         std::uint64_t permits = 0;      // the semaphore's number of permits, read by each attempt
         bool permits_reported = false;  // a number other than `limit` was reported (once)
         std::vector<std::string> children{};
-        steady::time_point sent{};  // the latest getChildren's send time
+        steady::time_point sent{};  // the latest getChildren's send time (or vacated's wait end)
         standing where{};           // what it found
         int wait_rc = ZOK;          // setting the latest watch: a failure ends the next attempt
         bool vacated = false;       // the wait saw the deletion of the last node ahead of ours
-        steady::time_point vacated_seen{};  // when that wait returned
-        std::string failure{};              // a failed attempt's message
+        std::string failure{};      // a failed attempt's message
     };
     /// The one acquire loop of every kind (docs/zookeeper.md, "The recipe"): acquire_policy's
     /// steps, with the attempts and waits of `recipe`. `limit`: a semaphore's permits when none

@@ -223,15 +223,16 @@ bool session::watch_wait(const std::string& path, std::uint64_t seen, steady::ti
                          const std::stop_token& cancel) {
     dlock::detail::unique_lock lock(mutex_);
     const auto gen = state_gen_;
-    const bool connected_before = state_ == ZOO_CONNECTED_STATE;
     std::stop_token token = cancel;
     changed_.wait_until(lock, token, bounded(deadline), [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
         const auto it = watches_.find(path);
         return dead_ || state_gen_ != gen || (it != watches_.end() && it->second.fired != seen);
     });
     const auto it = watches_.find(path);
-    return connected_before && !dead_ && state_gen_ == gen && state_ == ZOO_CONNECTED_STATE &&
-           it != watches_.end() && it->second.fired != seen && it->second.deleted;
+    // state_ changes only with state_gen_: connected now with the same generation is connected
+    // throughout.
+    return !dead_ && state_gen_ == gen && state_ == ZOO_CONNECTED_STATE && it != watches_.end() &&
+           it->second.fired != seen && it->second.deleted;
 }
 
 void session::watch_end(const std::string& path) {

@@ -29,6 +29,7 @@
 #include "core/lease_core.hpp"
 #include "moved_from.hpp"
 #include "test_env.hpp"
+#include "zk/recipe.hpp"
 #include "zk_server.hpp"
 
 namespace {
@@ -157,10 +158,11 @@ TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForTheOneBehind) {
     std::jthread behind_thread(
         [&] { behind = take(behind_client, name, dlock::lock_kind::exclusive, scaled(30s), bec); });
     ASSERT_TRUE(eventually([&] { return shared_zk().children(parent).size() == 3; }, scaled(10s)));
-    // The middle one in sequence order (a child's name ends in its 10-digit sequence number).
+    // The middle one in sequence order.
     auto queued = shared_zk().children(parent);
     std::sort(queued.begin(), queued.end(), [](const std::string& a, const std::string& b) {
-        return a.substr(a.size() - 10) < b.substr(b.size() - 10);
+        return dlock::zk::detail::parse_node(a)->sequence <
+               dlock::zk::detail::parse_node(b)->sequence;
     });
     const auto ahead_node = parent + "/" + queued.at(1);
     ASSERT_TRUE(eventually([&] { return shared_zk().watchers(ahead_node) == 1; }, scaled(10s)));
