@@ -143,6 +143,10 @@ TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForTheOneBehind) {
     auto holder = take(holder_client, name, dlock::lock_kind::exclusive, 0ms, ec);
     ASSERT_FALSE(ec) << ec.message();
     const auto holder_node = parent + "/" + shared_zk().children(parent).at(0);
+    // Watches on the holder's node, counted one per session by `wchp`: the holder's own (set
+    // asynchronously after its grant, to hear a deletion by someone else), then the waiter
+    // ahead's, and a waiter's stays until it fires, even after that waiter gave up.
+    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 1; }, scaled(10s)));
 
     std::stop_source leave;
     std::jthread ahead([&] {
@@ -152,7 +156,7 @@ TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForTheOneBehind) {
         EXPECT_EQ(aec, dlock::errc::canceled);
     });
     // The waiter ahead watches the holder's node.
-    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 1; }, scaled(10s)));
+    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 2; }, scaled(10s)));
     std::error_code bec;
     dlock::lease behind;
     std::jthread behind_thread(
@@ -169,9 +173,9 @@ TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForTheOneBehind) {
 
     leave.request_stop();
     ahead.join();
-    // The one behind heard the deletion, read again and now watches the holder too (the watch of
-    // the waiter that left stays until it fires).
-    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 2; }, scaled(10s)))
+    // The one behind heard the deletion, read again and now watches the holder too: the third
+    // watch on it (the holder's own, the one of the waiter that left, the one behind's).
+    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 3; }, scaled(10s)))
         << "the waiter behind never watched the holder";
     EXPECT_FALSE(behind_granted) << "granted while the holder still held the lock";
     holder.release();
