@@ -227,7 +227,7 @@ dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_opt
     const auto valid = std::min(s->valid_until(), node->cap_valid);
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), node->path,
                                              czxid, options, sent, valid, kind);
-    s->own(node->path);  // a deletion by someone else makes the lease lost at once
+    const auto own_path = node->path;
     bool woken = false;
     {
         dlock::detail::lock_guard lock(mutex_);
@@ -238,6 +238,9 @@ dlock::lease engine::grant(std::string_view name, lock_kind kind, const lock_opt
         wake_ = wake_ || woken;
     }
     if (woken) worker_cv_.notify_all();
+    // A deletion by someone else makes the lease lost at once. After track(): a deletion reported
+    // before the lease is tracked would find no lease to mark.
+    s->own(own_path);
     notify({event_kind::acquired, name, czxid, {}, steady::now()});
     return dlock::detail::lease_access::make(std::move(core));
 }
@@ -333,7 +336,10 @@ dlock::lease engine::acquire(std::string_view name, const driver& recipe, std::u
             }
             case acquire_step::action::give_up: {
                 // Our node (or the guid whose create is in doubt) must not stay behind.
-                if (a.s) a.s->remove_guaranteed(a.ours);
+                if (a.s) {
+                    if (a.ours.created()) a.s->disown(a.ours.path());  // wait_turn's prewatch
+                    a.s->remove_guaranteed(a.ours);
+                }
                 // A failed attempt's own message, or the policy's reason to stop.
                 std::string message = std::move(a.failure);
                 if (message.empty() && !recipe.permits()) {
@@ -482,6 +488,9 @@ int engine::wait_turn(session& s, const protected_node& ours, const standing& wh
     // and the watch, so look again at once.
     const auto watched = where.watch_parent ? ours.parent : ours.parent + "/" + where.watch;
     const auto seen = s.watch_begin(watched);
+    // Our own node's watch (a holder's, session::own) goes out now, off the hand-off that grants
+    // us: asynchronous, ahead of the watch below.
+    s.prewatch(ours.path());
     int rc = ZOK;
     bool changed = false;  // seen when setting the watch: look again instead of waiting
     if (where.watch_parent) {

@@ -307,9 +307,19 @@ steady::time_point session::heartbeat(steady::time_point now) {
 void session::own(const std::string& path) {
     {
         dlock::detail::lock_guard lock(mutex_);
-        if (++owned_[path] > 1) return;  // a re-entry level: watched already
+        const auto [it, added] = owned_.try_emplace(path, 0);
+        ++it->second;
+        if (!added) return;  // a re-entry level, or watched since our wait: watched already
     }
     send(node_request::watch, path);  // asynchronous: a grant does not wait for it
+}
+
+void session::prewatch(const std::string& path) {
+    {
+        dlock::detail::lock_guard lock(mutex_);
+        if (!owned_.try_emplace(path, 0).second) return;
+    }
+    send(node_request::watch, path);
 }
 
 void session::wake_successor(const std::string& path) { send(node_request::wake, path); }

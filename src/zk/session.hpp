@@ -151,6 +151,11 @@ public:
     /// change, a dropped watch) and after a failed attempt, and a node already gone when the
     /// watch is set counts as deleted. disown() before our own delete.
     void own(const std::string& path);
+    /// Sets the watch own() sets, before a grant: a waiter sends it with its first wait, so a
+    /// grant by hand-off sends nothing more (own() finds it set, and a deletion seen before then
+    /// leaves no watch, so own() sets one again and finds the node gone). Counts no holder;
+    /// disown() drops it.
+    void prewatch(const std::string& path);
     void disown(const std::string& path);
     std::vector<std::string> take_vanished();
 

@@ -251,6 +251,45 @@ TEST(LostReasonZk, NodeDeletedBySomeoneElse) {
     EXPECT_EQ(log.lost().size(), 1u) << "one end per grant";
 }
 
+// A waiter watches its own node from its first wait on (session::prewatch), so the watch that
+// makes a holder's lease lost when someone else deletes its node is set before the grant. A
+// deletion while it waits uses that watch up: the grant must set it again, find the node gone
+// and report the lease lost (docs/zookeeper.md, "The recipe", step 4).
+TEST(LostReasonZk, NodeDeletedWhileWaitingIsLostOnceGranted) {
+    loss_log log;
+    auto holder_client = zk_client();
+    auto waiter_client = zk_client(log.observer());
+    const auto name = unique_name("waiting");
+    const auto parent = holder_client.lock_path(name);
+    auto holder = holder_client.acquire(name, {.lease = 10s});
+    const auto holder_node = parent + "/" + shared_zk().children(parent).at(0);
+    std::error_code ec;
+    dlock::lease waiter;
+    std::jthread waiting([&] { waiter = waiter_client.acquire(name, {.lease = 10s}, ec); });
+    std::string waiter_node;
+    ASSERT_TRUE(eventually(
+        [&] {
+            for (const auto& k : shared_zk().children(parent)) {
+                const auto path = parent + "/" + k;
+                // The waiter's node, once the waiter watches it (its own prewatch).
+                if (path != holder_node && shared_zk().watchers(path) == 1) {
+                    waiter_node = path;
+                    return true;
+                }
+            }
+            return false;
+        },
+        10s));
+    ASSERT_TRUE(shared_zk().remove(waiter_node));
+    holder.release();
+    waiting.join();
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_TRUE(eventually([&] { return waiter.lost_token().stop_requested(); }, 10s))
+        << "granted on a node someone else deleted, and never told";
+    EXPECT_EQ(waiter.lost_reason(), lost_reason::deleted);
+    EXPECT_EQ(log.lost(), std::vector<lost_reason>{lost_reason::deleted});
+}
+
 TEST(LostReasonZk, MaxHoldAndFixedLease) {
     auto zk = zk_client();
     auto l = zk.acquire(unique_name("cap"), {.max_hold = 300ms});
