@@ -3,7 +3,6 @@
 #include <dlock/redis/client.hpp>
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -179,8 +178,6 @@ engine::engine(engine_config config)
         }
         exchange_all(loads);  // failures (an ACL without SCRIPT) leave the NOSCRIPT path
     }
-    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     subscriber_ = std::make_unique<subscriber>(std::move(nodes),
                                                [this](steady::time_point by) { wake_by(by); });
 }
@@ -281,8 +278,7 @@ void engine::stop() noexcept {
         // neither joined nor detached here), and the leases are the parent's, inert here. Only
         // the child's copies of the descriptors are closed (by the members' destructors).
         worker_.abandon();
-        if (wake_fd_ >= 0) ::close(wake_fd_);
-        wake_fd_ = -1;
+        wake_fd_.close();
         return;
     }
     worker_.stop([this] { wake(); });
@@ -295,10 +291,7 @@ void engine::stop() noexcept {
     for (auto& lease : orphaned)
         lease->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
     if (subscriber_) subscriber_->wake_all();
-    if (wake_fd_ >= 0) {
-        ::close(wake_fd_);
-        wake_fd_ = -1;
-    }
+    wake_fd_.close();
 }
 
 void engine::wake_by(steady::time_point by) noexcept {
@@ -306,11 +299,7 @@ void engine::wake_by(steady::time_point by) noexcept {
     if (by.time_since_epoch().count() < worker_wakes_at_.load()) wake();
 }
 
-void engine::wake() noexcept {
-    if (wake_fd_ < 0) return;
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
-}
+void engine::wake() noexcept { wake_fd_.signal(); }
 
 void engine::report_error(std::error_code ec, std::string_view what) noexcept {
     dlock::detail::report_to(config_.error_handler, ec, what);
@@ -1450,15 +1439,13 @@ void engine::run(std::stop_token stop) {
         }
 
         const short sub_events = sub_fd >= 0 ? subscriber_->wanted_events() : short{POLLIN};
-        pollfd fds[3] = {{wake_fd_, POLLIN, 0}, {sub_fd, sub_events, 0}, {watch_fd, POLLIN, 0}};
+        pollfd fds[3] = {
+            {wake_fd_.fd(), POLLIN, 0}, {sub_fd, sub_events, 0}, {watch_fd, POLLIN, 0}};
         const int timeout_ms = dlock::detail::poll_timeout_ms(steady::now(), next);
         const int n = ::poll(fds, 3, timeout_ms);  // a negative fd is ignored
         worker_wakes_at_.store(steady::time_point::min().time_since_epoch().count());
         if (n <= 0) continue;
-        if (fds[0].revents & POLLIN) {
-            std::uint64_t count = 0;
-            [[maybe_unused]] const auto r = ::read(wake_fd_, &count, sizeof count);
-        }
+        if (fds[0].revents & POLLIN) wake_fd_.drain();
         if (sub_fd >= 0 && fds[1].revents != 0) subscriber_->on_readable();
         if (watch_fd >= 0 && fds[2].revents != 0) config_.resolver->watch_readable();
     }

@@ -25,6 +25,7 @@
 #include <dlock/redis/reply.hpp>
 
 #include "core/engine_skeleton.hpp"
+#include "core/event_fd.hpp"
 #include "core/lease_core.hpp"
 #include "core/lease_registry.hpp"
 #include "core/renewal.hpp"
@@ -271,7 +272,7 @@ private:
 
     /// Names this client in its queued waiters' tokens: their hand-off channel (engine.cpp).
     const std::string client_tag_;
-    int wake_fd_ = -1;
+    dlock::detail::event_fd wake_fd_;  // wakes the background thread's poll
     std::unique_ptr<subscriber> subscriber_;
     dlock::detail::engine_thread worker_;
 };

@@ -5,7 +5,6 @@
 #include <system_error>
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "core/time.hpp"
@@ -35,12 +34,9 @@ subscriber::subscriber(std::vector<std::shared_ptr<node>> servers,
                        std::function<void(steady::time_point)> wake)
     : servers_(std::move(servers)),
       wake_(std::move(wake)),
-      conn_(servers_.at(0)->connect(node::role::subscriber)) {
-    kick_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (kick_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-}
+      conn_(servers_.at(0)->connect(node::role::subscriber)) {}
 
-subscriber::~subscriber() { ::close(kick_fd_); }
+subscriber::~subscriber() = default;
 
 subscriber::registration::registration(subscriber& owner, std::string channel, wake_mode mode,
                                        std::string key)
@@ -164,14 +160,11 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
         bool done = false;
         while (!done && !owner_.preempt_ && owner_.conn_->is_open()) {
             pollfd fds[2] = {{owner_.conn_->native_handle(), owner_.conn_->wanted_events(), 0},
-                             {owner_.kick_fd_, POLLIN, 0}};
+                             {owner_.kick_fd_.fd(), POLLIN, 0}};
             const int timeout = dlock::detail::poll_timeout_ms(steady::now(), deadline);
             lock.unlock();
             const int n = ::poll(fds, 2, timeout);
-            if (n > 0 && (fds[1].revents & POLLIN) != 0) {
-                std::uint64_t count = 0;
-                [[maybe_unused]] const auto r = ::read(owner_.kick_fd_, &count, sizeof count);
-            }
+            if (n > 0 && (fds[1].revents & POLLIN) != 0) owner_.kick_fd_.drain();
             if (n > 0 && fds[0].revents != 0) owner_.read_available();
             lock.lock();
             done = ready() || steady::now() >= deadline;
@@ -226,10 +219,7 @@ bool subscriber::give_back_locked() {
     return wanted && !background_polls_;
 }
 
-void subscriber::kick_reader() const noexcept {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(kick_fd_, &one, sizeof one);
-}
+void subscriber::kick_reader() const noexcept { kick_fd_.signal(); }
 
 bool subscriber::lent() const {
     dlock::detail::lock_guard lock(mutex_);

@@ -48,6 +48,7 @@
 
 #include <dlock/detail/thread_safety.hpp>
 
+#include "core/event_fd.hpp"
 #include "redis/connection.hpp"
 #include "redis/node.hpp"
 
@@ -205,7 +206,7 @@ private:
     // The connection lent to a waiting thread (see the file comment). The background thread uses
     // conn_ and server_ only while nobody has them lent, and the reader only while it has: the
     // hand-over is made under mutex_.
-    int kick_fd_ = -1;       // eventfd: wakes the reader's poll
+    dlock::detail::event_fd kick_fd_;  // wakes the reader's poll
     short events_ = POLLIN;  // what service()'s descriptor is polled for (background thread only)
     bool lent_ DLOCK_GUARDED_BY(mutex_) = false;              // a waiter reads the connection
     bool preempt_ DLOCK_GUARDED_BY(mutex_) = false;           // the background thread wants it back
