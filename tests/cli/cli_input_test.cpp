@@ -9,11 +9,7 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +24,7 @@
 #include <vector>
 
 #include "cli_process.hpp"
+#include "fake_server.hpp"
 #include "redis_fleet.hpp"
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
@@ -436,52 +433,10 @@ TEST(CliStatus, EscapesControlCharactersInNames) {
 
 // --- messages that name the right cause ----------------------------------------------------------
 
-/// A TCP server on 127.0.0.1 that answers every connection as an HTTP server would.
-class http_impostor {
-public:
-    http_impostor() {
-        fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-            ::listen(fd_, 16) != 0)
-            throw std::runtime_error("http_impostor: cannot listen");
-        socklen_t len = sizeof a;
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-        port_ = ntohs(a.sin_port);
-        thread_ = std::jthread([this](std::stop_token stop) {
-            while (!stop.stop_requested()) {
-                pollfd p{fd_, POLLIN, 0};
-                if (::poll(&p, 1, 100) <= 0) continue;
-                const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-                if (c < 0) continue;
-                char buf[512];
-                pollfd q{c, POLLIN, 0};
-                if (::poll(&q, 1, 2000) > 0) (void)::read(c, buf, sizeof buf);
-                const std::string reply =
-                    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\r\n<html>no</html>";
-                (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-                ::close(c);
-            }
-        });
-    }
-    ~http_impostor() {
-        thread_.request_stop();
-        thread_.join();
-        ::close(fd_);
-    }
-    std::uint16_t port() const { return port_; }
-
-private:
-    int fd_ = -1;
-    std::uint16_t port_ = 0;
-    std::jthread thread_;
-};
-
 TEST(CliMessages, NameTheRightCause) {
     // An HTTP server on the port: not a Redis server.
-    http_impostor http;
+    dlock::test::fake_server http(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\r\n<html>no</html>");
     const std::string web = "redis://127.0.0.1:" + std::to_string(http.port());
     auto r = run_cli({"run", "--url", web, "n", "--", "true"});
     EXPECT_EQ(r.status, server_error) << r.err;

@@ -3,14 +3,13 @@
 #include <dlock/redis/client.hpp>
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <string>
 #include <thread>
 
+#include "fake_server.hpp"
 #include "redis_server.hpp"
 #include "shared_redis.hpp"
 #include "moved_from.hpp"
@@ -19,6 +18,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using dlock::test::fake_server;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
 using dlock::test::unique_name;
@@ -35,54 +35,6 @@ void expect_error(F&& f, dlock::errc code, const std::string& needle) {
             << "message \"" << e.what() << "\" should mention \"" << needle << "\"";
     }
 }
-
-/// A TCP listener on 127.0.0.1 that accepts connections and answers every read with `answer`
-/// (or never answers when `answer` is empty): a server that is not Redis.
-class fake_server {
-public:
-    explicit fake_server(std::string answer) : answer_(std::move(answer)) {
-        fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof addr;
-        if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 16) != 0 ||
-            ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-            throw std::runtime_error("fake_server: cannot listen");
-        }
-        port_ = ntohs(addr.sin_port);
-        thread_ = std::jthread([this](std::stop_token stop) { serve(stop); });
-    }
-    ~fake_server() {
-        thread_.request_stop();
-        ::shutdown(fd_, SHUT_RDWR);
-        thread_.join();
-        ::close(fd_);
-    }
-    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
-
-private:
-    void serve(std::stop_token stop) {
-        std::vector<int> clients;
-        while (!stop.stop_requested()) {
-            const int c = ::accept(fd_, nullptr, nullptr);
-            if (c < 0) break;
-            clients.push_back(c);
-            if (!answer_.empty()) {
-                char buf[512];
-                if (::recv(c, buf, sizeof buf, 0) > 0) {
-                    [[maybe_unused]] auto n =
-                        ::send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
-                }
-            }
-        }
-        for (int c : clients) ::close(c);
-    }
-    std::string answer_;
-    int fd_ = -1;
-    std::uint16_t port_ = 0;
-    std::jthread thread_;
-};
 
 TEST(RedisErrors, AMovedFromClientRefusesEveryCall) {
     dlock::redis::client a({.url = shared_redis().url()});
