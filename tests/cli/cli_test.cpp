@@ -368,17 +368,23 @@ TEST(CliRun, RepeatedWarningsArePrintedOnceWithACount) {
     server.kill9();
     const auto r = run.wait(30s);
     EXPECT_EQ(r.status, lock_lost) << r.err;
-    std::size_t first = 0, counts = 0;
+    // The full text once; its repeats as one count line each time another message (the stop,
+    // the release) or the end interrupts them, and at most every 10 s while they last: a renewal
+    // retry may still fail after the stop is printed, and that one is counted too.
+    const auto lease = scaled(3s);
+    std::size_t first = 0, counts = 0, others = 0;
     for (const auto& line : lines_of(r.err)) {
-        if (line.find("renewal of") == std::string::npos) continue;
-        if (line.find("(repeated ") != std::string::npos) {
+        const bool renewal = line.find("renewal of") != std::string::npos;
+        if (renewal && line.find("(repeated ") != std::string::npos) {
             ++counts;
-        } else {
+        } else if (renewal) {
             ++first;
+        } else if (first > 0) {
+            ++others;
         }
     }
     EXPECT_EQ(first, 1u) << r.err;
-    EXPECT_LE(counts, 1u) << r.err;
+    EXPECT_LE(counts, 1 + others + static_cast<std::size_t>(lease / 10s)) << r.err;
 }
 
 TEST(CliRun, SignalWhileWaitingGivesUp) {
