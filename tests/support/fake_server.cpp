@@ -1,27 +1,16 @@
 #include "fake_server.hpp"
 
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <stdexcept>
 #include <vector>
+
+#include "redis_tap.hpp"
 
 namespace dlock::test {
 
 fake_server::fake_server(std::string answer) : answer_(std::move(answer)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        ::listen(fd_, 16) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-        if (fd_ >= 0) ::close(fd_);
-        throw std::runtime_error("fake_server: cannot listen");
-    }
-    port_ = ntohs(addr.sin_port);
+    fd_ = tap_detail::listen_local(port_);
     thread_ = std::jthread([this](std::stop_token stop) { serve(stop); });
 }
 
