@@ -437,7 +437,7 @@ TEST(CliMessages, NameTheRightCause) {
     // An HTTP server on the port: not a Redis server.
     dlock::test::fake_server http(
         "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\r\n<html>no</html>");
-    const std::string web = "redis://127.0.0.1:" + std::to_string(http.port());
+    const std::string web = http.url();
     auto r = run_cli({"run", "--url", web, "n", "--", "true"});
     EXPECT_EQ(r.status, server_error) << r.err;
     EXPECT_NE(r.err.find("not a Redis server (the reply looks like HTTP"), std::string::npos)

@@ -361,8 +361,9 @@ TEST(CliRun, RepeatedWarningsArePrintedOnceWithACount) {
     dlock::test::redis_server server;
     const auto name = dlock::test::unique_name("server-killed");
     const temp_dir dir("dlock-cli-markers");
-    cli_process run({"run", "--lease", ms(scaled(3s)), "--url", server.url(), name, "--", "sh",
-                     "-c", std::string("touch ") + (dir / "ready") + "; " + bounded_loop});
+    const auto lease = scaled(3s);
+    cli_process run({"run", "--lease", ms(lease), "--url", server.url(), name, "--", "sh", "-c",
+                     std::string("touch ") + (dir / "ready") + "; " + bounded_loop});
     ASSERT_TRUE(eventually([&] { return std::filesystem::exists(dir / "ready"); }, 10s))
         << run.err();
     server.kill9();
@@ -371,7 +372,6 @@ TEST(CliRun, RepeatedWarningsArePrintedOnceWithACount) {
     // The full text once; its repeats as one count line each time another message (the stop,
     // the release) or the end interrupts them, and at most every 10 s while they last: a renewal
     // retry may still fail after the stop is printed, and that one is counted too.
-    const auto lease = scaled(3s);
     std::size_t first = 0, counts = 0, others = 0;
     for (const auto& line : lines_of(r.err)) {
         const bool renewal = line.find("renewal of") != std::string::npos;

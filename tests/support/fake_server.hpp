@@ -17,7 +17,6 @@ public:
     fake_server(const fake_server&) = delete;
     fake_server& operator=(const fake_server&) = delete;
 
-    std::uint16_t port() const noexcept { return port_; }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
 private:
