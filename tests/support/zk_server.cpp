@@ -257,22 +257,6 @@ void zk_ensemble::start(std::size_t i) {
     wait_serving(i);
 }
 
-void zk_ensemble::pause(std::size_t i) {
-    if (servers_.at(i).pid > 0) ::kill(servers_[i].pid, SIGSTOP);
-}
-void zk_ensemble::resume(std::size_t i) {
-    if (servers_.at(i).pid > 0) ::kill(servers_[i].pid, SIGCONT);
-}
-void zk_ensemble::pause_all() {
-    for (std::size_t i = 0; i < servers_.size(); ++i) pause(i);
-}
-void zk_ensemble::resume_all() {
-    for (std::size_t i = 0; i < servers_.size(); ++i) resume(i);
-    // Frozen together, the servers' mutual timeouts all ran out: they may elect anew before they
-    // serve, and a client's first connection must not race that election.
-    for (std::size_t i = 0; i < servers_.size(); ++i) wait_serving(i);
-}
-
 std::string zk_ensemble::mode(std::size_t i) const {
     const auto text = four_letter(servers_.at(i).address, servers_.at(i).client_port, "srvr",
                                   std::chrono::milliseconds(500));
@@ -416,6 +400,8 @@ int zk_proxy::dropped() const {
     return dropped_;
 }
 
+void zk_proxy::cut(bool on) { cut_ = on; }
+
 void zk_proxy::accept_loop(std::stop_token stop) {
     while (!stop.stop_requested()) {
         pollfd p{listener_, POLLIN, 0};
@@ -462,6 +448,10 @@ void zk_proxy::serve(int client, int server, std::stop_token stop) {
     char buf[16384];
     bool open = true;
     while (open && !stop.stop_requested()) {
+        if (cut_) {  // hold everything back, in the kernel's buffers
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            continue;
+        }
         pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
         if (::poll(p, 2, 20) <= 0) continue;
         if (p[1].revents != 0) {

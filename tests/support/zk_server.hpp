@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -65,14 +66,11 @@ public:
     void kill9(std::size_t i);
     /// Starts server i again (same ports and data) and waits until it serves (scaled(30s)).
     void start(std::size_t i);
-    void pause(std::size_t i);   ///< SIGSTOP
-    void resume(std::size_t i);  ///< SIGCONT
-    void pause_all();
-    /// SIGCONT to every server, then waits until every one serves again (scaled(30s)).
-    void resume_all();
 
     /// The `Mode:` of server i ("standalone", "leader", "follower"), or "" if it does not answer.
     std::string mode(std::size_t i) const;
+    /// The last 3,000 bytes of each server's log, for a failing test's message.
+    std::string log_tails() const;
     /// How many sessions server i holds a watch on node `path` for (the `wchp` four-letter
     /// word); 0 when none, or when the server does not answer.
     std::size_t watchers(const std::string& path, std::size_t i = 0) const;
@@ -102,7 +100,6 @@ private:
     void write_config(std::size_t i);
     void spawn(std::size_t i);
     void wait_serving(std::size_t i);
-    std::string log_tails() const;
     /// Runs `op(zh)` on a fresh session until it returns true or scaled(10s) passes.
     template <class Op>
     bool with_admin_session(const char* what, const std::string& path, Op op) const;
@@ -120,8 +117,11 @@ private:
 /// gets ZCONNECTIONLOSS; the client's reconnection then goes through as usual. Everything else
 /// is forwarded as is. drop_reply_next(op) forwards the next request of type `op` (so the server
 /// carries it out) and closes that connection when its reply comes, instead of forwarding the
-/// reply: the client gets ZCONNECTIONLOSS for a request that took effect. Throws
-/// std::runtime_error if it cannot listen.
+/// reply: the client gets ZCONNECTIONLOSS for a request that took effect. cut(true) cuts the
+/// path: nothing is forwarded either way and new connections are accepted but never answered, as
+/// by a frozen server, while the server itself runs on (and expires the sessions it no longer
+/// hears from); cut(false) lets what was held back through. Throws std::runtime_error if it
+/// cannot listen.
 class zk_proxy {
 public:
     zk_proxy(std::string upstream_address, std::uint16_t upstream_port);
@@ -135,6 +135,7 @@ public:
     void drop_reply_next(int op);
     /// How many requests (or replies) were dropped so far.
     int dropped() const;
+    void cut(bool on);
 
 private:
     void accept_loop(std::stop_token stop);
@@ -148,6 +149,7 @@ private:
     int drop_op_ = -1;
     int drop_reply_op_ = -1;
     int dropped_ = 0;
+    std::atomic<bool> cut_{false};
     std::vector<std::jthread> workers_;
     std::jthread acceptor_;
 };
