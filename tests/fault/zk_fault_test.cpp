@@ -53,8 +53,7 @@ class proxied_path {
 public:
     proxied_path() {
         for (std::size_t i = 0; i < ensemble().size(); ++i)
-            proxies_.push_back(
-                std::make_unique<dlock::test::zk_proxy>("127.0.0.1", ensemble().client_port(i)));
+            proxies_.push_back(std::make_unique<dlock::test::zk_proxy>(ensemble().client_port(i)));
     }
     std::string url() const {
         std::string hosts;

@@ -634,7 +634,7 @@ TEST(ZkLock, LostCreateReplyIsFoundByItsGuid) {
     // The connection drops after the server made our node but before its reply came
     // (session::create_protected): the acquire goes on with that node, found by its guid once
     // reconnected, and leaves no second node behind. For a waiter, and for a semaphore.
-    dlock::test::zk_proxy proxy("127.0.0.1", shared_zk().client_port(0));
+    dlock::test::zk_proxy proxy(shared_zk().client_port(0));
     auto holder = make_client();
     dlock::zk::client via_proxy({.url = "zk://" + proxy.host() + "/dlock-it",
                                  .session_timeout = 4s,
@@ -674,7 +674,7 @@ TEST(ZkLock, LostCreateReplyIsFoundByItsGuid) {
 }
 
 TEST(ZkSemaphore, LostWakeUpIsRetried) {
-    dlock::test::zk_proxy proxy("127.0.0.1", shared_zk().client_port(0));
+    dlock::test::zk_proxy proxy(shared_zk().client_port(0));
     auto all = make_client();
     dlock::zk::client via_proxy({.url = "zk://" + proxy.host() + "/dlock-it",
                                  .session_timeout = 4s,

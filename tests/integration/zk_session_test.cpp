@@ -27,7 +27,7 @@ using steady = std::chrono::steady_clock;
 
 /// A session through `proxy` and a fresh persistent parent node for this test's children.
 struct fixture {
-    dlock::test::zk_proxy proxy{"127.0.0.1", shared_zk().client_port(0)};
+    dlock::test::zk_proxy proxy{shared_zk().client_port(0)};
     session s{[] {}};
     std::string parent = "/" + dlock::zk::detail::encode_name(dlock::test::unique_name());
 

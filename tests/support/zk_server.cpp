@@ -353,37 +353,10 @@ bool zk_ensemble::set_and_remove(const std::string& path) const {
     });
 }
 
-zk_proxy::zk_proxy(std::string upstream_address, std::uint16_t upstream_port)
-    : upstream_address_(std::move(upstream_address)), upstream_port_(upstream_port) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        ::listen(listener_, 16) != 0 ||
-        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-        const int err = errno;
-        if (listener_ >= 0) ::close(listener_);
-        throw std::runtime_error(std::string("zk_proxy: listen: ") + std::strerror(err));
-    }
-    port_ = ntohs(addr.sin_port);
-    acceptor_ = std::jthread([this](std::stop_token stop) { accept_loop(stop); });
-}
+zk_proxy::zk_proxy(std::uint16_t upstream_port)
+    : relay_(upstream_port, [this](int client, int server) { serve(client, server); }) {}
 
-zk_proxy::~zk_proxy() {
-    acceptor_.request_stop();
-    acceptor_.join();
-    std::vector<std::jthread> workers;
-    {
-        std::lock_guard lock(mutex_);
-        workers.swap(workers_);
-    }
-    workers.clear();  // request_stop + join: each polls with a short timeout
-    ::close(listener_);
-}
-
-std::string zk_proxy::host() const { return "127.0.0.1:" + std::to_string(port_); }
+std::string zk_proxy::host() const { return "127.0.0.1:" + std::to_string(relay_.port()); }
 
 void zk_proxy::drop_next(int op) {
     std::lock_guard lock(mutex_);
@@ -402,44 +375,13 @@ int zk_proxy::dropped() const {
 
 void zk_proxy::cut(bool on) { cut_ = on; }
 
-void zk_proxy::accept_loop(std::stop_token stop) {
-    while (!stop.stop_requested()) {
-        pollfd p{listener_, POLLIN, 0};
-        if (::poll(&p, 1, 20) != 1) continue;
-        const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (client < 0) continue;
-        const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons(upstream_port_);
-        ::inet_pton(AF_INET, upstream_address_.c_str(), &addr.sin_addr);
-        if (server < 0 || ::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-            if (server >= 0) ::close(server);
-            ::close(client);
-            continue;
-        }
-        std::lock_guard lock(mutex_);
-        workers_.emplace_back(
-            [this, client, server](std::stop_token st) { serve(client, server, st); });
-    }
-}
-
-void zk_proxy::serve(int client, int server, std::stop_token stop) {
+void zk_proxy::serve(int client, int server) {
     // Both ways in whole frames (4-byte big-endian length, then the body), so a request or a
     // reply can be dropped. Client to server, the first frame is the connect request (no request
     // header: xid, type); server to client, the connect response (no reply header: xid, ...).
     std::string pending, replies;
     bool first = true, first_reply = true;
     std::optional<std::uint32_t> doomed_xid;  // drop_reply_next: the reply that ends the link
-    const auto send_all = [](int fd, const char* data, std::size_t size) {
-        while (size > 0) {
-            const auto n = ::send(fd, data, size, MSG_NOSIGNAL);
-            if (n <= 0) return false;
-            data += n;
-            size -= static_cast<std::size_t>(n);
-        }
-        return true;
-    };
     const auto word = [](const std::string& frames, std::size_t at) {
         const auto* b = reinterpret_cast<const unsigned char*>(frames.data()) + at;
         return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
@@ -447,7 +389,7 @@ void zk_proxy::serve(int client, int server, std::stop_token stop) {
     };
     char buf[16384];
     bool open = true;
-    while (open && !stop.stop_requested()) {
+    while (open && !relay_.stopping()) {
         if (cut_) {  // hold everything back, in the kernel's buffers
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
             continue;
@@ -466,7 +408,7 @@ void zk_proxy::serve(int client, int server, std::stop_token stop) {
                     break;
                 }
                 first_reply = false;
-                open = send_all(client, replies.data(), 4 + len);
+                open = tap_detail::write_all(client, replies.data(), 4 + len);
                 replies.erase(0, 4 + len);
             }
         }
@@ -493,7 +435,7 @@ void zk_proxy::serve(int client, int server, std::stop_token stop) {
                     }
                 }
                 first = false;
-                open = send_all(server, pending.data(), 4 + len);
+                open = tap_detail::write_all(server, pending.data(), 4 + len);
                 pending.erase(0, 4 + len);
             }
         }

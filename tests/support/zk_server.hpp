@@ -2,7 +2,7 @@
 // ensemble of N on free 127.0.0.1 ports, each in its own temp dir, started as children of the test
 // process with `java ... ZooKeeperServerMain|QuorumPeerMain` (the JVM directly) and always torn
 // down. Readiness is the `srvr` four-letter word printing a `Mode:` line. Fault tests use
-// stop/start/kill9/pause/resume on single servers. Use one object from one thread at a time;
+// stop/start/kill9 on single servers. Use one object from one thread at a time;
 // children() and mode() may be called from any thread.
 #pragma once
 
@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "redis_tap.hpp"
 
 namespace dlock::test {
 
@@ -124,10 +126,8 @@ private:
 /// cannot listen.
 class zk_proxy {
 public:
-    zk_proxy(std::string upstream_address, std::uint16_t upstream_port);
-    ~zk_proxy();  ///< closes every connection and joins its threads
-    zk_proxy(const zk_proxy&) = delete;
-    zk_proxy& operator=(const zk_proxy&) = delete;
+    /// In front of the server at 127.0.0.1:`upstream_port`.
+    explicit zk_proxy(std::uint16_t upstream_port);
 
     /// "127.0.0.1:<port>"
     std::string host() const;
@@ -138,20 +138,14 @@ public:
     void cut(bool on);
 
 private:
-    void accept_loop(std::stop_token stop);
-    void serve(int client, int server, std::stop_token stop);
+    void serve(int client, int server);
 
-    std::string upstream_address_;
-    std::uint16_t upstream_port_;
-    std::uint16_t port_ = 0;
-    int listener_ = -1;
-    mutable std::mutex mutex_;  // guards drop_op_, dropped_, workers_
+    mutable std::mutex mutex_;  // guards drop_op_, drop_reply_op_, dropped_
     int drop_op_ = -1;
     int drop_reply_op_ = -1;
     int dropped_ = 0;
     std::atomic<bool> cut_{false};
-    std::vector<std::jthread> workers_;
-    std::jthread acceptor_;
+    tap_detail::relay relay_;  // last: its threads are joined before the state they use goes
 };
 
 /// The binary's shared standalone server: started on first use (thread-safe), killed and its dir
