@@ -7,7 +7,8 @@ two builds"). Standard library only.
        fair,redlock 3 3
 
 Starts four private redis-servers on loopback (one for the single-server modes, three for
-`redlock`) and, ROUNDS times, runs WORKERS (default 8) workers of every build for every mode on
+`redlock`; and for `zk`, a standalone ZooKeeper server as bench/run's, tickTime 2 s, forceSync on,
+through build/tests/support/dlock-test-server or $DLOCK_TEST_SERVER) and, ROUNDS times, runs WORKERS (default 8) workers of every build for every mode on
 one key (W3: empty critical section; CS_US in the environment sets one), the builds alternating
 on the same servers, so machine load hits every build alike. Per run: the hand-off to another
 worker p50 (next acq - previous rel), the share of hand-offs that went to another worker, grants
@@ -39,6 +40,13 @@ for p in ports:
         try:
             socket.create_connection(("127.0.0.1", p)).close(); break
         except OSError: time.sleep(0.05)
+zk = None
+if "zk" in modes:  # the fixture prints {"port": ...} once the server serves; its stdin closing stops it
+    fixture = os.environ.get("DLOCK_TEST_SERVER") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build", "tests", "support", "dlock-test-server")
+    zk = subprocess.Popen([fixture, "zk", "--tick-ms", "2000", "--force-sync", "yes"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    zk_port = json.loads(zk.stdout.readline())["port"]
 res = {}
 n = 0
 try:
@@ -47,6 +55,8 @@ try:
             n += 1
             key = f"ab{n}"
             srv = ",".join(f"127.0.0.1:{p}" for p in (ports[1:] if mode == "redlock" else ports[:1]))
+            if mode == "zk":
+                srv = f"127.0.0.1:{zk_port}"
             start = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + int(1.0e9)
             procs = []
             for w in range(nworkers):
@@ -84,6 +94,8 @@ try:
             print(r, mode, bname, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
 finally:
     for s in servers: s.terminate(); s.wait()
+    if zk is not None:
+        zk.stdin.close(); zk.wait()
     shutil.rmtree(tmp, ignore_errors=True)
 print("== medians over", rounds, "rounds,", dur, "s each,", nworkers, "workers")
 for (mode, bname), rows in sorted(res.items()):

@@ -432,7 +432,10 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
                              dlock::detail::permits_mismatch(quoted, a.permits, a.limit));
             }
         }
-        if (const int rc = s->create_protected(ours, acl()); rc != ZOK) {
+        // A fresh create takes the listing along: one wait for both answers, not two.
+        a.sent = steady::now();
+        children_listing listing;
+        if (const int rc = s->create_protected(ours, acl(), &listing); rc != ZOK) {
             if (rc == ZNONODE) {
                 // A lock's container parent went once empty (a semaphore's is made again by
                 // read_limit next round).
@@ -445,8 +448,13 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
             if (recoverable(rc)) continue;
             return failed(code_for(rc), quoted + ": create: " + zk_text(rc));
         }
-        a.sent = steady::now();
-        if (const int rc = get_children(*s, ours.parent, a.children); rc != ZOK) {
+        if (listing.sent) {
+            a.children = std::move(listing.children);
+        } else {
+            a.sent = steady::now();
+            listing.rc = get_children(*s, ours.parent, a.children);
+        }
+        if (const int rc = listing.rc; rc != ZOK) {
             if (recoverable(rc)) continue;
             if (rc == ZNONODE) {  // the container went with our node: start over
                 ours.forget();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -397,7 +398,8 @@ std::vector<std::string> session::take_vanished() {
     return std::exchange(vanished_, {});
 }
 
-int session::create_protected(protected_node& node, const ACL_vector* acl) {
+int session::create_protected(protected_node& node, const ACL_vector* acl,
+                              children_listing* listing) {
     if (node.created()) return ZOK;
     if (node.in_doubt) {
         String_vector children{0, nullptr};
@@ -432,17 +434,58 @@ int session::create_protected(protected_node& node, const ACL_vector* acl) {
         }
     }
     const auto want = node.parent + "/" + node.prefix;
-    std::vector<char> buffer(want.size() + 32);
-    Stat stat{};
+    // Both answers come on the C client's completion thread. The wait is inside with_handle, as
+    // a synchronous call's would be: close() cannot free the handle before they come, and a
+    // connection loss answers every request still pending.
+    struct batch {
+        dlock::detail::mutex mutex;
+        std::condition_variable_any answered;
+        int pending DLOCK_GUARDED_BY(mutex) = 0;
+        int rc DLOCK_GUARDED_BY(mutex) = ZOK;
+        std::string path DLOCK_GUARDED_BY(mutex);
+        std::uint64_t czxid DLOCK_GUARDED_BY(mutex) = 0;
+        children_listing listed DLOCK_GUARDED_BY(mutex);
+    } b;
+    const auto created = [](int rc, const char* path, const Stat* stat, const void* data) {
+        auto* self = static_cast<batch*>(const_cast<void*>(data));
+        dlock::detail::lock_guard lock(self->mutex);
+        self->rc = rc;
+        if (rc == ZOK) {
+            self->path = path;
+            self->czxid = static_cast<std::uint64_t>(stat->czxid);
+        }
+        if (--self->pending == 0) self->answered.notify_all();
+    };
+    const auto listed = [](int rc, const String_vector* kids, const void* data) {
+        auto* self = static_cast<batch*>(const_cast<void*>(data));
+        dlock::detail::lock_guard lock(self->mutex);
+        self->listed.rc = rc;
+        if (rc == ZOK) self->listed.children.assign(kids->data, kids->data + kids->count);
+        if (--self->pending == 0) self->answered.notify_all();
+    };
     const int rc = with_handle([&](zhandle_t* zh) {
-        return zoo_create2(zh, want.c_str(), nullptr, -1, acl, ZOO_EPHEMERAL_SEQUENTIAL,
-                           buffer.data(), static_cast<int>(buffer.size()), &stat);
+        dlock::detail::unique_lock lock(b.mutex);
+        b.pending = 1;
+        if (const int r = zoo_acreate2(zh, want.c_str(), nullptr, -1, acl, ZOO_EPHEMERAL_SEQUENTIAL,
+                                       created, &b);
+            r != ZOK)
+            return r;  // not sent: no completion comes
+        // The listing is only worth sending with a create that went out; if it cannot go, the
+        // caller lists itself.
+        if (listing != nullptr &&
+            zoo_aget_children(zh, node.parent.c_str(), 0, listed, &b) == ZOK) {
+            ++b.pending;
+            b.listed.sent = true;
+        }
+        b.answered.wait(lock, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return b.pending == 0; });
+        return b.rc;
     });
     if (retriable(rc)) node.in_doubt = node.doubted = true;  // find it by guid once reconnected
     if (rc != ZOK) return rc;
-    const std::string_view path(buffer.data());
-    node.name = std::string(path.substr(path.rfind('/') + 1));
-    node.czxid = static_cast<std::uint64_t>(stat.czxid);
+    dlock::detail::lock_guard lock(b.mutex);
+    node.name = b.path.substr(b.path.rfind('/') + 1);
+    node.czxid = b.czxid;
+    if (listing != nullptr) *listing = std::move(b.listed);
     return ZOK;
 }
 

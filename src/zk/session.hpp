@@ -63,6 +63,13 @@ struct protected_node {
     }
 };
 
+/// A getChildren that went out with a create (session::create_protected).
+struct children_listing {
+    bool sent = false;
+    int rc = ZOK;
+    std::vector<std::string> children;
+};
+
 struct cleanup_op;
 struct node_op;
 
@@ -171,7 +178,12 @@ public:
     /// is known to be created: ZNONODE when `parent` is missing; after a connection loss or
     /// timeout node.in_doubt is set and the caller calls again once reconnected (on this session:
     /// a dead session took any such node with it, so the caller forget()s it then).
-    int create_protected(protected_node& node, const ACL_vector* acl);
+    /// With `listing`, a fresh create (none in doubt) goes out together with a getChildren of
+    /// `parent` (ZooKeeper answers a session's requests in order, so the listing includes the
+    /// node): then listing->rc is the getChildren's rc and listing->children its answer, and
+    /// listing->sent is set. Otherwise listing->sent stays false and the caller lists itself.
+    int create_protected(protected_node& node, const ACL_vector* acl,
+                         children_listing* listing = nullptr);
 
     /// Deletes node `path` (any version) now. If that fails for another reason than the node or
     /// the session being gone (connection loss, timeout: the outcome is unknown), the delete is
