@@ -630,6 +630,34 @@ TEST(ZkSemaphore, SetPermitsWakesTheFirstWaiter) {
 // A holder whose wake-up of the waiter behind it is lost to a dropped connection must still
 // wake it: the waiter may hold too (permits are free), and must not sleep until the holder
 // releases.
+TEST(ZkLock, AnUncontendedAcquireCreatesOneNodeAndListsOnce) {
+    // The first getChildren goes out with the create, unanswered (session::create_protected): it
+    // must still list the new node (a session's requests are answered in order), or the acquire
+    // would take its own node for gone and create another.
+    dlock::test::zk_proxy proxy(shared_zk().client_port(0));
+    dlock::zk::client via_proxy({.url = "zk://" + proxy.host() + "/dlock-it",
+                                 .session_timeout = 4s,
+                                 .connect_timeout = scaled(5s)});
+    const auto name = dlock::test::unique_name("onecreate");
+    std::error_code ec;
+    // The first acquire of a name also makes its container parent (a create that fails first).
+    via_proxy.acquire_until(name, {}, {}, steady::now() + scaled(10s), ec).release();
+    ASSERT_FALSE(ec) << ec.message();
+    const int creates = proxy.requests(ZOO_CREATE2_OP);
+    const int lists = proxy.requests(ZOO_GETCHILDREN_OP);
+    for (int i = 0; i < 5; ++i) {
+        auto l = via_proxy.acquire_until(name, {}, {}, steady::now() + scaled(10s), ec);
+        ASSERT_FALSE(ec) << ec.message();
+        l.release();
+    }
+    // One create, and one listing with it, per acquire; one more of each if the server removed
+    // the empty container between two acquires (it looks every 60 s) and it was made again.
+    const int created = proxy.requests(ZOO_CREATE2_OP) - creates;
+    EXPECT_TRUE(created == 5 || created == 6) << created;
+    EXPECT_EQ(proxy.requests(ZOO_GETCHILDREN_OP) - lists, created);
+    EXPECT_TRUE(shared_zk().children(via_proxy.lock_path(name)).empty());
+}
+
 TEST(ZkLock, LostCreateReplyIsFoundByItsGuid) {
     // The connection drops after the server made our node but before its reply came
     // (session::create_protected): the acquire goes on with that node, found by its guid once

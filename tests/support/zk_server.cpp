@@ -373,6 +373,12 @@ int zk_proxy::dropped() const {
     return dropped_;
 }
 
+int zk_proxy::requests(int op) const {
+    std::lock_guard lock(mutex_);
+    const auto it = requests_.find(op);
+    return it == requests_.end() ? 0 : it->second;
+}
+
 void zk_proxy::cut(bool on) { cut_ = on; }
 
 void zk_proxy::serve(int client, int server) {
@@ -422,6 +428,7 @@ void zk_proxy::serve(int client, int server) {
                 if (!first && len >= 8) {
                     const int type = static_cast<int>(word(pending, 8));
                     std::lock_guard lock(mutex_);
+                    ++requests_[type];
                     if (type == drop_op_) {
                         drop_op_ = -1;
                         ++dropped_;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <string>
@@ -135,12 +136,15 @@ public:
     void drop_reply_next(int op);
     /// How many requests (or replies) were dropped so far.
     int dropped() const;
+    /// How many requests of type `op` clients sent through the proxy so far (dropped or not).
+    int requests(int op) const;
     void cut(bool on);
 
 private:
     void serve(int client, int server);
 
-    mutable std::mutex mutex_;  // guards drop_op_, drop_reply_op_, dropped_
+    mutable std::mutex mutex_;     // guards drop_op_, drop_reply_op_, dropped_, requests_
+    std::map<int, int> requests_;  // op -> count
     int drop_op_ = -1;
     int drop_reply_op_ = -1;
     int dropped_ = 0;
