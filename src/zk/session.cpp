@@ -464,19 +464,22 @@ int session::create_protected(protected_node& node, const ACL_vector* acl,
         if (--self->pending == 0) self->answered.notify_all();
     };
     const int rc = with_handle([&](zhandle_t* zh) {
-        dlock::detail::unique_lock lock(b.mutex);
-        b.pending = 1;
+        {
+            dlock::detail::lock_guard lock(b.mutex);
+            b.pending = listing != nullptr ? 2 : 1;
+        }
+        // Not under b.mutex: a completion may run (and take it) before the next call returns.
         if (const int r = zoo_acreate2(zh, want.c_str(), nullptr, -1, acl, ZOO_EPHEMERAL_SEQUENTIAL,
                                        created, &b);
             r != ZOK)
             return r;  // not sent: no completion comes
         // The listing is only worth sending with a create that went out; if it cannot go, the
         // caller lists itself.
-        if (listing != nullptr &&
-            zoo_aget_children(zh, node.parent.c_str(), 0, listed, &b) == ZOK) {
-            ++b.pending;
-            b.listed.sent = true;
-        }
+        const bool listed_too =
+            listing != nullptr && zoo_aget_children(zh, node.parent.c_str(), 0, listed, &b) == ZOK;
+        dlock::detail::unique_lock lock(b.mutex);
+        if (listing != nullptr && !listed_too) --b.pending;
+        b.listed.sent = listed_too;
         b.answered.wait(lock, [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS { return b.pending == 0; });
         return b.rc;
     });
