@@ -21,6 +21,7 @@
 #include <mutex>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -43,7 +44,9 @@ dlock::test::zk_ensemble& ensemble() {
     return e;
 }
 
-std::string url() { return ensemble().url("/dlock-fault"); }
+constexpr std::string_view base = "/dlock-fault";
+
+std::string url() { return ensemble().url(base); }
 
 /// A path to every server of ensemble() through a zk_proxy of its own, for a client to be cut off
 /// from the whole ensemble while the ensemble runs on. (Freezing every server with SIGSTOP instead
@@ -58,7 +61,7 @@ public:
     std::string url() const {
         std::string hosts;
         for (const auto& p : proxies_) hosts += (hosts.empty() ? "" : ",") + p->host();
-        return "zk://" + hosts + "/dlock-fault";
+        return "zk://" + hosts + std::string(base);
     }
     void cut(bool on) {
         for (auto& p : proxies_) p->cut(on);

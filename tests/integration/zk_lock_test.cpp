@@ -627,9 +627,6 @@ TEST(ZkSemaphore, SetPermitsWakesTheFirstWaiter) {
     EXPECT_EQ(ec, dlock::errc::unexpected_reply);
 }
 
-// A holder whose wake-up of the waiter behind it is lost to a dropped connection must still
-// wake it: the waiter may hold too (permits are free), and must not sleep until the holder
-// releases.
 TEST(ZkLock, AnUncontendedAcquireCreatesOneNodeAndListsOnce) {
     // The first getChildren goes out with the create, unanswered (session::create_protected): it
     // must still list the new node (a session's requests are answered in order), or the acquire
@@ -701,6 +698,9 @@ TEST(ZkLock, LostCreateReplyIsFoundByItsGuid) {
     EXPECT_TRUE(shared_zk().children(via_proxy.lock_path(sem)).empty());
 }
 
+// A holder whose wake-up of the waiter behind it is lost to a dropped connection must still
+// wake it: the waiter may hold too (permits are free), and must not sleep until the holder
+// releases.
 TEST(ZkSemaphore, LostWakeUpIsRetried) {
     dlock::test::zk_proxy proxy(shared_zk().client_port(0));
     auto all = make_client();
