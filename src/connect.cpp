@@ -186,6 +186,15 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                                                 std::to_string(options.command_timeout->count()) +
                                                 " ms");
     }
+    if (options.node_timeout && options.node_timeout->count() <= 0) {
+        throw error(errc::invalid_argument, "node_timeout must be > 0, got " +
+                                                std::to_string(options.node_timeout->count()) +
+                                                " ms");
+    }
+    if (options.node_timeout && parsed.kind != service_kind::redlock) {
+        fail(errc::invalid_argument, full,
+             "a node timeout applies to redlock:// only (each server's time to answer one vote)");
+    }
     switch (parsed.kind) {
 #if DLOCK_HAS_REDIS
         case service_kind::redis: {
@@ -212,6 +221,7 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
                                       .error_handler = std::move(options.error_handler)};
             if (options.connect_timeout) o.connect_timeout = *options.connect_timeout;
             if (options.command_timeout) o.command_timeout = *options.command_timeout;
+            if (options.node_timeout) o.node_timeout = *options.node_timeout;
             if (options.key_prefix) o.key_prefix = std::move(*options.key_prefix);
             if (options.tls) o.tls = std::move(*options.tls);
             return std::make_unique<redlock::client>(std::move(o));

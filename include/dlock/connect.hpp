@@ -59,6 +59,11 @@ struct connect_options {
     /// TLS settings (CA, client certificate, server name) for a rediss:// URL (docs/tls.md), or
     /// an etcds:// URL (docs/etcd.md). Setting it for any other URL is errc::invalid_argument.
     std::optional<dlock::tls_options> tls{};
+    /// Redlock: how long each server has to answer one vote (redlock::client_options::
+    /// node_timeout). Unset: the lease / 200, clamped to [5 ms, 50 ms] (docs/redlock.md): raise it
+    /// for servers farther apart than that, or on a loaded host. Must be > 0; setting it for any
+    /// other URL is errc::invalid_argument.
+    std::optional<std::chrono::milliseconds> node_timeout{};
 };
 
 /// Which backend a URL names.

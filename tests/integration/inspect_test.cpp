@@ -185,7 +185,8 @@ TEST(RedisInspect, BadNameIsAnError) {
 
 TEST(RedlockInspect, QuorumViewAndPerServerViews) {
     dlock::test::redis_fleet fleet(3);
-    dlock::redlock::client redlock({.urls = fleet.urls(), .command_timeout = scaled(2s)});
+    dlock::redlock::client redlock(
+        {.urls = fleet.urls(), .command_timeout = scaled(2s), .node_timeout = scaled(250ms)});
     const auto name = unique_name();
     auto grant = take(redlock, name, lock_kind::exclusive);
     auto info = redlock.inspect(name);

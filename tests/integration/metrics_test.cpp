@@ -339,14 +339,17 @@ TEST(MetricsRedlock, EachServerFailingAVoteIsCounted) {
     auto urls = fleet.urls();
     urls.push_back(locked.url());
     urls.push_back(down.url());
-    dlock::redlock::client redlock(
-        {.urls = urls, .connect_timeout = 2s, .observer = [&](const dlock::lock_event& e) {
-             stats.record(e);
-             if (e.kind != dlock::event_kind::node_failed) return;
-             EXPECT_TRUE(e.error);
-             std::lock_guard lock(m);
-             failures[std::string(e.server)].push_back(std::string(e.detail));
-         }});
+    dlock::redlock::client redlock({.urls = urls,
+                                    .connect_timeout = 2s,
+                                    .node_timeout = scaled(200ms),
+                                    .observer = [&](const dlock::lock_event& e) {
+                                        stats.record(e);
+                                        if (e.kind != dlock::event_kind::node_failed) return;
+                                        EXPECT_TRUE(e.error);
+                                        std::lock_guard lock(m);
+                                        failures[std::string(e.server)].push_back(
+                                            std::string(e.detail));
+                                    }});
     const auto name = unique_name("degraded");
     {
         auto held = redlock.acquire(name, {.lease = scaled(600ms)});

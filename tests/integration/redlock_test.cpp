@@ -1,5 +1,6 @@
 // Redlock on 5 real redis-servers: the dlock::mutex contract, one parallel round trip, the quorum,
 // and fencing tokens that stay monotonic when the quorums that grant differ.
+#include <dlock/connect.hpp>
 #include <dlock/dlock.hpp>
 #include <dlock/redis/client.hpp>
 #include <dlock/redlock/client.hpp>
@@ -464,6 +465,32 @@ TEST(Redlock, AServerPausedAtConstructionDoesNotBlockGrants) {
     paused.resume();
     auto grant = redlock.acquire(unique_name(), {.lease = 10s, .wait = 0s});
     EXPECT_EQ(grant.state(), dlock::lock_state::held);
+}
+
+// connect()'s node_timeout reaches the Redlock client (the CLI's --node-timeout): with two of
+// three servers frozen, a vote fails only once they had that long to answer, not after the
+// default bound (a 10 s lease's / 200 = 50 ms).
+TEST(Redlock, ConnectPassesTheNodeTimeout) {
+    dlock::test::redis_server a, b, c;
+    const auto address = [](const dlock::test::redis_server& s) {
+        return "127.0.0.1:" + std::to_string(s.port());
+    };
+    const auto bound = scaled(800ms);
+    auto redlock = dlock::connect("redlock://" + address(a) + "," + address(b) + "," + address(c),
+                                  {.node_timeout = bound});
+    // Connected to all three, scripts loaded.
+    EXPECT_EQ(redlock->acquire(unique_name(), {.lease = 10s, .wait = 0s}).state(),
+              dlock::lock_state::held);
+    b.pause();
+    c.pause();
+    std::error_code ec;
+    const auto started = std::chrono::steady_clock::now();
+    auto refused = redlock->acquire(unique_name(), {.lease = 10s, .wait = 0s}, ec);
+    const auto took = std::chrono::steady_clock::now() - started;
+    b.resume();
+    c.resume();
+    EXPECT_EQ(ec, dlock::errc::quorum_unreachable) << ec.message();
+    EXPECT_GE(took, bound) << "the vote ended before the paused servers had node_timeout";
 }
 
 }  // namespace

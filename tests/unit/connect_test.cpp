@@ -176,6 +176,26 @@ TEST(Connect, CommandTimeoutReachesTheRedisFamily) {
 #endif
 }
 
+TEST(Connect, NodeTimeoutIsForRedlockOnly) {
+    using namespace std::chrono_literals;
+    EXPECT_NE(dlock::connect("redlock://h:1,h:2,h:3", {.node_timeout = 300ms}), nullptr);
+    const auto zero =
+        error_of([] { (void)dlock::connect("redlock://h:1,h:2,h:3", {.node_timeout = 0ms}); },
+                 dlock::errc::invalid_argument);
+    EXPECT_NE(zero.find("node_timeout must be > 0"), std::string::npos) << zero;
+    const auto single =
+        error_of([] { (void)dlock::connect("redis://:pw@h:1", {.node_timeout = 300ms}); },
+                 dlock::errc::invalid_argument);
+    EXPECT_NE(single.find("a node timeout applies to redlock:// only"), std::string::npos)
+        << single;
+    EXPECT_EQ(single.find("pw"), std::string::npos) << single;
+#if DLOCK_HAS_ZOOKEEPER
+    const auto zk = error_of([] { (void)dlock::connect("zk://h:1/x", {.node_timeout = 300ms}); },
+                             dlock::errc::invalid_argument);
+    EXPECT_NE(zk.find("redlock:// only"), std::string::npos) << zk;
+#endif
+}
+
 TEST(Connect, RedisUrlErrorsAreNeutralAndRedacted) {
     const auto message = error_of([] { (void)dlock::connect("redis://u:S3cretPw@h:99999"); },
                                   dlock::errc::invalid_argument);

@@ -162,7 +162,8 @@ lock_service::lock_service(const server_options& server, service_callbacks cb)
                                        .observer = std::move(cb.observer),
                                        .error_handler = std::move(cb.error_handler),
                                        .command_timeout = server.command_timeout,
-                                       .tls = server.tls};
+                                       .tls = server.tls,
+                                       .node_timeout = server.node_timeout};
         // zk:// and etcd:// URLs name their base path or key prefix themselves; --key-prefix is
         // for the Redis family.
         if (kind_ != dlock::service_kind::zookeeper && kind_ != dlock::service_kind::etcd)

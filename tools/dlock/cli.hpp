@@ -53,6 +53,7 @@ struct server_options {
     std::optional<std::chrono::milliseconds> connect_timeout{};  ///< --connect-timeout
     std::optional<std::chrono::milliseconds> command_timeout{};  ///< --command-timeout
     std::optional<dlock::tls_options> tls{};  ///< --tls-ca, --tls-cert, --tls-key, --tls-insecure
+    std::optional<std::chrono::milliseconds> node_timeout{};  ///< --node-timeout (redlock://)
 };
 
 struct run_options {

@@ -178,6 +178,7 @@ struct server_args {
     std::string key_prefix = "dlock";
     std::string connect_timeout;
     std::string command_timeout;
+    std::string node_timeout;
     std::string tls_ca;
     std::string tls_cert;
     std::string tls_key;
@@ -209,6 +210,10 @@ struct server_args {
             ->type_name("DURATION");
         cmd->add_option("--command-timeout", command_timeout,
                         "Bound on one request to a Redis server (default 1s;\nnot for zk://)")
+            ->type_name("DURATION");
+        cmd->add_option("--node-timeout", node_timeout,
+                        "redlock:// only: how long each server has to answer one\n"
+                        "vote (default: the lease / 200, 5ms to 50ms)")
             ->type_name("DURATION");
         cmd->add_option("--tls-ca", tls_ca,
                         "rediss://, etcds://: trust this CA file (rediss:// also a\n"
@@ -357,6 +362,9 @@ server_options server_args::resolve(const CLI::App* cmd) const {
     if (cmd->get_option("--command-timeout")->count() > 0) {
         out.command_timeout =
             parse_duration("--command-timeout", command_timeout, {.allow_zero = false});
+    }
+    if (cmd->get_option("--node-timeout")->count() > 0) {
+        out.node_timeout = parse_duration("--node-timeout", node_timeout, {.allow_zero = false});
     }
     if (!tls_ca.empty() || !tls_cert.empty() || !tls_key.empty() || tls_insecure) {
         if (tls_cert.empty() != tls_key.empty()) {
