@@ -2,10 +2,10 @@
 #
 # One test executable linked with dlock_test_support and dlock_test_main, registered as ONE ctest
 # test (not gtest_discover_tests: servers start once per binary) with its labels
-# (unit, integration, fault) and a timeout (default 600 s). ctest hands its own environment to the
-# test, so DLOCK_TEST_TIME_SCALE (and the sanitizer *_OPTIONS) set when running ctest reach the
-# binary unchanged. Every binary is listed, with its labels, in <build>/dlock_tests.txt
-# ("<name> <label,label> <path>" per line) for scripts.
+# (unit, integration, fault) and a timeout (default 600 s; doubled in a sanitizer tree). ctest
+# hands its own environment to the test, so DLOCK_TEST_TIME_SCALE (and the sanitizer *_OPTIONS)
+# set when running ctest reach the binary unchanged. Every binary is listed, with its labels, in
+# <build>/dlock_tests.txt ("<name> <label,label> <path>" per line) for scripts.
 #
 # Functions are global in CMake, so this is callable from tests/unit, tests/integration and
 # tests/fault once tests/support has been added.
@@ -24,6 +24,11 @@ function(dlock_add_test)
   endforeach()
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 600)
+  endif()
+  # The sanitizer stages run the tests slower (DLOCK_TEST_TIME_SCALE=2) and several at once
+  # (scripts/test.sh): a timeout there catches a hang, not a slow binary.
+  if(DLOCK_SANITIZE)
+    math(EXPR arg_TIMEOUT "${arg_TIMEOUT} * 2")
   endif()
 
   add_executable(${arg_NAME} ${arg_SOURCES})
