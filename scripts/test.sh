@@ -22,8 +22,8 @@
 # generated gRPC stubs are compiled once, in build/, and linked from there by the other trees
 # (cmake/etcd_proto.cmake); the sanitizer trees precompile the tests' common headers.
 # Environment: DLOCK_TEST_TIME_SCALE scales test durations (default 1; the sanitizer stages
-# default to 2 when it is unset); DLOCK_CTEST_JOBS, tests run at once (default 6, in the
-# sanitizer stages 4);
+# default to 2 when it is unset); DLOCK_CTEST_JOBS, tests run at once (default 6; ASan 3,
+# TSan 4);
 # DLOCK_TORTURE_SEED (default: the time, printed) and DLOCK_TORTURE_MINUTES (default 2.5) for
 # the torture run (docs/torture.md).
 # shellcheck disable=SC2317  # the stage functions are called through run_stage
@@ -45,9 +45,10 @@ done
 # Tests run several at once: they mostly wait (on servers, leases, timeouts), so at two at a time
 # the plain stage's tests kept a fifth of the two cores busy. The sanitizer stages' tests take
 # several times the CPU each (ASan at six at once kept both cores busy), so fewer run together
-# there; their timeouts are doubled (tests/support/dlock_test.cmake).
+# there (ASan 3, TSan 4); their timeouts are doubled (tests/support/dlock_test.cmake).
 ctest_jobs=${DLOCK_CTEST_JOBS:-6}
-sanitizer_jobs=${DLOCK_CTEST_JOBS:-4}
+asan_jobs=${DLOCK_CTEST_JOBS:-3}
+tsan_jobs=${DLOCK_CTEST_JOBS:-4}
 
 results=()
 failed=0
@@ -141,7 +142,7 @@ stage_asan() {
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
   LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-    ctest --test-dir build-asan --output-on-failure -j "$sanitizer_jobs"
+    ctest --test-dir build-asan --output-on-failure -j "$asan_jobs"
 }
 
 # gcc 12's TSan aborts with "unexpected memory mapping" when the kernel randomizes mmap with
@@ -184,7 +185,7 @@ stage_tsan() {
   # callers, plus gRPC's inline templates and etcd's generated messages (see the file).
   DLOCK_TEST_TIME_SCALE=$scale \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-    "${tsan_prefix[@]}" ctest --test-dir build-tsan --output-on-failure -j "$sanitizer_jobs" \
+    "${tsan_prefix[@]}" ctest --test-dir build-tsan --output-on-failure -j "$tsan_jobs" \
       -L 'unit|integration' -E '^etcd_tls_test$'
 }
 
