@@ -17,7 +17,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-#include <vector>
 
 #include "spawn.hpp"
 #include "temp_dir.hpp"
@@ -89,19 +88,10 @@ etcd_cluster::etcd_cluster(std::size_t members) : etcd_cluster(members, {}) {}
 
 etcd_cluster::etcd_cluster(std::size_t members, etcd_cluster_options options)
     : tls_(std::move(options.tls)), secure_(!tls_.cert.empty()) {
-    // On a tmpfs where there is one (/dev/shm): etcd fsyncs every write, and on a disk that other
-    // work keeps busy (a build beside the tests) one fsync can outlast a client's 2 s deadline,
-    // which would test the disk, not dlock. The Redis and ZooKeeper test servers do not fsync
-    // either. A member killed and restarted still finds its data (the files stay).
-    std::error_code shm_error;
-    const bool shm = std::filesystem::is_directory("/dev/shm", shm_error) &&
-                     ::access("/dev/shm", W_OK | X_OK) == 0;
-    std::string tmpl_text = std::string(shm ? "/dev/shm" : "/tmp") + "/dlock-etcd.XXXXXX";
-    std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());
-    tmpl.push_back('\0');
-    if (::mkdtemp(tmpl.data()) == nullptr)
+    char tmpl[] = "/tmp/dlock-etcd.XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr)
         throw std::runtime_error(std::string("etcd_cluster: mkdtemp: ") + std::strerror(errno));
-    dir_ = tmpl.data();
+    dir_ = tmpl;
     token_ = "dlock-" + std::filesystem::path(dir_).filename().string();
     try {
         std::set<std::uint16_t> used;
