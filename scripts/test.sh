@@ -325,7 +325,7 @@ lane_start() {
   if ((!quick)); then
     find_etcd_stubs || true
   fi
-  DLOCK_LANE_ETCD_STUBS="${etcd_stubs[*]}" setsid "${idle[@]}" bash "$ROOT/scripts/test.sh" \
+  DLOCK_LANE_ETCD_STUBS="${etcd_stubs[*]}" setsid -w "${idle[@]}" bash "$ROOT/scripts/test.sh" \
     "${args[@]}" </dev/null &
   lane_pid=$!
   echo "idle lane started (pid $lane_pid): spin$( ((quick)) || echo ', clang build, clang-tidy')"
