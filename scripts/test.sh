@@ -48,8 +48,7 @@ done
 # their deadlines (CONTRIBUTING.md, "Tests at once"). Their timeouts are doubled
 # (tests/support/dlock_test.cmake).
 ctest_jobs=${DLOCK_CTEST_JOBS:-6}
-asan_jobs=${DLOCK_CTEST_JOBS:-2}
-tsan_jobs=${DLOCK_CTEST_JOBS:-2}
+sanitizer_jobs=${DLOCK_CTEST_JOBS:-2}
 
 results=()
 failed=0
@@ -143,7 +142,7 @@ stage_asan() {
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
   LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-    ctest --test-dir build-asan --output-on-failure -j "$asan_jobs"
+    ctest --test-dir build-asan --output-on-failure -j "$sanitizer_jobs"
 }
 
 # gcc 12's TSan aborts with "unexpected memory mapping" when the kernel randomizes mmap with
@@ -186,7 +185,7 @@ stage_tsan() {
   # callers, plus gRPC's inline templates and etcd's generated messages (see the file).
   DLOCK_TEST_TIME_SCALE=$scale \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-    "${tsan_prefix[@]}" ctest --test-dir build-tsan --output-on-failure -j "$tsan_jobs" \
+    "${tsan_prefix[@]}" ctest --test-dir build-tsan --output-on-failure -j "$sanitizer_jobs" \
       -L 'unit|integration' -E '^etcd_tls_test$'
 }
 

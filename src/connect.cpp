@@ -46,6 +46,15 @@ std::string accepted_forms() {
     throw error(code, "URL \"" + detail::redact_url(url) + "\": " + std::string(why));
 }
 
+/// An optional duration of connect_options, when set, is > 0.
+void require_positive(const std::optional<std::chrono::milliseconds>& value,
+                      std::string_view name) {
+    if (value && value->count() <= 0) {
+        throw error(errc::invalid_argument, std::string(name) + " must be > 0, got " +
+                                                std::to_string(value->count()) + " ms");
+    }
+}
+
 // A scheme dlock knows: the component that serves it and whether this build has it.
 struct known_scheme {
     std::string_view scheme;
@@ -176,21 +185,9 @@ std::unique_ptr<backend> connect(std::string_view url, connect_options options) 
         full = url_with_password(url, *options.password);
     }
     auto parsed = parse_service_url(full);
-    if (options.connect_timeout && options.connect_timeout->count() <= 0) {
-        throw error(errc::invalid_argument, "connect_timeout must be > 0, got " +
-                                                std::to_string(options.connect_timeout->count()) +
-                                                " ms");
-    }
-    if (options.command_timeout && options.command_timeout->count() <= 0) {
-        throw error(errc::invalid_argument, "command_timeout must be > 0, got " +
-                                                std::to_string(options.command_timeout->count()) +
-                                                " ms");
-    }
-    if (options.node_timeout && options.node_timeout->count() <= 0) {
-        throw error(errc::invalid_argument, "node_timeout must be > 0, got " +
-                                                std::to_string(options.node_timeout->count()) +
-                                                " ms");
-    }
+    require_positive(options.connect_timeout, "connect_timeout");
+    require_positive(options.command_timeout, "command_timeout");
+    require_positive(options.node_timeout, "node_timeout");
     if (options.node_timeout && parsed.kind != service_kind::redlock) {
         fail(errc::invalid_argument, full,
              "a node timeout applies to redlock:// only (each server's time to answer one vote)");

@@ -25,8 +25,8 @@ function(dlock_add_test)
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 600)
   endif()
-  # The sanitizer stages run the tests slower (DLOCK_TEST_TIME_SCALE=2) and several at once
-  # (scripts/test.sh): a timeout there catches a hang, not a slow binary.
+  # The sanitizer stages run the tests slower (DLOCK_TEST_TIME_SCALE=2, scripts/test.sh): a
+  # timeout there catches a hang, not a slow binary.
   if(DLOCK_SANITIZE)
     math(EXPR arg_TIMEOUT "${arg_TIMEOUT} * 2")
   endif()
