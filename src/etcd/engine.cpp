@@ -897,8 +897,10 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
         // of reach fails the acquire (connection_failed) after connect_timeout + command_timeout.
         const auto bound = dlock::detail::deadline_after(
             a.sent, options_.connect_timeout + options_.command_timeout);
+        const stubs* answered = endpoints_.front().get();
         const auto st = rpc(
-            bound, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+            bound, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); },
+            &answered);
         if (!st.ok()) {
             if (lease_gone(st)) {
                 dlock::detail::lock_guard lock(mutex_);
@@ -906,7 +908,8 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
                 cancel_waits(a.s.get());
                 continue;
             }
-            return failed(code_for(st), "etcd: acquiring " + a.quoted + ": " + status_text(st));
+            return failed(code_for(st), "etcd " + answered->host + ": acquiring " + a.quoted +
+                                            ": " + status_text(st));
         }
         if (resp.responses_size() != (permits ? 3 : 2))
             return failed(errc::unexpected_reply, "etcd: bad Txn reply");
@@ -964,10 +967,12 @@ std::optional<dlock::detail::attempt_report> engine::look_again(attempt_state& a
     a.sent = steady::now();
     const auto bound =
         dlock::detail::deadline_after(a.sent, options_.connect_timeout + options_.command_timeout);
-    const auto st =
-        rpc(bound, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); });
+    const stubs* answered = endpoints_.front().get();
+    const auto st = rpc(
+        bound, [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, txn, &resp); },
+        &answered);
     if (!st.ok()) {
-        a.failure = "etcd: acquiring " + a.quoted + ": " + status_text(st);
+        a.failure = "etcd " + answered->host + ": acquiring " + a.quoted + ": " + status_text(st);
         return attempt_report::failed(make_error_code(code_for(st)));
     }
     if (resp.responses_size() != (permits ? 2 : 1)) return std::nullopt;
@@ -1523,18 +1528,44 @@ void engine::check_keys(const std::shared_ptr<session>& s,
     if (!st.ok() || resp.succeeded() || resp.responses_size() != static_cast<int>(keys.size())) {
         return;
     }
+    // A key gone with its lease (revoked, or expired on the server) is a session that is over:
+    // find out before the loss is reported, so that an acquire its holder starts on hearing of
+    // the loss grants a new lease instead of writing under the revoked one (which would wait on
+    // the lock step, not on a LeaseGrant, were the member to stall).
+    const auto ours = [&](std::size_t i) {
+        const auto& got = resp.responses(static_cast<int>(i)).response_range();
+        return got.kvs_size() == 1 && got.kvs(0).create_revision() == keys[i].second.revision;
+    };
+    bool some_gone = false;
+    for (std::size_t i = 0; i < keys.size(); ++i) some_gone = some_gone || !ours(i);
+    if (!some_gone) return;
+    bool revoked = false;
+    {
+        pb::LeaseTimeToLiveRequest req;
+        req.set_id(s->id);
+        pb::LeaseTimeToLiveResponse ttl;
+        const auto asked =
+            rpc(background_deadline(steady::now()), [&](stubs& e, grpc::ClientContext& ctx) {
+                return e.lease->LeaseTimeToLive(&ctx, req, &ttl);
+            });
+        // etcd answers TTL -1 for a lease it does not have (some versions: NOT_FOUND).
+        revoked = asked.ok() ? ttl.ttl() <= 0 : lease_gone(asked);
+    }
     std::vector<std::pair<std::string, std::uint64_t>> turns;
     {
         dlock::detail::lock_guard lock(mutex_);
+        if (revoked && !s->dead) {
+            s->dead = true;
+            cancel_waits(s.get());
+        }
         for (std::size_t i = 0; i < keys.size(); ++i) {
-            const auto& got = resp.responses(static_cast<int>(i)).response_range();
-            if (got.kvs_size() == 1 && got.kvs(0).create_revision() == keys[i].second.revision)
-                continue;
+            if (ours(i)) continue;
             const auto it = registry_.find(keys[i].first);
             if (it == registry_.end()) continue;
             auto l = it->second.lease.lock();
             if (!l || l->lost_token().stop_requested()) continue;
-            lost.emplace_back(std::move(l), lost_reason::deleted);
+            lost.emplace_back(std::move(l),
+                              revoked ? lost_reason::session_expired : lost_reason::deleted);
             // The key is not ours any more: another call of this client may queue again.
             turns.emplace_back(it->second.prefix, std::exchange(it->second.turn, 0));
         }

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "spawn.hpp"
 #include "temp_dir.hpp"
@@ -88,10 +89,20 @@ etcd_cluster::etcd_cluster(std::size_t members) : etcd_cluster(members, {}) {}
 
 etcd_cluster::etcd_cluster(std::size_t members, etcd_cluster_options options)
     : tls_(std::move(options.tls)), secure_(!tls_.cert.empty()) {
-    char tmpl[] = "/tmp/dlock-etcd.XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr)
+    // On a tmpfs where there is one (/dev/shm): etcd fsyncs every write, and on a disk that other
+    // work keeps busy (a build beside the tests, the sanitizer stage's links) one fsync can take
+    // many seconds (a LeaseGrant went unanswered for a CLI's whole 20 s connect timeout), which
+    // would test the disk, not dlock. The Redis and ZooKeeper test servers do not fsync
+    // either. A member killed and restarted still finds its data (the files stay).
+    std::error_code shm_error;
+    const bool shm = std::filesystem::is_directory("/dev/shm", shm_error) &&
+                     ::access("/dev/shm", W_OK | X_OK) == 0;
+    std::string tmpl_text = std::string(shm ? "/dev/shm" : "/tmp") + "/dlock-etcd.XXXXXX";
+    std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());
+    tmpl.push_back('\0');
+    if (::mkdtemp(tmpl.data()) == nullptr)
         throw std::runtime_error(std::string("etcd_cluster: mkdtemp: ") + std::strerror(errno));
-    dir_ = tmpl;
+    dir_ = tmpl.data();
     token_ = "dlock-" + std::filesystem::path(dir_).filename().string();
     try {
         std::set<std::uint16_t> used;
