@@ -47,10 +47,22 @@
 //   dlock_scripts   dlock's own acquire and release (embedded, as above) with the same keys and
 //                   arguments as the library's mutex on one server, first attempt (no waiter id)
 //
+// With --relay-s S > 0, last, the hand-off floor (W3/W4's physical floor, more exact than one
+// PING): --relay-workers N threads (default 8), each with a connection of its own SUBSCRIBEd to a
+// channel of its own and one to PUBLISH on, pass the turn around a ring for S seconds: the one
+// whose turn it is busy-waits --relay-cs-us C microseconds (default 1000, W4's critical
+// section), then PUBLISHes the time to the next one's channel, whose blocking read returns. A
+// hand-off is the release's write, Redis' fan-out to the subscriber and the waiter's wake-up:
+// what a notified lock's hand-off cannot go below, with the same busy critical section and as
+// many threads as W4 has workers on the same two cores. Recorded: each hand-off (from before the
+// PUBLISH to after the read) and the share of the window the turn was held ("relay_handoff").
+//
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
 // {"event":"summary","what":W,...} per reference, one {"event":"server_cost","what":W,"pairs":..,
 // "evalsha_us_per_pair":..,"command_us_per_pair":..,"cpu_us_per_pair":..,"commands_per_pair":..,
-// "scripts_per_pair":..,...} per server-cost variant, and the floor's own summary record
+// "scripts_per_pair":..,...} per server-cost variant, {"event":"summary","what":"relay_handoff",
+// ...} and {"event":"relay","workers":..,"cs_us":..,"held_fraction":..} with --relay-s, and the
+// floor's own summary record
 // {"event":"done","what":"redis_ping","n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
 // "mean_ns":..} last. Percentiles are nearest-rank, as in the Figures section of
 // docs/benchmarks.md. The ZooKeeper floor is dlock-bench-floor-zk (floor_zk.cpp).
@@ -66,8 +78,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -91,7 +105,7 @@ using dlock_bench::summary;
                  "dlock-bench-floor: %s\n"
                  "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
                  "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T] "
-                 "[--server-cost-s S]\n",
+                 "[--server-cost-s S] [--relay-s S [--relay-workers N] [--relay-cs-us C]]\n",
                  why);
     std::exit(64);
 }
@@ -391,6 +405,103 @@ void print_cost(std::FILE* f, const cost_variant& v, std::size_t keys, double se
 
 }  // namespace
 
+struct relay_result {
+    std::vector<std::int64_t> handoffs;
+    double held_fraction = 0;
+};
+
+/// The hand-off floor (the header's --relay-s): `workers` threads pass a turn around a ring by
+/// PUBLISH, each holding it for `cs_ns` of busy-waiting. False (printed) if a connection failed.
+bool relay(const std::function<redisContext*()>& connect, int workers, std::int64_t cs_ns,
+           double seconds, relay_result& out) {
+    const std::string base = "dlock-floor-relay:" + std::to_string(now_ns()) + ":";
+    struct member {
+        redisContext* sub = nullptr;
+        redisContext* pub = nullptr;
+        std::vector<std::int64_t> handoffs;
+        std::int64_t held_ns = 0;
+        bool failed = false;
+    };
+    std::vector<member> ring(static_cast<std::size_t>(workers));
+    for (int i = 0; i < workers; ++i) {
+        auto& m = ring[static_cast<std::size_t>(i)];
+        m.sub = connect();
+        m.pub = connect();
+        if (m.sub == nullptr || m.pub == nullptr) return false;
+        // A turn lost (a failed PUBLISH) ends every read within this, not never.
+        const timeval read_timeout{5 + static_cast<long>(seconds), 0};
+        redisSetTimeout(m.sub, read_timeout);
+        auto* r = static_cast<redisReply*>(
+            redisCommand(m.sub, "SUBSCRIBE %s", (base + std::to_string(i)).c_str()));
+        if (r == nullptr) return false;
+        freeReplyObject(r);
+    }
+    const std::int64_t start = now_ns() + 100'000'000;  // every thread blocked in its read by then
+    const std::int64_t end = start + static_cast<std::int64_t>(seconds * 1e9);
+    std::int64_t last_release = start;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < workers; ++i) {
+        threads.emplace_back([&, i] {
+            auto& m = ring[static_cast<std::size_t>(i)];
+            const std::string next = base + std::to_string((i + 1) % workers);
+            const auto pass = [&](const std::string& what) {
+                auto* r = static_cast<redisReply*>(
+                    redisCommand(m.pub, "PUBLISH %s %s", next.c_str(), what.c_str()));
+                if (r == nullptr) m.failed = true;
+                if (r != nullptr) freeReplyObject(r);
+            };
+            if (i == 0) {
+                dlock_bench::sleep_until_ns(start);
+                pass(std::to_string(now_ns()));
+            }
+            for (;;) {
+                void* reply = nullptr;
+                if (redisGetReply(m.sub, &reply) != REDIS_OK || reply == nullptr) {
+                    m.failed = true;
+                    return;
+                }
+                const std::int64_t woke = now_ns();
+                auto* r = static_cast<redisReply*>(reply);
+                std::string what;
+                if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
+                    what.assign(r->element[2]->str, r->element[2]->len);
+                freeReplyObject(r);
+                if (what.rfind("stop:", 0) == 0) {
+                    // Round the ring once, back to the one that stopped it (already gone).
+                    if (std::to_string((i + 1) % workers) != what.substr(5)) pass(what);
+                    return;
+                }
+                if (woke >= end) {
+                    last_release = woke;
+                    pass("stop:" + std::to_string(i));
+                    return;
+                }
+                m.handoffs.push_back(woke - std::atoll(what.c_str()));
+                const std::int64_t until = woke + cs_ns;
+                while (now_ns() < until) {
+                }
+                m.held_ns += cs_ns;
+                pass(std::to_string(now_ns()));
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    std::int64_t held = 0;
+    bool ok = true;
+    for (auto& m : ring) {
+        ok = ok && !m.failed;
+        out.handoffs.insert(out.handoffs.end(), m.handoffs.begin(), m.handoffs.end());
+        held += m.held_ns;
+        redisFree(m.sub);
+        redisFree(m.pub);
+    }
+    if (!ok) std::fprintf(stderr, "dlock-bench-floor: relay: a connection failed\n");
+    out.held_fraction = last_release > start
+                            ? static_cast<double>(held) / static_cast<double>(last_release - start)
+                            : 0;
+    return ok;
+}
+
 int main(int argc, char** argv) {
     std::string server;
     std::vector<std::string> all_servers;
@@ -402,6 +513,9 @@ int main(int argc, char** argv) {
     double gap_ms = 0;          // > 0: the probe, one PING every gap_ms (floor under load)
     long long start_at_ns = 0;  // > 0: the timed PINGs start then (CLOCK_MONOTONIC)
     double server_cost_s = 0;   // > 0: then the server-cost op, this long
+    double relay_s = 0;         // > 0: then the hand-off floor, this long
+    int relay_workers = 8;
+    long long relay_cs_us = 1000;
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -431,6 +545,12 @@ int main(int argc, char** argv) {
             start_at_ns = std::atoll(std::string(v).c_str());
         else if (a == "--server-cost-s")
             server_cost_s = std::atof(std::string(v).c_str());
+        else if (a == "--relay-s")
+            relay_s = std::atof(std::string(v).c_str());
+        else if (a == "--relay-workers")
+            relay_workers = std::atoi(std::string(v).c_str());
+        else if (a == "--relay-cs-us")
+            relay_cs_us = std::atoll(std::string(v).c_str());
         else
             usage("unknown option");
     }
@@ -440,6 +560,9 @@ int main(int argc, char** argv) {
     if (gap_ms < 0 || start_at_ns < 0) usage("--gap-ms and --start-at-ns must be >= 0");
     if (gap_ms > 0 && reference_s > 0) usage("--gap-ms (the probe) does not go with --reference-s");
     if (server_cost_s < 0) usage("--server-cost-s must be >= 0");
+    if (relay_s < 0 || relay_workers < 2 || relay_workers > 256 || relay_cs_us < 0)
+        usage("--relay-s must be >= 0, --relay-workers in [2, 256], --relay-cs-us >= 0");
+    if (gap_ms > 0 && relay_s > 0) usage("--gap-ms (the probe) does not go with --relay-s");
     if (gap_ms > 0 && server_cost_s > 0) {
         usage("--gap-ms (the probe) does not go with --server-cost-s");
     }
@@ -601,6 +724,11 @@ int main(int argc, char** argv) {
         for (const auto& l : cost_locks) call(c, {"DEL", l, l + ":fence"});
     }
     redisFree(c);
+    relay_result relayed;
+    if (relay_s > 0 && !relay([&] { return connect(server); }, relay_workers, relay_cs_us * 1000,
+                              relay_s, relayed)) {
+        return 1;
+    }
 
     const std::string tmp = out + ".tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "w");
@@ -611,6 +739,12 @@ int main(int argc, char** argv) {
     for (const auto v : rtt) std::fprintf(f, "{\"rtt_ns\":%lld}\n", static_cast<long long>(v));
     for (const auto& r : refs) print_summary(f, "summary", r.what, summarise(r.rtt));
     for (const auto& v : costs) print_cost(f, v, cost_locks.size(), server_cost_s / 2);
+    if (relay_s > 0) {
+        print_summary(f, "summary", "relay_handoff", summarise(relayed.handoffs));
+        std::fprintf(f,
+                     "{\"event\":\"relay\",\"workers\":%d,\"cs_us\":%lld,\"held_fraction\":%.4f}\n",
+                     relay_workers, relay_cs_us, relayed.held_fraction);
+    }
     print_summary(f, "done", "redis_ping", summarise(rtt));
     if (std::fclose(f) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0) {
         std::perror(out.c_str());

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -49,12 +50,13 @@ std::int64_t monotonic_ns() {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-/// One worker process: stdin /dev/null, stdout+stderr to `log`.
+/// One worker process (or another bench program): stdin /dev/null, stdout+stderr to `log`.
 class worker_process {
 public:
-    worker_process(const std::vector<std::string>& args, const fs::path& log) {
+    worker_process(const std::vector<std::string>& args, const fs::path& log,
+                   const std::string& program = worker_path) {
         std::vector<char*> argv;
-        argv.push_back(const_cast<char*>(worker_path.c_str()));
+        argv.push_back(const_cast<char*>(program.c_str()));
         for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
         argv.push_back(nullptr);
         posix_spawn_file_actions_t fa;
@@ -62,11 +64,9 @@ public:
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        const int rc =
-            ::posix_spawn(&pid_, worker_path.c_str(), &fa, nullptr, argv.data(), environ);
+        const int rc = ::posix_spawn(&pid_, program.c_str(), &fa, nullptr, argv.data(), environ);
         posix_spawn_file_actions_destroy(&fa);
-        if (rc != 0)
-            throw std::runtime_error("posix_spawn " + worker_path + ": " + std::strerror(rc));
+        if (rc != 0) throw std::runtime_error("posix_spawn " + program + ": " + std::strerror(rc));
     }
     ~worker_process() {
         if (pid_ > 0) {
@@ -336,6 +336,60 @@ TEST(BenchWorker, HelpListsTheAvailableModes) {
     const auto help = read_file(dir / "help.txt");
     EXPECT_NE(help.find("Modes available in this build:\n  mutex"), std::string::npos) << help;
     EXPECT_NE(help.find("--start-at-ns"), std::string::npos);
+}
+
+// --- dlock-bench-floor's hand-off floor (--relay-s) ---------------------------------------------
+
+/// The records of a floor file by event ("relay") or by what ("relay_handoff", "redis_ping").
+std::map<std::string, json> floor_records(const std::string& path) {
+    std::map<std::string, json> out;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+        const auto rec = json::parse(line);
+        if (rec.contains("what")) out[rec["what"].get<std::string>()] = rec;
+        if (rec.value("event", "") == "relay") out["relay"] = rec;
+    }
+    return out;
+}
+
+// Three threads pass the turn around their ring for 0.5 s, each holding it 200 µs: every hand-off
+// is recorded and the held share is what the turns held of the window.
+TEST(BenchFloor, TheRelayPassesTheTurnAroundTheRing) {
+    const temp_dir dir("dlock-bench-test");
+    const auto out = dir / "floor.jsonl";
+    worker_process floor({"--servers", servers(), "--out", out, "--duration-s", "0.1", "--relay-s",
+                          "0.5", "--relay-workers", "3", "--relay-cs-us", "200"},
+                         dir / "floor.log", DLOCK_BENCH_FLOOR);
+    ASSERT_EQ(floor.wait(30s), 0) << read_file(dir / "floor.log");
+    const auto recs = floor_records(out);
+    ASSERT_EQ(recs.count("relay"), 1u) << read_file(out);
+    ASSERT_EQ(recs.count("relay_handoff"), 1u) << read_file(out);
+    EXPECT_EQ(recs.at("relay")["workers"], 3);
+    EXPECT_EQ(recs.at("relay")["cs_us"], 200);
+    const auto held = recs.at("relay")["held_fraction"].get<double>();
+    EXPECT_GT(held, 0.0);
+    EXPECT_LE(held, 1.0);
+    // 0.5 s of 200 µs turns: far more than 10 hand-offs even on a loaded machine.
+    EXPECT_GE(recs.at("relay_handoff")["n"].get<long long>(), 10);
+    EXPECT_GT(recs.at("relay_handoff")["p50_ns"].get<long long>(), 0);
+    EXPECT_EQ(recs.count("redis_ping"), 1u);  // and the floor's own summary
+}
+
+TEST(BenchFloor, BadRelayOptionsAreUsageErrors) {
+    const temp_dir dir("dlock-bench-test");
+    for (const std::vector<std::string>& bad :
+         {std::vector<std::string>{"--relay-s", "0.1", "--relay-workers", "1"},
+          {"--relay-s", "-1"},
+          {"--relay-s", "0.1", "--relay-cs-us", "-5"},
+          {"--relay-s", "0.1", "--gap-ms", "5"}}) {
+        std::vector<std::string> args{"--servers", servers(), "--out", dir / "never.jsonl"};
+        args.insert(args.end(), bad.begin(), bad.end());
+        worker_process floor(args, dir / "floor.log", DLOCK_BENCH_FLOOR);
+        EXPECT_EQ(floor.wait(10s), 64) << bad[0] << " " << bad[1];
+        EXPECT_NE(read_file(dir / "floor.log").find("usage"), std::string::npos);
+        EXPECT_FALSE(fs::exists(dir / "never.jsonl"));
+    }
 }
 
 }  // namespace
