@@ -548,6 +548,19 @@ ROWS = [
 NO_FLOOR = "no floor measured in this run"
 
 
+def relay_floor(refs, cs_ns):
+    """(held share, text) of W0's hand-off floor (bench/floor.cpp --relay-s: a turn passed by PUBLISH
+    between bare hiredis threads with a busy critical section, a wake-up included) when it ran with
+    that critical section; None otherwise."""
+    relay, handoff = refs.get("relay") or {}, refs.get("relay_handoff") or {}
+    if not relay.get("held_fraction") or relay.get("cs_us", 0) * 1000 != cs_ns:
+        return None
+    return relay["held_fraction"], (
+        f"passing the turn by PUBLISH between {relay['workers']} bare hiredis threads with the same busy "
+        f"critical section (W0's hand-off floor: the release, Redis' fan-out, the next one's wake-up) held "
+        f"{pct(relay['held_fraction'])} (hand-off p50 {us(handoff.get('p50_ns'))}, mean {us(handoff.get('mean_ns'))})")
+
+
 def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
     """The floor of one per-lock-type target row in this run and whether its limit lies under it
     (docs/benchmarks.md, "Floors"): W0's references for W1 (dlock's own scripts from a bare hiredis
@@ -608,15 +621,10 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         bound = cs / (cs + rt)
         text = (f"with a {cs / 1e6:g} ms critical section and one round trip per hand-off ({what}: {us(rt)}) the held "
                 f"share is at most {cs / 1e6:g} ms / ({cs / 1e6:g} ms + {us(rt)}) = {pct(bound)}")
-        relay, relayed = refs.get("relay") or {}, refs.get("relay_handoff") or {}
-        if mode not in ("zk", "etcd") and relay.get("held_fraction") and relay.get("cs_us", 0) * 1000 == cs:
-            # The hand-off floor (bench/floor.cpp --relay-s): a turn passed by PUBLISH between raw
-            # hiredis threads with the same busy critical section, a wake-up included.
-            bound = min(bound, relay["held_fraction"])
-            text += (f"; passing the turn by PUBLISH between {relay['workers']} bare hiredis threads with the same "
-                     f"busy critical section (W0's hand-off floor: release, Redis' fan-out, the next one's wake-up) "
-                     f"held {pct(relay['held_fraction'])} (hand-off p50 {us(relayed.get('p50_ns'))}, mean "
-                     f"{us(relayed.get('mean_ns'))})")
+        relayed = relay_floor(refs, cs) if mode not in ("zk", "etcd") else None
+        if relayed:
+            bound = min(bound, relayed[0])
+            text += "; " + relayed[1]
         lim = 0.90 if mode != "etcd" else None
         return (f"**above the physical bound**: {text}, the goal asks for {pct(lim)}" if lim and bound < lim
                 else f"bound {pct(bound)}: {text}")

@@ -816,6 +816,10 @@ def floor_notes(res, side, run_dir):
         what = (f"with a {ms(cs / 1000)} critical section and one round trip per hand-off at the probe's {op} p50 "
                 f"under this load ({us(ld)}) the held share is at most {ms(cs / 1000)} / ({ms(cs / 1000)} + "
                 f"{us(ld)}) = {pct(bound)}")
+        relayed = analyse.relay_floor(ref, cs) if gid == "W4-redis" else None
+        if relayed:
+            bound = min(bound, relayed[0])
+            what += "; " + relayed[1]
         h = f.get("handoff_other_p50")
         tail = f"; dlock's hand-off to another p50 {us(h)} = {h / ld:.2f}× that round trip" if h else ""
         out[desc] = ((f"**above the physical bound**: {what}, the goal asks for {pct(lim)}" if lim and bound < lim

@@ -95,7 +95,8 @@ etcd_cluster::etcd_cluster(std::size_t members, etcd_cluster_options options)
     // would test the disk, not dlock. The Redis and ZooKeeper test servers do not fsync
     // either. A member killed and restarted still finds its data (the files stay).
     std::error_code shm_error;
-    const bool shm = std::filesystem::is_directory("/dev/shm", shm_error) &&
+    const bool shm = options.data_in_memory &&
+                     std::filesystem::is_directory("/dev/shm", shm_error) &&
                      ::access("/dev/shm", W_OK | X_OK) == 0;
     std::string tmpl_text = std::string(shm ? "/dev/shm" : "/tmp") + "/dlock-etcd.XXXXXX";
     std::vector<char> tmpl(tmpl_text.begin(), tmpl_text.end());

@@ -43,6 +43,10 @@ struct etcd_cluster_options {
     std::vector<std::vector<std::string>> wrappers{};
     /// TLS on the members' client ports (etcds://); off when tls.cert is empty.
     etcd_tls tls{};
+    /// The members' data on /dev/shm where there is one (tests: a disk kept busy by a build
+    /// beside them stalls etcd's fsyncs for seconds); false: under /tmp, on disk, fsynced as in
+    /// production (the benchmarks' member, dlock-test-server etcd).
+    bool data_in_memory = true;
 };
 
 class etcd_cluster {

@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
             return usage("this build has no etcd (DLOCK_WITH_ETCD=OFF)");
 #else
             if (args.size() > 1) return usage("etcd takes no options");
-            dlock::test::etcd_cluster server(1);
+            // On disk, fsynced as in production: the benchmarks time etcd's writes.
+            dlock::test::etcd_cluster server(1, {.data_in_memory = false});
             announce(server.client_port(0), server.pid(0), "", server.url(), "");
             wait_for_stop(stop_signals);
             server.stop(0);
