@@ -431,10 +431,7 @@ bool relay(const std::function<redisContext*()>& connect, int workers, std::int6
         // A turn lost (a failed PUBLISH) ends every read within this, not never.
         const timeval read_timeout{5 + static_cast<long>(seconds), 0};
         redisSetTimeout(m.sub, read_timeout);
-        auto* r = static_cast<redisReply*>(
-            redisCommand(m.sub, "SUBSCRIBE %s", (base + std::to_string(i)).c_str()));
-        if (r == nullptr) return false;
-        freeReplyObject(r);
+        if (!call(m.sub, {"SUBSCRIBE", base + std::to_string(i)})) return false;
     }
     const std::int64_t start = now_ns() + 100'000'000;  // every thread blocked in its read by then
     const std::int64_t end = start + static_cast<std::int64_t>(seconds * 1e9);
@@ -445,10 +442,7 @@ bool relay(const std::function<redisContext*()>& connect, int workers, std::int6
             auto& m = ring[static_cast<std::size_t>(i)];
             const std::string next = base + std::to_string((i + 1) % workers);
             const auto pass = [&](const std::string& what) {
-                auto* r = static_cast<redisReply*>(
-                    redisCommand(m.pub, "PUBLISH %s %s", next.c_str(), what.c_str()));
-                if (r == nullptr) m.failed = true;
-                if (r != nullptr) freeReplyObject(r);
+                if (!call(m.pub, {"PUBLISH", next, what})) m.failed = true;
             };
             if (i == 0) {
                 dlock_bench::sleep_until_ns(start);
