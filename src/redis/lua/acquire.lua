@@ -57,7 +57,8 @@ local function wait_with(ms)
   return {0, ms}
 end
 
-local held = redis.call('TYPE', KEYS[1]).ok
+-- The guard read the lock key already (KEYS[1] is its <lock key>; nothing read: the name was free).
+local held = dlock_guard_read.type or 'none'
 if held ~= 'none' then
   if held ~= 'string' then
     return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')

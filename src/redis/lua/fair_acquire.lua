@@ -26,7 +26,8 @@ if free then
 end
 --@include lib/notify.lua
 --@include lib/queue.lua
-local held = redis.call('TYPE', KEYS[1]).ok
+-- The guard read the lock key already (KEYS[1] is its <lock key>).
+local held = dlock_guard_read.type
 if held ~= 'none' and held ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
 end
@@ -36,7 +37,7 @@ end
 local now = dlock_now_ms()
 local liveness = tonumber(ARGV[5])
 
-local owner = redis.call('GET', KEYS[1])
+local owner = dlock_guard_read.value
 if owner == ARGV[1] then
   -- Handed to us while we waited. Only grants move the counter, so it still holds our token.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -21,12 +21,15 @@ end
 if redis.call('TYPE', KEYS[4]).ok == 'hash' then
   redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions
 end
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  -- A waiter that leaves the queue, or a grant already lost.
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
   return 0
 end
--- Dead waiters first, so the head below is live.
+-- We hold it, so we are not queued: a grant takes its entry off (dlock_grant), and a holder's
+-- refresh returns before it would join (fair_acquire.lua). Dead waiters first, so the head below
+-- is live.
 dlock_purge_dead(KEYS[3], KEYS[4], dlock_now_ms())
 while true do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
@@ -35,12 +38,14 @@ while true do
     dlock_notify(ARGV[2], 'released')
     return 1
   end
-  redis.call('ZREM', KEYS[3], head[1])
-  if redis.call('ZREM', KEYS[4], head[1]) == 1 then
+  if head[1] ~= ARGV[1] and redis.call('ZSCORE', KEYS[4], head[1]) then
+    -- dlock_grant takes the head off the queue and its liveness.
     local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[3],
                                ARGV[2], ARGV[5])
     if bad then return bad end
     return 1
   end
-  -- An entry without liveness (left half-way by an earlier version): skip it.
+  -- An entry without liveness (left half-way by an earlier version), or ours: skip it.
+  redis.call('ZREM', KEYS[3], head[1])
+  redis.call('ZREM', KEYS[4], head[1])
 end

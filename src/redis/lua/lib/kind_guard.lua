@@ -12,6 +12,11 @@ local function dlock_token_kind(token)
   return 'dlock::mutex'
 end
 
+-- What dlock_name_kind read of `base` itself: its type (`type`) and, for a string, its value
+-- (`value`); both nil when the name was free. The calling script may use them instead of reading
+-- the key again (nothing writes between the guard and the script's own checks).
+local dlock_guard_read = {}
+
 -- The kind that holds the name of lock key `base` (or has a live waiter queued on it) and how,
 -- or nil when none does. A key of a type no lock uses is left to the script's own type check.
 -- A third value, true, says more: the name is free (neither `base` nor its :readers, :mutex_turn,
@@ -26,7 +31,11 @@ local function dlock_name_kind(base)
     return nil, nil, true
   end
   local t = redis.call('TYPE', base).ok
-  if t == 'string' then return dlock_token_kind(redis.call('GET', base)), 'holds' end
+  dlock_guard_read.type = t
+  if t == 'string' then
+    dlock_guard_read.value = redis.call('GET', base)
+    return dlock_token_kind(dlock_guard_read.value), 'holds'
+  end
   if t == 'hash' then return 'dlock::recursive_mutex', 'holds' end
   if t == 'zset' then return 'dlock::counting_semaphore', 'holds' end
   if t ~= 'none' then return nil end

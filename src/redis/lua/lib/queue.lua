@@ -27,8 +27,8 @@ end
 -- Joins `token` to the queue once and refreshes its liveness deadline to now + liveness ms.
 -- The ticket is the arrival number, raised above `floor` (every ticket this waiter already had,
 -- ARGV[8]; 0 or not a number: none), so a new entry never repeats one (the counter itself may
--- have expired meanwhile). The queue's keys outlive every live entry, and go once nobody
--- refreshes. Returns the waiter's ticket (a number).
+-- have expired meanwhile). The queue's keys outlive every live entry (each join or refresh sets
+-- their TTL to 2 x liveness), and go once nobody refreshes. Returns the waiter's ticket (a number).
 local function dlock_join_queue(queue, alive, arrivals, token, floor, now, liveness)
   local ticket = redis.call('ZSCORE', queue, token)
   if not ticket then
@@ -41,10 +41,10 @@ local function dlock_join_queue(queue, alive, arrivals, token, floor, now, liven
     redis.call('ZADD', queue, ticket, token)
   end
   redis.call('ZADD', alive, now + liveness, token)
+  -- Set, not checked first: a TTL read back is always below the 2 x liveness set last time (it
+  -- counts down), so a PTTL before each PEXPIRE cost a command and saved none.
   for _, k in ipairs({queue, alive, arrivals}) do
-    if redis.call('PTTL', k) < 2 * liveness then
-      redis.call('PEXPIRE', k, 2 * liveness)
-    end
+    redis.call('PEXPIRE', k, 2 * liveness)
   end
   return tonumber(ticket)
 end
