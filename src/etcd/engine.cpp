@@ -182,6 +182,11 @@ struct engine::attempt_state {
 
 namespace {
 
+/// The least time a connection attempt to a member gets (gRPC's GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+/// see the constructor): longer than a loaded member takes to answer, short enough that an
+/// attempt lost to a silent address is retried within seconds of the path coming back.
+constexpr milliseconds min_connect_attempt{5000};
+
 std::string ms_text(milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
 std::chrono::system_clock::time_point wall(steady::time_point t) {
@@ -340,9 +345,12 @@ engine::engine(client_options options) : options_(std::move(options)) {
     grpc::ChannelArguments args;
     const auto creds = credentials_for(endpoint_, args);
     // Reconnect quickly after a member comes back (gRPC's default backoff starts at 1 s and grows
-    // to 2 minutes, longer than a lease).
+    // to 2 minutes, longer than a lease). The "minimum reconnect backoff" is not a backoff: gRPC
+    // gives each connection attempt (TCP and HTTP/2 handshake) at least that long. At 100 ms a
+    // member slow to answer a new connection (a loaded machine) was never reached, every attempt
+    // cut short; min_connect_attempt leaves it time and still retries a silent address soon.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(min_connect_attempt.count()));
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     for (const auto& host : endpoint_.hosts) {
         auto s = std::make_shared<stubs>();

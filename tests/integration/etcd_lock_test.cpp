@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "etcd_server.hpp"
+#include "redis_tap.hpp"
 #include "spawn.hpp"
 #include "temp_dir.hpp"
 #include "test_env.hpp"
@@ -337,6 +338,45 @@ TEST(EtcdSession, AFailedGrantNamesTheMemberThatFailed) {
     EXPECT_EQ(message.find(refusing), std::string::npos) << message;
     std::error_code ignored;
     l.release(ignored);
+}
+
+// A member slow to answer a new connection is still reached. Here a proxy in front of it holds
+// each connection back for 1.5 s before passing bytes either way; on a loaded machine a member's
+// own TCP and HTTP/2 handshake can take that long. gRPC gives each connection attempt at least
+// its minimum reconnect backoff, so when the client set that to 100 ms every attempt was cut
+// short ("tcp handshaker shutdown") and the client never connected (docs/etcd.md, "Connections").
+TEST(EtcdConnect, AMemberSlowToAnswerANewConnectionIsStillReached) {
+    // Not scaled: above the longest attempt the old setting allowed (its 1 s maximum backoff plus
+    // jitter), well below the 5 s an attempt gets now.
+    const auto hold = 1500ms;
+    dlock::test::tap_detail::relay proxy(shared_etcd().client_port(0), [&](int client, int server) {
+        const auto until = std::chrono::steady_clock::now() + hold;
+        while (!proxy.stopping() && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(5ms);
+        }
+        char buf[16384];
+        while (!proxy.stopping()) {
+            pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+            if (::poll(p, 2, 20) <= 0) continue;
+            const auto pass = [&](int from, int to) {
+                const auto n = ::recv(from, buf, sizeof buf, 0);
+                return n > 0 &&
+                       dlock::test::tap_detail::write_all(to, buf, static_cast<std::size_t>(n));
+            };
+            if ((p[0].revents != 0 && !pass(client, server)) ||
+                (p[1].revents != 0 && !pass(server, client))) {
+                break;
+            }
+        }
+        ::close(client);
+        ::close(server);
+    });
+    dlock::etcd::client c({.url = "etcd://127.0.0.1:" + std::to_string(proxy.port()),
+                           .connect_timeout = scaled(10s)});
+    std::error_code ec;
+    auto l = c.acquire(dlock::test::unique_name("etcd-slow-accept"), {.lease = 10s}, ec);
+    ASSERT_TRUE(l) << ec.message() << ": " << dlock::last_error_message(ec);
+    l.release();
 }
 
 // The single member restarts while a lock is held: the lock is uncertain while the stream is
