@@ -313,7 +313,10 @@ TEST(EtcdSession, ARevokedLeaseLosesEveryLockAndTheNextAcquireGetsANewLease) {
 // A grant that fails names the member whose failure it reports, not the one the client moves on
 // to. The member, paused after its lease was revoked, keeps its connection open and never
 // answers the new LeaseGrant, which so fails at connect_timeout; the other member refuses at
-// once.
+// once. On a loaded machine the acquire can still find the session trusted (seen once in a full
+// run with six test binaries at once; a keep-alive answered late, before the revoke, would do
+// it): then it writes under that session and its lock step fails at command_timeout instead,
+// and must name the member just the same.
 TEST(EtcdSession, AFailedGrantNamesTheMemberThatFailed) {
     dlock::test::etcd_cluster etcd(1);
     const auto refusing = "127.0.0.1:" + std::to_string(dlock::test::free_port());
@@ -333,7 +336,9 @@ TEST(EtcdSession, AFailedGrantNamesTheMemberThatFailed) {
     const auto message = dlock::last_error_message(ec);
     etcd.resume(0);
     EXPECT_FALSE(again);
-    EXPECT_NE(message.find("etcd " + etcd.endpoint(0) + ": lease grant failed"), std::string::npos)
+    const auto named = "etcd " + etcd.endpoint(0) + ": ";
+    EXPECT_TRUE(message.find(named + "lease grant failed") != std::string::npos ||
+                message.find(named + "acquiring lock") != std::string::npos)
         << message;
     EXPECT_EQ(message.find(refusing), std::string::npos) << message;
     std::error_code ignored;
