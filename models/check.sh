@@ -28,14 +28,16 @@
 #      search of 4, and OLD_NO_CONFIRM_WAKE (the code before the confirmation woke anyone) must
 #      fail with late SUBSCRIBEs and with a reconnect, at the bounds of 5: the strandings spin
 #      found (docs/handoff-model.md, "What spin found"), which only the re-check timer ended.
-# Then the model of registered mutex waiters on Redlock (models/redlock_wake.pml), re-check off:
-#   8. as built (one acquire_until call per waiter; REDLOCK_FULL=1: two, 10 M states): exhaustive,
+# Then the model of registered mutex waiters on Redlock before each server handed its key to its
+# head (models/redlock_wake.pml: woken heads attempted, bargers could pass them), re-check off:
+#   8. as it was built (one acquire_until call per waiter; REDLOCK_FULL=1: two, 10 M states): exhaustive,
 #      no error, complete; SPLIT_WITNESS must fail (a registered attempt ends in a split vote);
 #      NO_RELEASE_LEAVE (a holder's release without its waiter id, what spin found) and
 #      NO_SPLIT_RETRY (no quick retry after a split vote) must each strand a waiter.
-# Then the design of Redlock's grant from each server (models/redlock_grant.pml; not in the code
-# yet), re-check off:
-#   9. as designed (two waiters, two acquire_until calls each; REDLOCK_GRANT_FULL=1: three
+# Then Redlock's grant from each server (models/redlock_grant.pml), re-check off:
+#   9. as built (ATTEMPT_AFTER_GRANT: a grant message wakes its waiter, which attempts on every
+#      server; REDLOCK_GRANT_FULL=1: three waiters, 74 M states, about 4 minutes): exhaustive, no
+#      error, complete; LEAVE_KEEPS with it must strand a key. As designed (two waiters, two acquire_until calls each; REDLOCK_GRANT_FULL=1: three
 #      waiters, one call each, 50 M states, about 3 minutes): exhaustive, no error, complete;
 #      GRANT_SPLIT_WITNESS must fail (the servers grant to different waiters); STALE_GRANT (a grant
 #      of an undone registration accepted: no ticket rule) must break the holder's count,
@@ -151,7 +153,9 @@ wstart OLD_NO_CONFIRM_WAKE_RECONNECT -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSION
 rstart SPLIT_WITNESS -DSPLIT_WITNESS
 rstart NO_RELEASE_LEAVE -DNO_RELEASE_LEAVE
 rstart NO_SPLIT_RETRY -DNO_SPLIT_RETRY
+gstart redlock_grant_built -DATTEMPT_AFTER_GRANT "${gwaiters[@]}"
 gstart redlock_grant "${gwaiters[@]}"
+gstart LEAVE_KEEPS_BUILT -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
 gstart GRANT_SPLIT_WITNESS -DSPLIT_WITNESS
 gstart STALE_GRANT -DSTALE_GRANT
 gstart LEAVE_KEEPS -DLEAVE_KEEPS
@@ -282,7 +286,7 @@ wsummary() {
   (cd "$name" && spin ${rwake[@]+"${rwake[@]}"} "$@" -t redlock_wake.pml 2>&1) |
     grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | head -40
 }
-wpass redlock_wake "registered waiters on Redlock as built${rwake[*]+ (${rwake[*]})}"
+wpass redlock_wake "registered waiters on Redlock as they were before the grant from each server${rwake[*]+ (${rwake[*]})}"
 wfail SPLIT_WITNESS "no registered attempt ends in a split vote: the model is too small" \
   -DSPLIT_WITNESS
 wfail NO_RELEASE_LEAVE "the model cannot see a holder's stale waiter id" \
@@ -298,6 +302,10 @@ wsummary() {
   (cd "$name" && spin "$@" -t redlock_grant.pml 2>&1) |
     grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | tail -24
 }
+wpass redlock_grant_built "Redlock's grant from each server as built, an attempt after each grant (${gwaiters[*]})" \
+  -DATTEMPT_AFTER_GRANT "${gwaiters[@]}"
+wfail LEAVE_KEEPS_BUILT "the model as built cannot see a grant kept by a waiter that gave up" \
+  -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
 wpass redlock_grant "Redlock's grant from each server as designed (${gwaiters[*]})" "${gwaiters[@]}"
 wfail GRANT_SPLIT_WITNESS "no servers grant to different waiters: the model is too small" \
   -DSPLIT_WITNESS

@@ -1,9 +1,11 @@
 /*
- * Redlock with the grant delivered by each server: the design for a Redlock hand-off without an
- * attempt after the notification (docs/handoff-model.md, "Redlock: the grant from each server
- * (a design)"). The code does not run this protocol yet; Redlock's waiters are woken and attempt
- * again (models/redlock_wake.pml). Three independent servers, quorum two, for spin
- * (models/check.sh runs it).
+ * Redlock with the grant delivered by each server (docs/handoff-model.md, "Redlock: the grant from
+ * each server"). Three independent servers, quorum two, for spin (models/check.sh runs it).
+ * As built (-DATTEMPT_AFTER_GRANT): each server's release hands its key to its own head, whose
+ * id becomes the key's owner token (lib/queue.lua, dlock_hand_mutex_head), and the message only
+ * wakes it: the waiter then attempts on every server and holds by that attempt's votes (a server
+ * whose key holds its id answers "granted"). Without the switch: the design for a hand-off without
+ * the attempt after the notification, where a quorum of grant messages is itself the hold.
  *
  * Each server keeps its own FIFO of registered waiter ids. A release there (compare-and-delete)
  * makes that server's live head the owner of the key at once and publishes "granted" to it, as a
@@ -42,6 +44,9 @@
  *   witness, must fail (the search reaches it):
  *   SPLIT_WITNESS    the servers granted to different waiters (a waiter holds a grant that is
  *                    not a quorum)
+ *   the code as built:
+ *   ATTEMPT_AFTER_GRANT  a grant message only wakes its waiter, which attempts on every server
+ *                    (and counts only that attempt's votes)
  *   NW, SESSIONS, BARGES   waiters (2 or 3), acquire_until calls of each, try_locks of the barger
  */
 
@@ -78,6 +83,9 @@ bool msg[NS * NW];       /* "granted" published by server s to waiter c, not yet
 
 /* ---- the clients ---- */
 bool got[NS * NW];       /* waiter c counts server s as granted to it */
+#ifdef ATTEMPT_AFTER_GRANT
+bool woken[NW];          /* a grant message reached waiter c since its last attempt */
+#endif
 byte ws[NW];
 byte holders = 0;
 bool frozen = false;
@@ -255,6 +263,9 @@ acquire_until:
     fi;
 
 attempt:
+#ifdef ATTEMPT_AFTER_GRANT
+    atomic { woken[me] = false; got[AT(0, me)] = false; got[AT(1, me)] = false; got[AT(2, me)] = false };
+#endif
     attempt_all(me, true, g);
     if
     :: g >= QUORUM -> goto held
@@ -267,7 +278,11 @@ attempt:
 
 end_wait:
     do
+#ifdef ATTEMPT_AFTER_GRANT
+    :: woken[me] -> goto attempt
+#else
     :: GOT(me) >= QUORUM -> goto held
+#endif
 #ifndef NO_PARTIAL_ATTEMPT
     :: GOT(me) > 0 && GOT(me) < QUORUM ->
         printf("@ %d: some grants, not a quorum: attempts\n", me);
@@ -295,6 +310,9 @@ held:
 next:
     atomic {
         got[AT(0, me)] = false; got[AT(1, me)] = false; got[AT(2, me)] = false;
+#ifdef ATTEMPT_AFTER_GRANT
+        woken[me] = false;
+#endif
         session++;
         if
         :: session < SESSIONS -> ws[me] = IDLE; goto acquire_until
@@ -331,7 +349,12 @@ inline deliver(s, i) {
         msg[AT(s, i)] ->
         msg[AT(s, i)] = false;
         if
-        :: ws[i] == WAITING -> got[AT(s, i)] = true;
+        :: ws[i] == WAITING ->
+#ifdef ATTEMPT_AFTER_GRANT
+            woken[i] = true;
+#else
+            got[AT(s, i)] = true;
+#endif
 #ifdef SPLIT_WITNESS
             assert(!(GOT(i) == 1 && ((owner[0] < NW && owner[0] != i) ||
                                      (owner[1] < NW && owner[1] != i) ||

@@ -1,4 +1,8 @@
 /*
+ * The protocol before each Redlock server handed its free key to its own head
+ * (models/redlock_grant.pml is the one built now; this one stays for its controls, whose rules
+ * the new one keeps: a holder's release takes its waiter id off every server, a split vote
+ * retries at once).
  * Registered dlock::mutex waiters on Redlock (three independent servers, quorum two), for spin
  * (docs/handoff-model.md, "Registered waiters on Redlock"; models/check.sh runs it). Each server
  * runs the scripts of models/wake.pml without turns (Redlock passes no :mutex_turn and

@@ -776,7 +776,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         // Return our connections first: the undo takes its own, and a caller must never hold one
         // while it waits for another (with a full pool, that would wait on itself).
         run = {};
-        release_everywhere(protocol, name, token, node_timeout);
+        release_everywhere(protocol, name, token, node_timeout, waiter);
     }
     return out;
 }
@@ -817,13 +817,14 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
 }
 
 void engine::release_everywhere(const lock_protocol& protocol, std::string_view name,
-                                const std::string& token, std::chrono::milliseconds node_timeout) {
+                                const std::string& token, std::chrono::milliseconds node_timeout,
+                                const std::string& registered) {
     const auto deadline = deadline_after(
         steady::now(), servers_.size() == 1 ? config_.command_timeout : node_timeout);
-    round_plan plan{one_call(
-        {protocol.release,
-         keys(protocol, name),
-         {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}})};
+    round_plan plan{one_call({protocol.release,
+                              keys(protocol, name),
+                              {token, channel(name), ms_text(handoff_lease), "0",
+                               ms_text(config_.idle_expiry), registered}})};
     plan.deadline = [&](steady::time_point, steady::time_point) { return deadline; };
     run_on_every_server(plan);
 }
@@ -912,13 +913,16 @@ struct engine::acquire_run {
           plan(dlock::detail::make_renewal_plan(options)),
           node_timeout(self.node_timeout_for(options.lease)),
           waiter(make_waiter({request.kind, self.client_tag_, self.channel(name), node_timeout,
-                              self.config_.drift, &dlock::detail::random_jitter_ns},
+                              self.config_.drift, &dlock::detail::random_jitter_ns,
+                              self.servers_.size() > 1},
                              protocol.queued)),
           policy(options, deadline) {
         // Already subscribed (a hot lock: our last wait on it lingers): register before the first
         // attempt, so a grant published after it is caught and no second attempt is needed.
-        if (auto early = waiter->lingering(); early && self.subscriber_->subscribed(early->channel))
-            listen(std::move(*early));
+        // Not for a call that cannot wait (try_lock()): a registration would only be left again.
+        if (auto early = waiter->lingering(); early && deadline > steady::now() &&
+                                              self.subscriber_->subscribed(early->channel))
+            listen(waiter->listen_early());
     }
     // Once a request may have reached the server, every exit but a grant leaves the queue (or
     // the mutex waiters), which also releases (with hand-off) a grant whose reply we never saw.

@@ -170,15 +170,19 @@ private:
     /// One acquire script run on every server. `ticket_floor` (queued kinds): the highest queue
     /// ticket this waiter was told so far; a new queue entry gets a higher one. `waiter`
     /// (exclusive kind, one server): the id this waiter registers with among the mutex waiters
-    /// while the lock is held (docs/redis-lock.md, "Waking one waiter"); empty: none.
+    /// while the lock is held (docs/redis-lock.md, "Waking one waiter"; on Redlock also its
+    /// token: docs/redlock.md, "Waiting"); empty: none.
     attempt_outcome attempt(const lock_protocol& protocol, std::string_view name,
                             const std::string& token, std::chrono::milliseconds lease,
                             const lock_request& request, std::chrono::milliseconds node_timeout,
                             std::uint64_t ticket_floor = 0,
                             steady::time_point deadline = steady::time_point::max(),
                             const std::string& waiter = {});
+    /// The undo of an attempt that was not granted. `registered`: the waiter id the attempt
+    /// carried (Redlock: taken off every node, whose key it held goes to the next head).
     void release_everywhere(const lock_protocol& protocol, std::string_view name,
-                            const std::string& token, std::chrono::milliseconds node_timeout);
+                            const std::string& token, std::chrono::milliseconds node_timeout,
+                            const std::string& registered = {});
     /// A queued waiter (or a registered mutex waiter, `token` its waiter id) gives up, or its
     /// wait failed after a request may have reached the server:
     /// leaves the queue, releasing with hand-off if the server made it the owner meanwhile (also

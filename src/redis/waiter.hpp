@@ -11,8 +11,9 @@
 //   turn_waiter        the exclusive kind: from its first wait on, the waiter registers among
 //                      the mutex waiters, and a release wakes only their live head, which gets a
 //                      turn on one server (docs/redis-lock.md, "Waking one waiter"); on Redlock
-//                      it registers on every server, each wakes its own head, no turns
-//                      (docs/redlock.md, "Waiting").
+//                      it registers on every server, each hands its key to its own head and
+//                      wakes it, no turns, and the head's attempt (its id as its token) takes a
+//                      quorum of them up (docs/redlock.md, "Waiting").
 //   queued_waiter      the fair and write kinds: one queue entry for the whole call, and a
 //                      release hands the lock to the head directly (docs/lock-family.md,
 //                      "Hand-off"), checked by the ticket rule (acquire_rules.hpp).
@@ -52,6 +53,9 @@ struct waiter_context {
     std::chrono::milliseconds node_timeout{};
     dlock::detail::drift_model drift{};
     jitter_source jitter = nullptr;
+    /// Redlock: a node hands its free key to its head's waiter id (lib/queue.lua,
+    /// dlock_hand_mutex_head), so a registered turn_waiter attempts with that id as its token.
+    bool handed_to_id = false;
 };
 
 /// What a contended attempt told the waiter.
@@ -85,6 +89,10 @@ public:
     /// lock: our last wait on it lingers), so that a grant published after the attempt is caught
     /// without a second one; nullopt: none.
     virtual std::optional<wait_target> lingering() const { return std::nullopt; }
+    /// The engine registers on lingering()'s channel before the first attempt: the target to
+    /// register with (the waiter's key may be made only now, and the first attempt then carries
+    /// it).
+    virtual wait_target listen_early() { return *lingering(); }
     /// Where to wait from the first contention on.
     virtual wait_target subscribe() = 0;
     /// After a contended attempt, found at `now`: when to attempt again without a message.
@@ -134,10 +142,16 @@ public:
     const std::string& next_token() override;
     const std::string& waiter_id() const noexcept override { return waiter_; }
     const std::string* leaves_as() const noexcept override;
+    /// Redlock: the hand-off channel, if it lingers, so that a waiter on a hot lock registers
+    /// with its first attempt (one round on every server fewer); nullopt on one server.
+    std::optional<wait_target> lingering() const override;
+    wait_target listen_early() override;
     wait_target subscribe() override;
     steady::time_point contended(const contended_attempt& attempt, steady::time_point now) override;
 
 private:
+    wait_target target() const;
+
     std::string token_;
     std::string waiter_;  // "mutex:<client>.<random>", from the first wait on
 };

@@ -7,6 +7,8 @@
 namespace dlock::redis::detail {
 
 const std::string& turn_waiter::next_token() {
+    // Redlock, registered: a node's key handed to us holds our id, so the id is our token.
+    if (context_.handed_to_id && !waiter_.empty()) return waiter_;
     token_ = new_token();  // a fresh owner token per attempt, as broadcast_waiter
     return token_;
 }
@@ -16,13 +18,28 @@ const std::string* turn_waiter::leaves_as() const noexcept {
     return waiter_.empty() ? nullptr : &waiter_;
 }
 
+wait_target turn_waiter::target() const {
+    return {context_.release_channel + ":mutex:" + context_.client_tag, false, waiter_};
+}
+
+std::optional<wait_target> turn_waiter::lingering() const {
+    if (!context_.handed_to_id) return std::nullopt;
+    return target();  // its key is made by listen_early()
+}
+
+wait_target turn_waiter::listen_early() {
+    // Registered from the first attempt on: a release between that attempt and a subscription
+    // cannot be missed (the channel is subscribed already), so no second attempt follows.
+    return subscribe();
+}
+
 wait_target turn_waiter::subscribe() {
     // From its first wait on, the waiter registers among the mutex waiters under an id of its
     // own, and a release wakes only their live head, on this client's channel for the lock.
     // Several waiters here on one name each have their own id, so each is woken by name and none
     // is stranded.
     waiter_ = "mutex:" + context_.client_tag + "." + dlock::detail::random_token();
-    return {context_.release_channel + ":mutex:" + context_.client_tag, false, waiter_};
+    return target();
 }
 
 steady::time_point turn_waiter::contended(const contended_attempt& attempt,

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "redis/scripts.hpp"
 #include "redis_fleet.hpp"
 #include "moved_from.hpp"
 #include "test_env.hpp"
@@ -159,6 +160,132 @@ TEST(Redlock, AHolderStillQueuedOnAServerLeavesThatQueueOnRelease) {
     for (std::size_t i = 0; i < 2; ++i) fleet()[i].command({"DEL", key});
     std::error_code ignored;  // the first holder's keys were taken from it above
     grant.release(ignored);
+}
+
+/// A registered mutex waiter that is not a process: id `id` queued and alive for a minute on
+/// every server (its client's hand-off channel has nobody subscribed).
+void queue_phantom(dlock::redis::client& probe, const std::string& name, const std::string& id,
+                   int place) {
+    const auto key = probe.lock_key(name);
+    for (std::size_t i = 0; i < fleet().size(); ++i) {
+        const auto time = fleet()[i].command({"TIME"});
+        const auto now_ms = std::stoll(time.substr(0, time.find('\n'))) * 1000;
+        fleet()[i].command({"ZADD", key + ":mutex_waiters", std::to_string(place), id});
+        fleet()[i].command({"ZADD", key + ":mutex_alive", std::to_string(now_ms + 60000), id});
+    }
+}
+
+/// The servers whose lock key of `name` holds `value`.
+int keys_holding(dlock::redis::client& probe, const std::string& name, const std::string& value) {
+    int count = 0;
+    for (std::size_t i = 0; i < fleet().size(); ++i)
+        count += fleet()[i].command({"GET", probe.lock_key(name)}) == value;
+    return count;
+}
+
+void forget(dlock::redis::client& probe, const std::string& name) {
+    const auto key = probe.lock_key(name);
+    for (std::size_t i = 0; i < fleet().size(); ++i) {
+        fleet()[i].command({"DEL", key, key + ":mutex_waiters", key + ":mutex_alive",
+                            key + ":mutex_arrivals"});
+    }
+}
+
+// A release hands each server's key to that server's live head (docs/redlock.md, "Waiting"): the
+// key holds the head's id at once, with a fencing token above the holder's, so a try_lock() (or
+// the releaser's own next acquire) cannot pass a registered waiter; the head takes the keys up
+// with its own attempt.
+TEST(Redlock, AReleaseHandsEveryServerToItsLiveHead) {
+    auto holder = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    auto grant = holder.acquire(name, {.lease = 60s});
+    const auto fence = grant.fencing_token();
+    const std::string id = "mutex:phantom-client.a1";
+    queue_phantom(probe, name, id, 1);
+    grant.release();
+    EXPECT_EQ(keys_holding(probe, name, id), 5) << "every server handed its key to its head";
+    for (std::size_t i = 0; i < fleet().size(); ++i) {
+        EXPECT_GT(std::stoull(fleet()[i].command({"GET", probe.fence_key(name)})), fence)
+            << "server " << i << ": the hand-off is a grant, with a fencing token of its own";
+        const auto pttl = std::stoll(fleet()[i].command({"PTTL", probe.lock_key(name)}));
+        EXPECT_GT(pttl, 0);
+        EXPECT_LE(pttl, 2000) << "a hand-off lease: a head that never comes costs that much";
+    }
+    auto barger = make_redlock();
+    dlock::mutex barging(barger, name);
+    EXPECT_FALSE(barging.try_lock()) << "a try_lock() cannot pass a live waiter";
+    EXPECT_EQ(keys_holding(probe, name, id), 5);
+    forget(probe, name);
+}
+
+// A free key (its holder's lease ran out, no release) with a live waiter queued goes to that
+// waiter at the next attempt anyone makes, not to the one attempting.
+TEST(Redlock, AFreeKeyWithALiveWaiterGoesToTheWaiter) {
+    auto redlock = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    const std::string id = "mutex:phantom-client.b2";
+    queue_phantom(probe, name, id, 1);
+    dlock::mutex m(redlock, name);
+    EXPECT_FALSE(m.try_lock());
+    EXPECT_EQ(keys_holding(probe, name, id), 5);
+    forget(probe, name);
+}
+
+// A waiter that gives up hands on a key a server handed to it meanwhile (mutex_leave.lua):
+// without that, the key would stay with nobody until its hand-off lease ran out.
+TEST(Redlock, AWaiterThatGivesUpHandsOnAKeyHandedToIt) {
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    const auto key = probe.lock_key(name);
+    const std::string gone = "mutex:phantom-client.c3", next = "mutex:phantom-client.c4";
+    queue_phantom(probe, name, next, 2);
+    const auto* leave = dlock::redis::detail::find_script("mutex_leave");
+    ASSERT_NE(leave, nullptr);
+    for (std::size_t i = 0; i < fleet().size(); ++i) {
+        fleet()[i].command({"SET", key, gone, "PX", "2000"});  // handed to `gone`
+        // KEYS as Redlock's acquire (no turn keys); ARGV: id, channel, hand-off lease, -, idle.
+        fleet()[i].command({"EVAL", std::string(leave->source), "5", key, probe.fence_key(name),
+                            key + ":mutex_waiters", key + ":mutex_alive", key + ":mutex_arrivals",
+                            gone, probe.release_channel(name), "2000", "0", "60000"});
+    }
+    EXPECT_EQ(keys_holding(probe, name, next), 5) << "each server handed it on to its next head";
+    forget(probe, name);
+}
+
+// The head takes up the keys handed to it: its attempt carries its waiter id as its token, and a
+// server whose key holds that id answers "granted".
+TEST(Redlock, AWokenHeadHoldsUnderItsWaiterId) {
+    auto holder = make_redlock();
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    auto grant = holder.acquire(name, {.lease = 60s});
+    std::atomic<bool> acquired{false};
+    std::atomic<std::uint64_t> fence{0};
+    std::jthread waiter([&](const std::stop_token& release) {
+        auto own = make_redlock();
+        std::error_code ec;  // canceled: the test failed before the release
+        auto mine = own.acquire(name, {.lease = 60s, .cancel = release}, ec);
+        if (ec) return;
+        fence = mine.fencing_token();
+        acquired = true;
+        while (!release.stop_requested()) std::this_thread::sleep_for(1ms);
+    });
+    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
+    const auto id = fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
+    const auto before = grant.fencing_token();
+    grant.release();
+    ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
+    EXPECT_EQ(keys_holding(probe, name, id), 5) << "held under its waiter id";
+    EXPECT_GT(fence.load(), before);
+    for (std::size_t i = 0; i < fleet().size(); ++i) {
+        EXPECT_GT(std::stoll(fleet()[i].command({"PTTL", probe.lock_key(name)})), 30000)
+            << "server " << i << ": the attempt took the key up with the lease it asked for";
+    }
+    waiter.request_stop();
+    waiter.join();
+    EXPECT_EQ(holders(probe.lock_key(name)), 0) << "released everywhere";
 }
 
 TEST(Redlock, WatchdogRenewsOnEveryServer) {

@@ -63,7 +63,33 @@ if held ~= 'none' then
   if held ~= 'string' then
     return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
   end
+  if waiter and dlock_guard_read.value == waiter then
+    -- Redlock: this node handed its free key to us, the head of its waiters
+    -- (lib/queue.lua, dlock_hand_mutex_head); our attempt takes it up with the lease asked for.
+    -- Only grants move the counter, and the key has held our id since that hand-off's grant, so
+    -- the counter holds its token; it is kept as long as the lease, as a grant keeps it.
+    local fence, bad = dlock_read_fence(KEYS[2])
+    if not fence then return bad end
+    if fence <= 0 then
+      fence, bad = dlock_next_fence(KEYS[2], ARGV[10], ARGV[2], ARGV[11])
+      if not fence then return bad end
+    else
+      local keep = tonumber(dlock_fence_keep(ARGV[10], ARGV[2]))
+      local ttl = redis.call('PTTL', KEYS[2])
+      if keep and ttl >= 0 and ttl < keep then redis.call('PEXPIRE', KEYS[2], keep) end
+    end
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, fence}
+  end
   return wait_with(redis.call('PTTL', KEYS[1]))
+end
+-- Redlock (no turns): a free key with a live waiter first is handed to that head (as a release
+-- would; lib/queue.lua, dlock_hand_mutex_head), and we wait behind it.
+if not turn_key and KEYS[4] then
+  local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], ARGV[5], ARGV[10],
+                                    waiter)
+  if bad then return bad end
+  if redis.call('EXISTS', KEYS[1]) == 1 then return wait_with(redis.call('PTTL', KEYS[1])) end
 end
 -- Free, but maybe reserved for a woken head that lost a race (lib/queue.lua, the turn).
 local turn = turn_key and dlock_get_string(turn_key)

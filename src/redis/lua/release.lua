@@ -8,11 +8,14 @@
 -- free lock is first reserved for it as its turn (KEYS[6], lib/queue.lua, dlock_mutex_turn_ms).
 -- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
 -- token (nothing is touched then).
--- Redlock (no KEYS[6..7]: no turns) also gets ARGV[6], the waiter id the holder registered under
--- while it waited ('' : none). A quorum granted it, but a server that answered "held" still has
--- that id queued, maybe at its head, where it would take every wake-up meant for the next waiter:
--- the id goes on every server, and where the key is already gone (our grant missed that server)
--- the next live head is woken as by a release (docs/redlock.md, "Waiting").
+-- Redlock (no KEYS[6..7]: no turns) hands the key to the node's live head instead of waking it
+-- (lib/queue.lua, dlock_hand_mutex_head; ARGV[3] the hand-off lease ms, ARGV[5] the fence counter's
+-- idle period ms). It also gets ARGV[6], the waiter id the caller registered under ('' : none;
+-- a holder's release, or the undo of a split vote). A quorum granted it, but a server that
+-- answered "held" still has that id queued, maybe at its head, where it would be handed the key
+-- meant for the next waiter: the id goes on every server, and where the key is already gone (our
+-- grant missed that server) it goes to the next live head as by a release (docs/redlock.md,
+-- "Waiting").
 -- Without registered waiters (no KEYS[3]) the waiter functions are never defined: each function a
 -- script defines is made anew on every call (docs/redis-lock.md, "Release").
 --@include lib/notify.lua
@@ -30,7 +33,8 @@ if holder ~= ARGV[1] then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     --@include lib/fence.lua
     --@include lib/queue.lua
-    dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], nil, nil)
+    local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[5])
+    if bad then return bad end
   end
   return 0
 end
@@ -43,5 +47,10 @@ end
 if not KEYS[4] or redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 --@include lib/fence.lua
 --@include lib/queue.lua
-dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], KEYS[6], KEYS[7])
+if KEYS[7] then
+  dlock_wake_mutex_head(KEYS[3], KEYS[4], ARGV[2], KEYS[6], KEYS[7])
+  return 1
+end
+local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[5])
+if bad then return bad end
 return 1

@@ -20,14 +20,15 @@ local dlock_guard_read = {}
 -- The kind that holds the name of lock key `base` (or has a live waiter queued on it) and how,
 -- or nil when none does. A key of a type no lock uses is left to the script's own type check.
 -- A third value, true, says more: the name is free (neither `base` nor its :readers, :mutex_turn,
--- :queue and :alive exist), so the caller may skip its own checks of those keys.
+-- :queue, :alive and :mutex_waiters exist), so the caller may skip its own checks of those keys
+-- (a dlock::mutex on Redlock hands a free key to a live waiter: acquire.lua).
 local function dlock_name_kind(base)
   -- A free name (the common case) in one call: none of the keys below exists, so every check
   -- below would find nothing (:alive is read only with :queue; it is asked here for the callers'
   -- sake). Each call counts: a Redlock acquire runs this on every server, and servers sharing
   -- cores answer one after another.
   if redis.call('EXISTS', base, base .. ':readers', base .. ':mutex_turn', base .. ':queue',
-                base .. ':alive') == 0 then
+                base .. ':alive', base .. ':mutex_waiters') == 0 then
     return nil, nil, true
   end
   local t = redis.call('TYPE', base).ok

@@ -140,6 +140,39 @@ local function dlock_wake_mutex_head(queue, alive, channel, turn, woken)
   end
 end
 
+-- Redlock's dlock::mutex waiters (docs/redlock.md, "Waiting"): a node whose lock key is free hands
+-- it to its own live head at once instead of waking it, as a fair_mutex release does on one server:
+-- the key becomes the head's waiter id (its owner token from its registration on) with a fresh
+-- fencing token (no clock floor: Redlock's counters, lib/fence.lua) and a lease of `lease_ms`, the
+-- head leaves the queue, and it is told "wake <its id>" on its client's hand-off channel. The head
+-- still holds only once its own attempt finds a quorum of nodes where the key is its id
+-- (acquire.lua answers "granted" there); where the nodes' queues disagree, the attempt is a split
+-- and is undone, which hands each node on (models/redlock_grant.pml). So nobody barges past a live
+-- waiter, and a woken head never races its releaser. A live head that is `except` (the calling
+-- waiter itself; nil: none) is not handed anything. Returns an error reply when the fence counter
+-- is unusable, else nil.
+local function dlock_hand_mutex_head(owner, fence_key, queue, alive, channel, lease_ms, idle_ms,
+                                    except)
+  if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
+    return nil
+  end
+  dlock_purge_dead(queue, alive, dlock_now_ms())
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head or head == except then return nil end
+    if redis.call('ZSCORE', alive, head) then
+      local fence, bad = dlock_next_fence(fence_key, idle_ms, lease_ms, '0')
+      if not fence then return bad end
+      redis.call('SET', owner, head, 'PX', lease_ms)
+      redis.call('ZREM', queue, head)
+      redis.call('ZREM', alive, head)
+      dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
+      return nil
+    end
+    redis.call('ZREM', queue, head)  -- no liveness deadline: not a live waiter
+  end
+end
+
 -- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
 -- tells it (dlock_publish_grant). Returns an error reply when the fence counter is unusable, else
 -- nil.
