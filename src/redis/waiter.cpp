@@ -23,8 +23,8 @@ steady::time_point waiter_strategy::retry_after(const contended_attempt& attempt
 std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued) {
     if (queued) return std::make_unique<queued_waiter>(std::move(context));
     // Redlock registers its waiters too, on every server (docs/redlock.md, "Waiting"): each
-    // server wakes its own live head, and the client hears the server its subscriber listens on.
-    // The grant still takes a quorum; a registration only decides who is woken.
+    // server hands its key to its own live head and wakes it, and the client hears the server
+    // its subscriber listens on. The grant still takes a quorum of votes in one attempt.
     if (context.kind == lock_kind::exclusive)
         return std::make_unique<turn_waiter>(std::move(context));
     return std::make_unique<broadcast_waiter>(std::move(context));
