@@ -912,16 +912,16 @@ struct engine::acquire_run {
           deadline(deadline),
           plan(dlock::detail::make_renewal_plan(options)),
           node_timeout(self.node_timeout_for(options.lease)),
-          waiter(make_waiter({request.kind, self.client_tag_, self.channel(name), node_timeout,
-                              self.config_.drift, &dlock::detail::random_jitter_ns,
-                              self.servers_.size() > 1},
-                             protocol.queued)),
+          waiter(make_waiter(
+              {request.kind, self.client_tag_, self.channel(name), node_timeout, self.config_.drift,
+               &dlock::detail::random_jitter_ns, self.servers_.size() > 1},
+              protocol.queued)),
           policy(options, deadline) {
         // Already subscribed (a hot lock: our last wait on it lingers): register before the first
         // attempt, so a grant published after it is caught and no second attempt is needed.
         // Not for a call that cannot wait (try_lock()): a registration would only be left again.
-        if (auto early = waiter->lingering(); early && deadline > steady::now() &&
-                                              self.subscriber_->subscribed(early->channel))
+        if (auto early = waiter->lingering();
+            early && deadline > steady::now() && self.subscriber_->subscribed(early->channel))
             listen(waiter->listen_early());
     }
     // Once a request may have reached the server, every exit but a grant leaves the queue (or

@@ -248,9 +248,9 @@ TEST(CliFuzz, EveryCommandTimesEveryUrl) {
         plan.push_back({{"demo", "--url", c.url, "--workers", "2", "--stock", "3"}, demo});
         std::set<int> resize = c.run;
         resize.insert(unavailable);  // a backend without semaphore resizing says so
-        plan.push_back({with_url({"set-permits", "--url", c.url,
-                                  dlock::test::unique_name("fuzz-sem"), "2"}),
-                        resize});
+        plan.push_back(
+            {with_url({"set-permits", "--url", c.url, dlock::test::unique_name("fuzz-sem"), "2"}),
+             resize});
         plan.push_back({{"completion", "bash", "--url", c.url}, {usage}});
         plan.push_back({{"completion", c.url}, {usage}});
         plan.push_back({{"--url", c.url}, {usage}});

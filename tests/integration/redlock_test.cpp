@@ -186,8 +186,8 @@ int keys_holding(dlock::redis::client& probe, const std::string& name, const std
 void forget(dlock::redis::client& probe, const std::string& name) {
     const auto key = probe.lock_key(name);
     for (std::size_t i = 0; i < fleet().size(); ++i) {
-        fleet()[i].command({"DEL", key, key + ":mutex_waiters", key + ":mutex_alive",
-                            key + ":mutex_arrivals"});
+        fleet()[i].command(
+            {"DEL", key, key + ":mutex_waiters", key + ":mutex_alive", key + ":mutex_arrivals"});
     }
 }
 
@@ -273,7 +273,8 @@ TEST(Redlock, AWokenHeadHoldsUnderItsWaiterId) {
         while (!release.stop_requested()) std::this_thread::sleep_for(1ms);
     });
     ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
-    const auto id = fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
+    const auto id =
+        fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
     const auto before = grant.fencing_token();
     grant.release();
     ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
