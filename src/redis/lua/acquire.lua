@@ -63,9 +63,10 @@ if held ~= 'none' then
   if held ~= 'string' then
     return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
   end
-  if waiter and dlock_guard_read.value == waiter then
+  if waiter and dlock_guard_read.value == waiter and ARGV[1] == waiter then
     -- Redlock: this node handed its free key to us, the head of its waiters
-    -- (lib/queue.lua, dlock_hand_mutex_head); our attempt takes it up with the lease asked for.
+    -- (lib/queue.lua, dlock_hand_mutex_head); our attempt, whose token is our waiter id, takes it
+    -- up with the lease asked for.
     -- Only grants move the counter, and the key has held our id since that hand-off's grant, so
     -- the counter holds its token; it is kept as long as the lease, as a grant keeps it.
     local fence, bad = dlock_read_fence(KEYS[2])
