@@ -51,11 +51,12 @@ end
 
 -- Makes `token` the owner of lock key `owner` with a fresh fencing token (lib/fence.lua,
 -- dlock_next_fence: the counter `fence_key` kept max(`idle_ms`, `lease_ms`)) and a lease of
--- `lease_ms`, and takes it off the queue. Returns the fencing token, or nil and an error reply
--- when the fence counter is unusable (nothing is written then). Scripts that include this file
--- include lib/fence.lua before it.
-local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms, idle_ms)
-  local fence, bad = dlock_next_fence(fence_key, idle_ms, lease_ms)
+-- `lease_ms`, and takes it off the queue. `clock_floor` as dlock_next_fence's ('0': Redlock's
+-- counters, no clock floor; nil: one server's, with it). Returns the fencing token, or nil and an
+-- error reply when the fence counter is unusable (nothing is written then). Scripts that include
+-- this file include lib/fence.lua before it.
+local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms, idle_ms, clock_floor)
+  local fence, bad = dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor)
   if not fence then return nil, bad end
   redis.call('SET', owner, token, 'PX', lease_ms)
   redis.call('ZREM', queue, token)
@@ -82,8 +83,8 @@ local function dlock_publish_grant(channel, token, fence, ticket)
 end
 
 -- dlock::mutex waiters (docs/redis-lock.md, "Waking one waiter"): they join their own queue with
--- dlock_join_queue (keys <lock key>:mutex_waiters, :mutex_alive, :mutex_arrivals) and are never
--- granted the lock by a release: the live head is only told "wake <its id>" on its client's
+-- dlock_join_queue (keys <lock key>:mutex_waiters, :mutex_alive, :mutex_arrivals) and, on one
+-- server, are never granted the lock by a release: the live head is only told "wake <its id>" on its client's
 -- hand-off channel, stays queued, and takes the lock with its own acquire (a barger may beat it;
 -- it keeps its place then). Dead waiters are purged first, so the one woken is live.
 --
@@ -94,8 +95,8 @@ end
 -- refuses everyone else meanwhile and a woken head waits out at most one barged hold. The live
 -- waiter next in line is woken too: refused, it re-checks when the turn runs out (acquire.lua),
 -- so a head that never comes (paused, dead) stalls the others by the window, not by their
--- periodic re-check; the others re-check as usual. `turn` and `woken` absent (Redlock's callers
--- pass no such keys): wake only, as before the turn existed.
+-- periodic re-check; the others re-check as usual. One server only: Redlock's servers hand their
+-- key to their head instead (dlock_hand_mutex_head).
 
 -- How long a turn reserves the lock for its head: its subscriber's wake-up, its thread's and one
 -- round trip take about a millisecond, so 100 ms leaves a wide margin on a loaded machine, and
@@ -110,34 +111,38 @@ local function dlock_get_string(key)
   return redis.call('GET', key)
 end
 
-local function dlock_wake_mutex_head(queue, alive, channel, turn, woken)
+-- The live head of the mutex waiters `queue` (liveness `alive`), once the dead ones are purged and
+-- any entry without a liveness deadline is dropped, with its deadline and the server's time (ms);
+-- nil when none is left (or the keys are not the waiters' zsets).
+local function dlock_live_mutex_head(queue, alive)
   if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
-    return
+    return nil
   end
   local now = dlock_now_ms()
   dlock_purge_dead(queue, alive, now)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head then return end
+    if not head then return nil end
     local deadline = tonumber(redis.call('ZSCORE', alive, head))
-    if deadline then
-      if turn and woken then
-        if dlock_get_string(woken) == head then
-          redis.call('SET', turn, head, 'PX', dlock_mutex_turn_ms)
-          local next = redis.call('ZRANGE', queue, 1, 1)[1]
-          if next and redis.call('ZSCORE', alive, next) then
-            dlock_notify(dlock_waiter_channel(channel, next), 'wake ' .. next)
-          end
-        else
-          -- Kept as long as the head's liveness (acquire.lua extends it with each refresh).
-          redis.call('SET', woken, head, 'PX', math.max(1, deadline - now))
-        end
-      end
-      dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
-      return
-    end
+    if deadline then return head, deadline, now end
     redis.call('ZREM', queue, head)  -- no liveness deadline: not a live waiter
   end
+end
+
+local function dlock_wake_mutex_head(queue, alive, channel, turn, woken)
+  local head, deadline, now = dlock_live_mutex_head(queue, alive)
+  if not head then return end
+  if dlock_get_string(woken) == head then
+    redis.call('SET', turn, head, 'PX', dlock_mutex_turn_ms)
+    local next = redis.call('ZRANGE', queue, 1, 1)[1]
+    if next and redis.call('ZSCORE', alive, next) then
+      dlock_notify(dlock_waiter_channel(channel, next), 'wake ' .. next)
+    end
+  else
+    -- Kept as long as the head's liveness (acquire.lua extends it with each refresh).
+    redis.call('SET', woken, head, 'PX', math.max(1, deadline - now))
+  end
+  dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
 end
 
 -- Redlock's dlock::mutex waiters (docs/redlock.md, "Waiting"): a node whose lock key is free hands
@@ -153,24 +158,12 @@ end
 -- is unusable, else nil.
 local function dlock_hand_mutex_head(owner, fence_key, queue, alive, channel, lease_ms, idle_ms,
                                     except)
-  if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
-    return nil
-  end
-  dlock_purge_dead(queue, alive, dlock_now_ms())
-  while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head or head == except then return nil end
-    if redis.call('ZSCORE', alive, head) then
-      local fence, bad = dlock_next_fence(fence_key, idle_ms, lease_ms, '0')
-      if not fence then return bad end
-      redis.call('SET', owner, head, 'PX', lease_ms)
-      redis.call('ZREM', queue, head)
-      redis.call('ZREM', alive, head)
-      dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
-      return nil
-    end
-    redis.call('ZREM', queue, head)  -- no liveness deadline: not a live waiter
-  end
+  local head = dlock_live_mutex_head(queue, alive)
+  if not head or head == except then return nil end
+  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms, '0')
+  if not fence then return bad end
+  dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
+  return nil
 end
 
 -- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
