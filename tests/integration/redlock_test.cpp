@@ -280,10 +280,18 @@ TEST(Redlock, AWokenHeadHoldsUnderItsWaiterId) {
     ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
     EXPECT_EQ(keys_holding(probe, name, id), 5) << "held under its waiter id";
     EXPECT_GT(fence.load(), before);
+    // The wake-up can come from a server the release reached first: the attempt then finds
+    // the holder's key still on a server the release has not reached, counts the quorum of the
+    // others, and that server's hand-off comes after (its key then holds the id with the hand-off
+    // lease until the next renewal). A quorum at least was taken up with the lease asked for.
+    std::size_t taken_up = 0;
     for (std::size_t i = 0; i < fleet().size(); ++i) {
-        EXPECT_GT(std::stoll(fleet()[i].command({"PTTL", probe.lock_key(name)})), 30000)
-            << "server " << i << ": the attempt took the key up with the lease it asked for";
+        const auto pttl = std::stoll(fleet()[i].command({"PTTL", probe.lock_key(name)}));
+        taken_up += pttl > 30000;
+        EXPECT_TRUE(pttl > 30000 || (pttl > 0 && pttl <= 2000))
+            << "server " << i << ": taken up, or handed to it after the attempt (" << pttl << ")";
     }
+    EXPECT_GE(taken_up, 3u) << "the attempt took a quorum up with the lease it asked for";
     waiter.request_stop();
     waiter.join();
     EXPECT_EQ(holders(probe.lock_key(name)), 0) << "released everywhere";
