@@ -35,10 +35,12 @@
 #      NO_RELEASE_LEAVE (a holder's release without its waiter id, what spin found) and
 #      NO_SPLIT_RETRY (no quick retry after a split vote) must each strand a waiter.
 # Then Redlock's grant from each server (models/redlock_grant.pml), re-check off:
-#   9. as built (ATTEMPT_AFTER_GRANT: a grant message wakes its waiter, which attempts on every
-#      server; REDLOCK_GRANT_FULL=1: three waiters, 74 M states, about 4 minutes): exhaustive, no
-#      error, complete; LEAVE_KEEPS with it must strand a key. As designed (two waiters, two acquire_until calls each; REDLOCK_GRANT_FULL=1: three
-#      waiters, one call each, 50 M states, about 3 minutes): exhaustive, no error, complete;
+#   9. as built (two waiters, two acquire_until calls each; REDLOCK_GRANT_FULL=1: three waiters,
+#      one call each, 50 M states, about 3 minutes): a quorum of grant messages is the hold, some
+#      grants short of one lead to an attempt on every server: exhaustive, no error, complete.
+#      With ATTEMPT_AFTER_GRANT (every grant message followed by an attempt, the way a waiter
+#      whose messages were lost gets the lock; REDLOCK_GRANT_FULL=1: 74 M states, about 4
+#      minutes): no error either, and LEAVE_KEEPS with it must strand a key.
 #      GRANT_SPLIT_WITNESS must fail (the servers grant to different waiters); STALE_GRANT (a grant
 #      of an undone registration accepted: no ticket rule) must break the holder's count,
 #      LEAVE_KEEPS (a waiter gives up without handing on a grant made to it) must strand a key,
@@ -153,9 +155,9 @@ wstart OLD_NO_CONFIRM_WAKE_RECONNECT -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSION
 rstart SPLIT_WITNESS -DSPLIT_WITNESS
 rstart NO_RELEASE_LEAVE -DNO_RELEASE_LEAVE
 rstart NO_SPLIT_RETRY -DNO_SPLIT_RETRY
-gstart redlock_grant_built -DATTEMPT_AFTER_GRANT "${gwaiters[@]}"
+gstart redlock_grant_attempt -DATTEMPT_AFTER_GRANT "${gwaiters[@]}"
 gstart redlock_grant "${gwaiters[@]}"
-gstart LEAVE_KEEPS_BUILT -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
+gstart LEAVE_KEEPS_ATTEMPT -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
 gstart GRANT_SPLIT_WITNESS -DSPLIT_WITNESS
 gstart STALE_GRANT -DSTALE_GRANT
 gstart LEAVE_KEEPS -DLEAVE_KEEPS
@@ -302,11 +304,11 @@ wsummary() {
   (cd "$name" && spin "$@" -t redlock_grant.pml 2>&1) |
     grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | tail -24
 }
-wpass redlock_grant_built "Redlock's grant from each server as built, an attempt after each grant (${gwaiters[*]})" \
+wpass redlock_grant_attempt "Redlock's grant from each server, every grant message followed by an attempt, as lost messages leave it (${gwaiters[*]})" \
   -DATTEMPT_AFTER_GRANT "${gwaiters[@]}"
-wfail LEAVE_KEEPS_BUILT "the model as built cannot see a grant kept by a waiter that gave up" \
+wfail LEAVE_KEEPS_ATTEMPT "the model with an attempt after each grant cannot see a grant kept by a waiter that gave up" \
   -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
-wpass redlock_grant "Redlock's grant from each server as designed (${gwaiters[*]})" "${gwaiters[@]}"
+wpass redlock_grant "Redlock's grant from each server as built: a quorum of grant messages holds (${gwaiters[*]})" "${gwaiters[@]}"
 wfail GRANT_SPLIT_WITNESS "no servers grant to different waiters: the model is too small" \
   -DSPLIT_WITNESS
 wfail STALE_GRANT "the model cannot see a grant of an undone registration" -DSTALE_GRANT

@@ -1,11 +1,13 @@
 /*
  * Redlock with the grant delivered by each server (docs/handoff-model.md, "Redlock: the grant from
  * each server"). Three independent servers, quorum two, for spin (models/check.sh runs it).
- * As built (-DATTEMPT_AFTER_GRANT): each server's release hands its key to its own head, whose
- * id becomes the key's owner token (lib/queue.lua, dlock_hand_mutex_head), and the message only
- * wakes it: the waiter then attempts on every server and holds by that attempt's votes (a server
- * whose key holds its id answers "granted"). Without the switch: the design for a hand-off without
- * the attempt after the notification, where a quorum of grant messages is itself the hold.
+ * As built: each server's release hands its key to its own head, whose id becomes the key's
+ * owner token (lib/queue.lua, dlock_hand_mutex_head), and tells it; a quorum of such grant
+ * messages is itself the hold, with no round trip after the notification. With
+ * -DATTEMPT_AFTER_GRANT every grant message only wakes its waiter, which attempts on every server
+ * and holds by that attempt's votes (a server whose key holds its id answers "granted"): the way
+ * a waiter whose messages were lost still gets the lock (and the protocol before the grant by
+ * message).
  *
  * Each server keeps its own FIFO of registered waiter ids. A release there (compare-and-delete)
  * makes that server's live head the owner of the key at once and publishes "granted" to it, as a
@@ -44,7 +46,7 @@
  *   witness, must fail (the search reaches it):
  *   SPLIT_WITNESS    the servers granted to different waiters (a waiter holds a grant that is
  *                    not a quorum)
- *   the code as built:
+ *   the fallback alone (lost messages):
  *   ATTEMPT_AFTER_GRANT  a grant message only wakes its waiter, which attempts on every server
  *                    (and counts only that attempt's votes)
  *   NW, SESSIONS, BARGES   waiters (2 or 3), acquire_until calls of each, try_locks of the barger

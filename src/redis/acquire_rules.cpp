@@ -54,6 +54,49 @@ std::optional<handoff_grant> handoff_ticket::accept(std::string_view message,
     return handoff_grant{parsed->fence, refreshed_at_, valid};
 }
 
+void quorum_handoff::not_yet(std::size_t node, std::uint64_t ticket, steady::time_point sent,
+                             std::chrono::milliseconds lease) noexcept {
+    tickets_.at(node).not_yet(ticket, sent, lease);
+}
+
+void quorum_handoff::forget() noexcept {
+    for (auto& t : tickets_) t.not_yet(0, steady::time_point::min(), std::chrono::milliseconds{0});
+}
+
+std::uint64_t quorum_handoff::floor() const noexcept {
+    std::uint64_t highest = 0;
+    for (const auto& t : tickets_) highest = std::max(highest, t.floor());
+    return highest;
+}
+
+std::optional<handoff_grant> quorum_handoff::accept(const std::vector<std::string>& messages,
+                                                    std::string_view token, std::size_t quorum,
+                                                    steady::time_point now,
+                                                    dlock::detail::drift_model drift) const {
+    std::optional<handoff_grant> all;
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < tickets_.size() && i < messages.size(); ++i) {
+        const auto grant = tickets_[i].accept(messages[i], token, now, drift);
+        if (!grant) continue;
+        if (all && all->fence != grant->fence) return std::nullopt;  // an attempt writes back
+        if (!all) all = grant;
+        all->sent = std::min(all->sent, grant->sent);
+        all->valid_until = std::min(all->valid_until, grant->valid_until);
+        ++count;
+    }
+    if (count < quorum || count == 0) return std::nullopt;
+    return all;
+}
+
+std::size_t quorum_handoff::granting(const std::vector<std::string>& messages,
+                                     std::string_view token, steady::time_point now,
+                                     dlock::detail::drift_model drift) const {
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < tickets_.size() && i < messages.size(); ++i)
+        count += tickets_[i].accept(messages[i], token, now, drift).has_value();
+    return count;
+}
+
 steady::time_point retry_at(steady::time_point now, const contention& found,
                             std::chrono::milliseconds lease, bool keeps_entry_alive,
                             std::chrono::milliseconds node_timeout, jitter_source jitter) {

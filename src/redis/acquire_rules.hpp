@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/renewal.hpp"
 #include "core/time.hpp"
@@ -74,6 +76,41 @@ private:
     std::uint64_t highest_ = 0;
     steady::time_point refreshed_at_ = steady::time_point::min();
     std::chrono::milliseconds refresh_lease_{0};
+};
+
+/// Redlock's grant by message (docs/redlock.md, "Waiting"): each node hands its free key to its
+/// own head and tells it "granted <fence> <ticket> <id>" (src/redis/lua/lib/queue.lua,
+/// dlock_hand_mutex_head). One handoff_ticket per node: a node's message counts only for the entry
+/// the waiter's latest attempt there was told "held" with, so its validity counts from that
+/// attempt's send time. The waiter holds once such grants from a quorum of nodes reached it, all
+/// at one fencing token (each of those nodes' counters then holds the token, as Redlock's
+/// write-back asks); grants that disagree on the token leave it to an attempt, which writes back.
+/// Not thread-safe: one per acquire call.
+class quorum_handoff {
+public:
+    explicit quorum_handoff(std::size_t nodes) : tickets_(nodes) {}
+    /// Node `node` answered an attempt sent at `sent` asking for `lease` with "held" and `ticket`
+    /// (0: none).
+    void not_yet(std::size_t node, std::uint64_t ticket, steady::time_point sent,
+                 std::chrono::milliseconds lease) noexcept;
+    /// The waiter's entries went from every node (the undo of a split, a leave): no message sent
+    /// for them counts any more; the next attempt registers again with higher tickets.
+    void forget() noexcept;
+    /// The highest ticket any node told so far (sent with each attempt).
+    std::uint64_t floor() const noexcept;
+    /// Whether the nodes' latest messages (`messages[i]`: node i's, empty: none) grant the waiter
+    /// whose id is `token`, by `quorum` nodes at one fence, still valid at `now`. The grant's
+    /// `sent` and `valid_until` are the earliest of the counted nodes'.
+    std::optional<handoff_grant> accept(const std::vector<std::string>& messages,
+                                        std::string_view token, std::size_t quorum,
+                                        steady::time_point now,
+                                        dlock::detail::drift_model drift) const;
+    /// How many nodes' messages grant it (each by its ticket, still valid), whatever their fences.
+    std::size_t granting(const std::vector<std::string>& messages, std::string_view token,
+                         steady::time_point now, dlock::detail::drift_model drift) const;
+
+private:
+    std::vector<handoff_ticket> tickets_;
 };
 
 /// A uniformly random value in [0, bound_ns] (dlock::detail::random_jitter_ns; tests pass a

@@ -83,6 +83,10 @@ struct engine::attempt_outcome {
     std::size_t holding = 0;      // servers where someone else holds the lock
     std::int64_t holder_ms = -1;  // smallest remaining lease among holding servers; -1 unknown
     std::uint64_t ticket = 0;     // queued kinds: our queue entry's ticket (0: none reported)
+    // Several servers: each one's ticket where it answered "held" with one (else 0), and whether
+    // the attempt was undone on every server (which takes a registered waiter's entries too).
+    std::vector<std::uint64_t> node_tickets;
+    bool undone = false;
     // A semaphore whose number of permits on the server is not the request's limit: that number
     // (semaphore_acquire.lua's 4-element reply); 0 when they agree.
     std::int64_t recorded_limit = 0;
@@ -178,8 +182,13 @@ engine::engine(engine_config config)
         }
         exchange_all(loads);  // failures (an ACL without SCRIPT) leave the NOSCRIPT path
     }
-    subscriber_ = std::make_unique<subscriber>(std::move(nodes),
-                                               [this](steady::time_point by) { wake_by(by); });
+    const auto wake = [this](steady::time_point by) { wake_by(by); };
+    if (nodes.size() == 1) {
+        subscribers_.push_back(std::make_unique<subscriber>(std::move(nodes), wake));
+    } else {
+        for (auto& n : nodes)
+            subscribers_.push_back(std::make_unique<subscriber>(std::vector{std::move(n)}, wake));
+    }
 }
 
 engine::~engine() { stop(); }
@@ -290,7 +299,7 @@ void engine::stop() noexcept {
     }
     for (auto& lease : orphaned)
         lease->lose(make_error_code(errc::lock_lost), lost_reason::client_closed);
-    if (subscriber_) subscriber_->wake_all();
+    for (auto& s : subscribers_) s->wake_all();
     wake_fd_.close();
 }
 
@@ -300,6 +309,12 @@ void engine::wake_by(steady::time_point by) noexcept {
 }
 
 void engine::wake() noexcept { wake_fd_.signal(); }
+
+bool engine::subscribed(const std::string& channel) const {
+    const auto on = std::count_if(subscribers_.begin(), subscribers_.end(),
+                                  [&](const auto& s) { return s->subscribed(channel); });
+    return static_cast<std::size_t>(on) >= (subscribers_.size() / 2 + 1);
+}
 
 void engine::report_error(std::error_code ec, std::string_view what) noexcept {
     dlock::detail::report_to(config_.error_handler, ec, what);
@@ -721,6 +736,11 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         }
     }
     const auto tally = quorum::tally_acquire(votes);
+    if (!single) {
+        out.node_tickets.reserve(votes.size());
+        for (const auto& v : votes)
+            out.node_tickets.push_back(v.what == quorum::acquire_vote::kind::held ? v.ticket : 0);
+    }
     out.granting = tally.granting;
     out.holding = tally.holding;
     out.holder_ms = tally.holder_ms;
@@ -777,6 +797,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         // while it waits for another (with a full pool, that would wait on itself).
         run = {};
         release_everywhere(protocol, name, token, node_timeout, waiter);
+        out.undone = true;
     }
     return out;
 }
@@ -914,14 +935,14 @@ struct engine::acquire_run {
           node_timeout(self.node_timeout_for(options.lease)),
           waiter(make_waiter(
               {request.kind, self.client_tag_, self.channel(name), node_timeout, self.config_.drift,
-               &dlock::detail::random_jitter_ns, self.servers_.size() > 1},
+               &dlock::detail::random_jitter_ns, self.servers_.size()},
               protocol.queued)),
           policy(options, deadline) {
         // Already subscribed (a hot lock: our last wait on it lingers): register before the first
         // attempt, so a grant published after it is caught and no second attempt is needed.
         // Not for a call that cannot wait (try_lock()): a registration would only be left again.
         if (auto early = waiter->lingering();
-            early && deadline > steady::now() && self.subscriber_->subscribed(early->channel))
+            early && deadline > steady::now() && self.subscribed(early->channel))
             listen(waiter->listen_early());
     }
     // Once a request may have reached the server, every exit but a grant leaves the queue (or
@@ -934,9 +955,7 @@ struct engine::acquire_run {
     acquire_run& operator=(const acquire_run&) = delete;
 
     void listen(wait_target target) {
-        waiting.emplace(*self.subscriber_, std::move(target.channel),
-                        target.wake_one ? subscriber::wake_mode::one : subscriber::wake_mode::all,
-                        std::move(target.key));
+        waiting.emplace(self.subscribers_, std::move(target), self.quorum());
     }
 
     /// Register for the release (or hand-off) message, then attempt again at once: a release
@@ -964,11 +983,26 @@ struct engine::acquire_run {
         // message is then only a wake-up, and the attempt that follows (which finds the lock
         // handed to us, refreshes it and is WAITed) grants.
         if (!waiter->granted_by_message() || self.config_.wait_replicas > 0) return policy.woke();
-        if (const auto handed = waiter->woke(waiting->last_message(), steady::now())) {
-            granted = self.grant(name, token, handed->fence, options, request.kind, handed->sent,
-                                 handed->valid_until, true);
-            leave_armed = false;
-            return policy.next(steady::now(), report::granted());
+        std::optional<steady::time_point> more_until;  // Redlock: the rest of a quorum's grants
+        for (;;) {
+            const auto more = waiting->generation();  // before the messages: none is missed
+            const auto messages = waiting->last_messages();
+            const auto now = steady::now();
+            if (const auto handed = waiter->woke(messages, now)) {
+                waiting->granted();
+                registered_as();
+                granted = self.grant(name, token, handed->fence, options, request.kind,
+                                     handed->sent, handed->valid_until, true);
+                leave_armed = false;
+                return policy.next(steady::now(), report::granted());
+            }
+            if (!more_until) {
+                const auto grace = waiter->awaits_more(messages, now);
+                if (grace <= grace.zero()) break;
+                more_until = std::min(until, now + grace);
+            }
+            if (now >= *more_until || options.cancel.stop_requested()) break;
+            waiting->wait(more, *more_until, options.cancel);
         }
         return policy.woke();
     }
@@ -1026,10 +1060,7 @@ struct engine::acquire_run {
         }
         if (result.granted) {
             if (waiting) waiting->granted();
-            if (self.servers_.size() > 1 && !waiter->waiter_id().empty()) {
-                dlock::detail::lock_guard lock(self.registered_mutex_);
-                self.registered_as_[token] = waiter->waiter_id();
-            }
+            registered_as();
             granted =
                 self.grant(name, token, result.fencing_token, options, request.kind, sent,
                            dlock::detail::valid_until(sent, lease_ms, self.config_.drift), false);
@@ -1049,10 +1080,23 @@ struct engine::acquire_run {
             return policy.next(steady::now(), report::failed(code));
         }
         const auto now = steady::now();
-        const auto retry = waiter->contended(
-            {{result.holder_ms, result.granting}, result.holding, result.ticket, sent, lease_ms},
-            now);
+        const auto retry = waiter->contended({{result.holder_ms, result.granting},
+                                              result.holding,
+                                              result.ticket,
+                                              sent,
+                                              lease_ms,
+                                              std::move(result.node_tickets),
+                                              result.undone},
+                                             now);
         return policy.next(now, report::contended(retry));
+    }
+
+    /// Redlock: a holder that waited is registered under its waiter id on every node; its
+    /// release takes that id off them all.
+    void registered_as() {
+        if (self.servers_.size() < 2 || waiter->waiter_id().empty()) return;
+        dlock::detail::lock_guard lock(self.registered_mutex_);
+        self.registered_as_[token] = waiter->waiter_id();
     }
 
     void give_up(const step& s, std::error_code& ec) {
@@ -1078,7 +1122,7 @@ struct engine::acquire_run {
     dlock::detail::renewal_plan plan;
     std::chrono::milliseconds node_timeout;
     std::unique_ptr<waiter_strategy> waiter;
-    std::optional<subscriber::registration> waiting;
+    std::optional<listener> waiting;
     dlock::detail::acquire_policy policy;
     std::string failure;     // why the latest attempt failed, if it did
     std::uint64_t seen = 0;  // the notification generation read before the latest attempt
@@ -1431,27 +1475,30 @@ steady::time_point engine::retry_releases(steady::time_point now) {
 }
 
 void engine::run(std::stop_token stop) {
+    std::vector<pollfd> fds;
     while (!stop.stop_requested()) {
         auto next = std::min(renew_due(steady::now()), retry_releases(steady::now()));
-        const int sub_fd = subscriber_->service(steady::now(), next);
-        next = std::min(next, subscriber_->next_retry());
         // Sentinel: +switch-master on one sentinel (sentinel.hpp).
         int watch_fd = -1;
         if (config_.resolver) {
             watch_fd = config_.resolver->watch_service(steady::now());
             if (watch_fd < 0) next = std::min(next, config_.resolver->watch_retry());
         }
-
-        const short sub_events = sub_fd >= 0 ? subscriber_->wanted_events() : short{POLLIN};
-        pollfd fds[3] = {
-            {wake_fd_.fd(), POLLIN, 0}, {sub_fd, sub_events, 0}, {watch_fd, POLLIN, 0}};
+        // The wake-up, the watch, then each subscriber's connection (a negative fd is ignored).
+        fds.assign({{wake_fd_.fd(), POLLIN, 0}, {watch_fd, POLLIN, 0}});
+        for (auto& sub : subscribers_) {
+            const int fd = sub->service(steady::now(), next);
+            next = std::min(next, sub->next_retry());
+            fds.push_back({fd, fd >= 0 ? sub->wanted_events() : short{POLLIN}, 0});
+        }
         const int timeout_ms = dlock::detail::poll_timeout_ms(steady::now(), next);
-        const int n = ::poll(fds, 3, timeout_ms);  // a negative fd is ignored
+        const int n = ::poll(fds.data(), fds.size(), timeout_ms);
         worker_wakes_at_.store(steady::time_point::min().time_since_epoch().count());
         if (n <= 0) continue;
         if (fds[0].revents & POLLIN) wake_fd_.drain();
-        if (sub_fd >= 0 && fds[1].revents != 0) subscriber_->on_readable();
-        if (watch_fd >= 0 && fds[2].revents != 0) config_.resolver->watch_readable();
+        if (watch_fd >= 0 && fds[1].revents != 0) config_.resolver->watch_readable();
+        for (std::size_t i = 0; i < subscribers_.size(); ++i)
+            if (fds[2 + i].fd >= 0 && fds[2 + i].revents != 0) subscribers_[i]->on_readable();
     }
 }
 

@@ -35,6 +35,7 @@
 #include "redis/protocol.hpp"
 #include "redis/scripts.hpp"
 #include "redis/sentinel.hpp"
+#include "redis/listener.hpp"
 #include "redis/subscriber.hpp"
 
 namespace dlock::redis::detail {
@@ -219,6 +220,8 @@ private:
     /// lease, once).
     void track(const std::shared_ptr<dlock::detail::lease_core>& lease, bool handed_off = false);
     void wake() noexcept;
+    /// Whether `channel` is subscribed now on a quorum of subscribers (a hot lock's lingers).
+    bool subscribed(const std::string& channel) const;
     /// The background thread must run no later than `by` (a renewal, a subscription change):
     /// wakes it only if it would otherwise sleep past `by`. Marks the client active: for
     /// active_window after the last such call the thread sleeps at most active_tick at a time,
@@ -277,7 +280,9 @@ private:
     /// Names this client in its queued waiters' tokens: their hand-off channel (engine.cpp).
     const std::string client_tag_;
     dlock::detail::event_fd wake_fd_;  // wakes the background thread's poll
-    std::unique_ptr<subscriber> subscriber_;
+    /// One for the client (its nodes carry every release), or on Redlock one per node, in node
+    /// order (each hands its own key to its own head: docs/redlock.md, "Waiting").
+    std::vector<std::unique_ptr<subscriber>> subscribers_;
     dlock::detail::engine_thread worker_;
 };
 

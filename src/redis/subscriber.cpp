@@ -30,6 +30,20 @@ void wait_until(std::condition_variable& cv, dlock::detail::unique_lock& lock,
 
 }  // namespace
 
+void signal::raise() {
+    dlock::detail::lock_guard lock(mutex_);  // orders it after a waiter's check of the version
+    ++version_;
+    changed_.notify_all();
+}
+
+void signal::wait(std::uint64_t seen, steady::time_point deadline,
+                  const std::stop_token& cancel) {
+    const std::stop_callback wake_on_cancel(cancel, [this] { raise(); });
+    dlock::detail::unique_lock lock(mutex_);
+    wait_until(changed_, lock, deadline,
+               [&] { return version_.load() != seen || cancel.stop_requested(); });
+}
+
 subscriber::subscriber(std::vector<std::shared_ptr<node>> servers,
                        std::function<void(steady::time_point)> wake)
     : servers_(std::move(servers)),
@@ -39,12 +53,13 @@ subscriber::subscriber(std::vector<std::shared_ptr<node>> servers,
 subscriber::~subscriber() = default;
 
 subscriber::registration::registration(subscriber& owner, std::string channel, wake_mode mode,
-                                       std::string key)
-    : owner_(owner), channel_(std::move(channel)), key_(std::move(key)), mode_(mode) {
+                                       std::string key, signal* also)
+    : owner_(owner), channel_(std::move(channel)), key_(std::move(key)), mode_(mode), also_(also) {
     bool first = false;
     {
         dlock::detail::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
+        if (also_) ch.signals.emplace_back(key_, also_);
         if (mode_ == wake_mode::all) ++ch.waking_all;
         if (!key_.empty()) ++ch.keyed[key_].registrations;
         if (ch.subscribed) epoch_ = ch.epoch;
@@ -61,6 +76,11 @@ subscriber::registration::~registration() {
     {
         dlock::detail::lock_guard lock(owner_.mutex_);
         auto& ch = owner_.channels_[channel_];
+        if (also_) {
+            const auto it = std::find(ch.signals.begin(), ch.signals.end(),
+                                      std::pair<std::string, signal*>(key_, also_));
+            if (it != ch.signals.end()) ch.signals.erase(it);
+        }
         if (mode_ == wake_mode::all) --ch.waking_all;
         if (!key_.empty()) {
             const auto it = ch.keyed.find(key_);
@@ -105,6 +125,27 @@ bool subscriber::registration::subscribed_throughout() const {
     dlock::detail::lock_guard lock(owner_.mutex_);
     const auto& ch = owner_.channels_[channel_];
     return epoch_ != 0 && ch.subscribed && ch.epoch == epoch_;
+}
+
+bool subscriber::registration::subscribed() const {
+    dlock::detail::lock_guard lock(owner_.mutex_);
+    return owner_.channels_[channel_].subscribed;
+}
+
+subscriber::registration::reading::reading(const registration& r) : owner_(r.owner_) {
+    bool wake = false;
+    {
+        dlock::detail::lock_guard lock(owner_.mutex_);
+        ++owner_.sleepers_;  // service() polls for a sleeper; a lent reader gives it back
+        // A waiter that has it lent reads (and dispatches) everything until it gives it back.
+        wake = !owner_.lent_ && !owner_.background_polls_;
+    }
+    if (wake) owner_.wake_(steady::time_point::min());
+}
+
+subscriber::registration::reading::~reading() {
+    dlock::detail::lock_guard lock(owner_.mutex_);
+    --owner_.sleepers_;
 }
 
 // In both waits the stop_callback is made before the lock and destroyed after it: it may run at
@@ -250,6 +291,7 @@ void subscriber::notify_everyone_locked() {
     for (auto& [name, ch] : channels_) {
         ch.changed.notify_all();
         ch.confirmed.notify_all();
+        ch.raise(nullptr);
     }
 }
 
@@ -401,6 +443,7 @@ void subscriber::dispatch(const reply& r) {
                 it->second.last_message = text;
                 ++it->second.messages;
                 ch.changed.notify_all();
+                ch.raise(&it->first);
             }
             return;
         }
@@ -408,6 +451,7 @@ void subscriber::dispatch(const reply& r) {
         if (ch.waking_all > 0 || ch.waiters == 0) {
             ++ch.generation;
             ch.changed.notify_all();
+            ch.raise(nullptr);
         } else if (ch.wakeups < static_cast<std::uint64_t>(ch.waiters)) {
             // One release lets one waiter in: wake one, not the herd. A reader that is the
             // channel's longest waiter takes it itself, right after this read.
@@ -431,6 +475,7 @@ void subscriber::dispatch(const reply& r) {
         ++ch.generation;
         ch.changed.notify_all();
         ch.confirmed.notify_all();
+        ch.raise(nullptr);
     } else if (kind == "unsubscribe") {
         if (ch.waiters > 0) dirty_ = true;  // a waiter came back meanwhile: subscribe again
     }

@@ -31,8 +31,15 @@
 // confirmation, reconnect) may have missed a release published before the server subscribed.
 // It never blocks past the `latest` it is given, and it sleeps while it has nothing to do: with the
 // connection down and nobody waiting it forgets every channel instead of retrying.
+//
+// Redlock's hand-off (docs/redlock.md, "Waiting") needs each node's grant: a subscriber per node,
+// and one thread waiting on a registration in each. Such a registration is made with a `signal`,
+// raised with every change that would end its wait() (a message for its key, the channel's
+// confirmation, a reconnect); the thread sleeps on that signal, holding a `reading` so that each
+// background thread reads for it (a connection is lent only to a thread in wait()).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -54,6 +61,22 @@
 
 namespace dlock::redis::detail {
 
+/// Wakes a thread that waits on registrations of several subscribers at once (see the file
+/// comment). Raised with its subscriber's mutex held: it takes only its own.
+class signal {
+public:
+    /// Moves with each raise(): read it before an attempt, pass it to wait() after.
+    std::uint64_t version() const noexcept { return version_.load(); }
+    void raise();
+    /// Sleeps until version() != `seen`, `deadline`, or a stop request on `cancel`.
+    void wait(std::uint64_t seen, steady::time_point deadline, const std::stop_token& cancel);
+
+private:
+    std::atomic<std::uint64_t> version_{0};
+    dlock::detail::mutex mutex_;
+    std::condition_variable changed_;
+};
+
 class subscriber {
 public:
     /// `wake(by)` is called (with no lock held) when the background thread must call service()
@@ -73,8 +96,9 @@ public:
     class registration {
     public:
         /// `key` non-empty: a keyed waiter of a hand-off channel (see the file comment).
+        /// `also`: raised with every change that would end wait() (see the file comment).
         registration(subscriber& owner, std::string channel, wake_mode mode = wake_mode::all,
-                     std::string key = {});
+                     std::string key = {}, signal* also = nullptr);
         ~registration();
         registration(const registration&) = delete;
         registration& operator=(const registration&) = delete;
@@ -97,6 +121,21 @@ public:
         /// made: then every message published after that was delivered here unless the
         /// connection failed (which bumps the generation).
         bool subscribed_throughout() const;
+        /// Whether the server confirmed the channel's subscription and it still holds.
+        bool subscribed() const;
+
+        /// While it lives, the background thread reads the connection for a thread that waits
+        /// on this registration's signal instead of in wait().
+        class reading {
+        public:
+            explicit reading(const registration& r);
+            ~reading();
+            reading(const reading&) = delete;
+            reading& operator=(const reading&) = delete;
+
+        private:
+            subscriber& owner_;
+        };
 
     private:
         std::uint64_t generation_locked() const DLOCK_REQUIRES(owner_.mutex_);
@@ -105,6 +144,7 @@ public:
         std::string channel_;
         std::string key_;
         wake_mode mode_;
+        signal* also_;
         std::uint64_t epoch_ = 0;     // the channel's subscription epoch when registered, 0: none
         mutable bool woken_ = false;  // holds a wake-up (wake_mode::one) not yet used
     };
@@ -158,6 +198,13 @@ private:
             std::string last_message;
         };
         std::unordered_map<std::string, keyed_waiter> keyed;  // hand-off channels, by token
+        /// The signals of its registrations that have one, with their keys.
+        std::vector<std::pair<std::string, signal*>> signals;
+        /// Raises the signals of `key`'s registrations (nullptr: of every registration).
+        void raise(const std::string* key) const {
+            for (const auto& [k, s] : signals)
+                if (!key || k == *key) s->raise();
+        }
         std::set<std::uint64_t> in_wait;  // tickets of its waiters in wait(), oldest first
         std::uint64_t reading = 0;        // the ticket of its waiter that reads the connection
         /// Whether its waiter that reads the connection has waited longest of those in wait().

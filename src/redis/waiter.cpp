@@ -23,8 +23,8 @@ steady::time_point waiter_strategy::retry_after(const contended_attempt& attempt
 std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued) {
     if (queued) return std::make_unique<queued_waiter>(std::move(context));
     // Redlock registers its waiters too, on every server (docs/redlock.md, "Waiting"): each
-    // server hands its key to its own live head and wakes it, and the client hears the server
-    // its subscriber listens on. The grant still takes a quorum of votes in one attempt.
+    // server hands its key to its own live head and tells it, and a quorum of those grants at one
+    // fencing token is a grant (else an attempt takes a quorum of the keys up).
     if (context.kind == lock_kind::exclusive)
         return std::make_unique<turn_waiter>(std::move(context));
     return std::make_unique<broadcast_waiter>(std::move(context));

@@ -12,8 +12,9 @@
 //                      the mutex waiters, and a release wakes only their live head, which gets a
 //                      turn on one server (docs/redis-lock.md, "Waking one waiter"); on Redlock
 //                      it registers on every server, each hands its key to its own head and
-//                      wakes it, no turns, and the head's attempt (its id as its token) takes a
-//                      quorum of them up (docs/redlock.md, "Waiting").
+//                      tells it, no turns: a quorum of those grants at one fencing token is the
+//                      grant, else the head's attempt (its id as its token) takes a quorum of
+//                      them up (docs/redlock.md, "Waiting").
 //   queued_waiter      the fair and write kinds: one queue entry for the whole call, and a
 //                      release hands the lock to the head directly (docs/lock-family.md,
 //                      "Hand-off"), checked by the ticket rule (acquire_rules.hpp).
@@ -27,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <dlock/backend.hpp>
 
@@ -53,9 +55,10 @@ struct waiter_context {
     std::chrono::milliseconds node_timeout{};
     dlock::detail::drift_model drift{};
     jitter_source jitter = nullptr;
-    /// Redlock: a node hands its free key to its head's waiter id (lib/queue.lua,
-    /// dlock_hand_mutex_head), so a registered turn_waiter attempts with that id as its token.
-    bool handed_to_id = false;
+    /// How many nodes vote (Redlock: more than one). There a node hands its free key to its
+    /// head's waiter id and tells it so (lib/queue.lua, dlock_hand_mutex_head): a registered
+    /// turn_waiter attempts with that id as its token, and a quorum of such grants is a grant.
+    std::size_t nodes = 1;
 };
 
 /// What a contended attempt told the waiter.
@@ -65,6 +68,10 @@ struct contended_attempt {
     std::uint64_t ticket = 0;           ///< queued kinds: our entry's ticket; 0: none reported
     steady::time_point sent;            ///< when the attempt was sent
     std::chrono::milliseconds lease{};  ///< the lease it asked for
+    /// Several nodes: each one's ticket when it answered "held" with one, else 0.
+    std::vector<std::uint64_t> node_tickets;
+    /// The attempt was undone everywhere, its registration with it (a split, a failure).
+    bool undone = false;
 };
 
 class waiter_strategy {
@@ -101,11 +108,17 @@ public:
     /// Whether a message can grant the lock (a hand-off): only then does the engine read the
     /// channel's latest message after a wait and ask woke().
     virtual bool granted_by_message() const noexcept { return false; }
-    /// After a wait: whether `message`, the channel's latest (for our key), grants us the lock,
-    /// valid at `now`; nullopt: attempt again.
-    virtual std::optional<handoff_grant> woke(std::string_view /*message*/,
+    /// After a wait: whether `messages`, the channel's latest (for our key) from each node (one
+    /// on one server), grant us the lock, valid at `now`; nullopt: attempt again.
+    virtual std::optional<handoff_grant> woke(const std::vector<std::string>& /*messages*/,
                                               steady::time_point /*now*/) const {
         return std::nullopt;
+    }
+    /// After woke() said no: how long to wait for more nodes' grants before attempting (some
+    /// granted, not yet a quorum: the others' are on their way); zero: attempt now.
+    virtual std::chrono::nanoseconds awaits_more(const std::vector<std::string>& /*messages*/,
+                                                 steady::time_point /*now*/) const {
+        return {};
     }
 
 protected:
@@ -138,9 +151,10 @@ private:
 /// The exclusive kind: registered among the mutex waiters (on every server) once it waits.
 class turn_waiter final : public waiter_strategy {
 public:
-    using waiter_strategy::waiter_strategy;
+    explicit turn_waiter(waiter_context context);
     const std::string& next_token() override;
     const std::string& waiter_id() const noexcept override { return waiter_; }
+    std::uint64_t ticket_floor() const noexcept override { return handoff_.floor(); }
     const std::string* leaves_as() const noexcept override;
     /// Redlock: the hand-off channel, if it lingers, so that a waiter on a hot lock registers
     /// with its first attempt (one round on every server fewer); nullopt on one server.
@@ -148,12 +162,19 @@ public:
     wait_target listen_early() override;
     wait_target subscribe() override;
     steady::time_point contended(const contended_attempt& attempt, steady::time_point now) override;
+    /// Redlock: the nodes' hand-off grants (quorum_handoff).
+    bool granted_by_message() const noexcept override { return context_.nodes > 1; }
+    std::optional<handoff_grant> woke(const std::vector<std::string>& messages,
+                                      steady::time_point now) const override;
+    std::chrono::nanoseconds awaits_more(const std::vector<std::string>& messages,
+                                         steady::time_point now) const override;
 
 private:
     wait_target target() const;
 
     std::string token_;
     std::string waiter_;  // "mutex:<client>.<random>", from the first wait on
+    quorum_handoff handoff_;  // Redlock: one ticket per node
 };
 
 /// The fair and write kinds: one queue entry (one token) for the whole call, granted by hand-off.
@@ -167,7 +188,7 @@ public:
     wait_target subscribe() override { return subscribe_target(); }
     steady::time_point contended(const contended_attempt& attempt, steady::time_point now) override;
     bool granted_by_message() const noexcept override { return true; }
-    std::optional<handoff_grant> woke(std::string_view message,
+    std::optional<handoff_grant> woke(const std::vector<std::string>& messages,
                                       steady::time_point now) const override;
 
 private:

@@ -24,12 +24,12 @@ steady::time_point queued_waiter::contended(const contended_attempt& attempt,
     return retry_after(attempt, true, now);
 }
 
-std::optional<handoff_grant> queued_waiter::woke(std::string_view message,
+std::optional<handoff_grant> queued_waiter::woke(const std::vector<std::string>& messages,
                                                  steady::time_point now) const {
     // Direct hand-off: the releaser made us the owner and told us the fencing token, so no round
     // trip is needed. Only the latest message is kept, and messages arrive in the order they
     // were published, so a stale one never hides the grant of our current entry.
-    return ticket_.accept(message, token_, now, context_.drift);
+    return ticket_.accept(messages.front(), token_, now, context_.drift);
 }
 
 }  // namespace dlock::redis::detail

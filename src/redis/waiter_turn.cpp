@@ -6,9 +6,12 @@
 
 namespace dlock::redis::detail {
 
+turn_waiter::turn_waiter(waiter_context context)
+    : waiter_strategy(std::move(context)), handoff_(context_.nodes) {}
+
 const std::string& turn_waiter::next_token() {
     // Redlock, registered: a node's key handed to us holds our id, so the id is our token.
-    if (context_.handed_to_id && !waiter_.empty()) return waiter_;
+    if (context_.nodes > 1 && !waiter_.empty()) return waiter_;
     token_ = new_token();  // a fresh owner token per attempt, as broadcast_waiter
     return token_;
 }
@@ -23,7 +26,7 @@ wait_target turn_waiter::target() const {
 }
 
 std::optional<wait_target> turn_waiter::lingering() const {
-    if (!context_.handed_to_id) return std::nullopt;
+    if (context_.nodes < 2) return std::nullopt;
     return target();  // its key is made by listen_early()
 }
 
@@ -44,9 +47,37 @@ wait_target turn_waiter::subscribe() {
 
 steady::time_point turn_waiter::contended(const contended_attempt& attempt,
                                           steady::time_point now) {
+    if (context_.nodes > 1) {
+        // The undo took our entries off every node: their grants count no more, and the next
+        // attempt registers again with higher tickets. Else every node answered "held": a grant
+        // of its counts from this attempt on (quorum_handoff).
+        if (attempt.undone) {
+            handoff_.forget();
+        } else {
+            for (std::size_t i = 0; i < attempt.node_tickets.size(); ++i)
+                handoff_.not_yet(i, attempt.node_tickets[i], attempt.sent, attempt.lease);
+        }
+    }
     // Registered: the entry's liveness is refreshed on time, which also bounds how long a woken
     // head that never takes the lock (paused, dead) delays the others.
     return retry_after(attempt, !waiter_.empty(), now);
+}
+
+std::optional<handoff_grant> turn_waiter::woke(const std::vector<std::string>& messages,
+                                               steady::time_point now) const {
+    if (context_.nodes < 2 || waiter_.empty()) return std::nullopt;
+    return handoff_.accept(messages, waiter_, context_.nodes / 2 + 1, now, context_.drift);
+}
+
+std::chrono::nanoseconds turn_waiter::awaits_more(const std::vector<std::string>& messages,
+                                                  steady::time_point now) const {
+    // A release reaches every node at once, so the rest of a quorum's grants follow the first
+    // within about a node's reply time. Grants that stay short of a quorum mean the nodes'
+    // queues disagree (or a node is slow): the attempt then settles it (a split is undone).
+    if (context_.nodes < 2 || waiter_.empty()) return {};
+    const auto some = handoff_.granting(messages, waiter_, now, context_.drift);
+    return some > 0 ? std::chrono::nanoseconds(2 * context_.node_timeout)
+                    : std::chrono::nanoseconds{};
 }
 
 }  // namespace dlock::redis::detail

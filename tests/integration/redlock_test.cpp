@@ -88,10 +88,10 @@ TEST(Redlock, ReleaseWakesAWaiterLongBeforeTheLeaseRunsOut) {
                     {"PUBSUB", "CHANNELS", probe.release_channel(name) + ":mutex:*"});
                 subscribed += !r.empty();
             }
-            return subscribed == 1;
+            return subscribed == 5;
         },
         5s))
-        << "one subscriber connection, on one server";
+        << "a subscriber connection on every server: each hands its key to its own head";
     grant.release();
     EXPECT_TRUE(eventually([&] { return acquired.load(); }, 10s));
 }
@@ -183,6 +183,17 @@ int keys_holding(dlock::redis::client& probe, const std::string& name, const std
     return count;
 }
 
+/// How many scripts `server` ran so far (INFO commandstats: EVALSHA and EVAL calls).
+long long script_calls(dlock::test::redis_server& server) {
+    const auto stats = server.command({"INFO", "commandstats"});
+    long long calls = 0;
+    for (const std::string cmd : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+        const auto at = stats.find(cmd);
+        if (at != std::string::npos) calls += std::stoll(stats.substr(at + cmd.size()));
+    }
+    return calls;
+}
+
 void forget(dlock::redis::client& probe, const std::string& name) {
     const auto key = probe.lock_key(name);
     for (std::size_t i = 0; i < fleet().size(); ++i) {
@@ -255,16 +266,62 @@ TEST(Redlock, AWaiterThatGivesUpHandsOnAKeyHandedToIt) {
 }
 
 // The head takes up the keys handed to it: its attempt carries its waiter id as its token, and a
-// server whose key holds that id answers "granted".
-TEST(Redlock, AWokenHeadHoldsUnderItsWaiterId) {
-    auto holder = make_redlock();
+// server whose key holds that id answers "granted" (the way to a grant when the messages were
+// lost, or fell short of a quorum).
+TEST(Redlock, AWokenHeadTakesUpTheKeysHandedToIt) {
+    auto holder = make_redlock(scaled(2s));  // every server's reply is asserted on
     dlock::redis::client probe({.url = fleet()[0].url()});
     const auto name = unique_name();
     auto grant = holder.acquire(name, {.lease = 60s});
     std::atomic<bool> acquired{false};
     std::atomic<std::uint64_t> fence{0};
     std::jthread waiter([&](const std::stop_token& release) {
-        auto own = make_redlock();
+        auto own = make_redlock(scaled(2s));
+        std::error_code ec;  // canceled: the test failed before the release
+        auto mine = own.acquire(name, {.lease = 60s, .cancel = release}, ec);
+        if (ec) return;
+        fence = mine.fencing_token();
+        acquired = true;
+        while (!release.stop_requested()) std::this_thread::sleep_for(1ms);
+    });
+    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
+    const auto key = probe.lock_key(name);
+    const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
+    const auto handed = grant.fencing_token() + 1;
+    // Every server hands its key to the waiter, and no grant message reaches it (lost).
+    for (std::size_t i = 0; i < fleet().size(); ++i) {
+        fleet()[i].command({"SET", key, id, "PX", "2000"});
+        fleet()[i].command({"SET", probe.fence_key(name), std::to_string(handed)});
+    }
+    // A wake-up without a grant (as the re-check after a lost message): it attempts.
+    fleet()[0].command(
+        {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
+    ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
+    EXPECT_EQ(keys_holding(probe, name, id), 5) << "held under its waiter id";
+    EXPECT_EQ(fence.load(), handed) << "the hand-offs' token";
+    for (std::size_t i = 0; i < fleet().size(); ++i) {
+        EXPECT_GT(std::stoll(fleet()[i].command({"PTTL", key})), 30000)
+            << "server " << i << ": the attempt took the key up with the lease it asked for";
+    }
+    waiter.request_stop();
+    waiter.join();
+    EXPECT_EQ(holders(key), 0) << "released everywhere";
+    std::error_code ignored;  // the holder's keys were taken from it above
+    grant.release(ignored);
+}
+
+// The grant by message (docs/redlock.md, "Waiting"): each server hands its key to its head and
+// tells it "granted <fence> <ticket> <id>"; a quorum of those at one fence is the grant, with no
+// attempt after it. The keys then carry the hand-off lease, which the watchdog extends at once.
+TEST(Redlock, AHeadHoldsOnAQuorumOfHandOffsWithoutAnotherAttempt) {
+    auto holder = make_redlock(scaled(2s));
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    const auto name = unique_name();
+    auto grant = holder.acquire(name, {.lease = 60s});
+    std::atomic<bool> acquired{false};
+    std::atomic<std::uint64_t> fence{0};
+    std::jthread waiter([&](const std::stop_token& release) {
+        auto own = make_redlock(scaled(2s));
         std::error_code ec;  // canceled: the test failed before the release
         auto mine = own.acquire(name, {.lease = 60s, .cancel = release}, ec);
         if (ec) return;
@@ -276,22 +333,32 @@ TEST(Redlock, AWokenHeadHoldsUnderItsWaiterId) {
     const auto id =
         fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
     const auto before = grant.fencing_token();
+    std::vector<long long> scripts;
+    for (std::size_t i = 0; i < fleet().size(); ++i) scripts.push_back(script_calls(fleet()[i]));
     grant.release();
     ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
-    EXPECT_EQ(keys_holding(probe, name, id), 5) << "held under its waiter id";
     EXPECT_GT(fence.load(), before);
-    // The wake-up can come from a server the release reached first: the attempt then finds
-    // the holder's key still on a server the release has not reached, counts the quorum of the
-    // others, and that server's hand-off comes after (its key then holds the id with the hand-off
-    // lease until the next renewal). A quorum at least was taken up with the lease asked for.
-    std::size_t taken_up = 0;
+    int handed = 0;  // servers whose key still carries the hand-off lease, and ran no attempt
+    std::string seen;
     for (std::size_t i = 0; i < fleet().size(); ++i) {
         const auto pttl = std::stoll(fleet()[i].command({"PTTL", probe.lock_key(name)}));
-        taken_up += pttl > 30000;
-        EXPECT_TRUE(pttl > 30000 || (pttl > 0 && pttl <= 2000))
-            << "server " << i << ": taken up, or handed to it after the attempt (" << pttl << ")";
+        const auto calls = script_calls(fleet()[i]) - scripts[i];
+        handed += pttl > 0 && pttl <= 2000 && calls == 1;
+        seen += " [" + std::to_string(pttl) + " ms, " + std::to_string(calls) + " scripts]";
     }
-    EXPECT_GE(taken_up, 3u) << "the attempt took a quorum up with the lease it asked for";
+    EXPECT_GE(handed, 3) << "held on the servers' hand-offs alone (the release, no attempt):"
+                         << seen;
+    EXPECT_TRUE(eventually(
+        [&] {
+            for (std::size_t i = 0; i < fleet().size(); ++i) {
+                if (std::stoll(fleet()[i].command({"PTTL", probe.lock_key(name)})) <= 30000)
+                    return false;
+            }
+            return true;
+        },
+        10s))
+        << "the watchdog extends the hand-off lease to the lease asked for";
+    EXPECT_EQ(keys_holding(probe, name, id), 5);
     waiter.request_stop();
     waiter.join();
     EXPECT_EQ(holders(probe.lock_key(name)), 0) << "released everywhere";

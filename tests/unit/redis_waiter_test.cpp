@@ -67,7 +67,7 @@ TEST(RedisWaiter, BroadcastSendsAFreshTokenAndWakesOneWhereOneGetsIn) {
         EXPECT_TRUE(target.key.empty());
         EXPECT_EQ(w->contended(held(30'000), t0), t0 + 30s);  // no entry to keep alive
         EXPECT_FALSE(w->granted_by_message());
-        EXPECT_FALSE(w->woke("granted 1 1 " + first, t0));
+        EXPECT_FALSE(w->woke({"granted 1 1 " + first}, t0));
     }
 }
 
@@ -90,6 +90,45 @@ TEST(RedisWaiter, TheMutexTurnRegistersOnceItWaits) {
     EXPECT_EQ(w->contended(held(30'000), t0), t0 + waiter_liveness / 3);
     EXPECT_EQ(w->contended(held(80), t0), t0 + 80ms);
     EXPECT_FALSE(w->granted_by_message());  // a wake-up is a turn, not a grant: attempt again
+    EXPECT_EQ(w->ticket_floor(), 0u);
+}
+
+// Redlock (docs/redlock.md, "Waiting"): each node hands its key to its own head and tells it
+// "granted <fence> <ticket> <id>"; the head holds once a quorum of nodes did so for the entries
+// its latest attempt was told "held" with there, at one fence, within the hand-off lease.
+TEST(RedisWaiter, ARedlockHeadHoldsOnAQuorumOfGrantsAtOneFence) {
+    auto ctx = context(lock_kind::exclusive);
+    ctx.nodes = 3;
+    auto w = make_waiter(ctx, false);
+    const auto id = w->subscribe().key;
+    EXPECT_EQ(w->next_token(), id) << "registered: its id is its token on every node";
+    EXPECT_TRUE(w->granted_by_message());
+    const auto grant = [&](int fence, int ticket) {
+        return "granted " + std::to_string(fence) + " " + std::to_string(ticket) + " " + id;
+    };
+    contended_attempt attempt{{30'000, 0}, 3, 0, t0, 10s, {4, 7, 2}, false};
+    w->contended(attempt, t0);
+    EXPECT_EQ(w->ticket_floor(), 7u) << "the highest ticket of any node";
+    EXPECT_FALSE(w->woke({grant(9, 4), "", ""}, t0 + 1ms)) << "one node of three";
+    const auto g = w->woke({grant(9, 4), grant(9, 7), ""}, t0 + 1ms);
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->fence, 9u);
+    EXPECT_EQ(g->sent, t0);
+    EXPECT_LE(g->valid_until, t0 + dlock::redis::detail::handoff_lease)
+        << "the key handed over carries the hand-off lease";
+    EXPECT_FALSE(w->woke({grant(9, 4), grant(10, 7), ""}, t0 + 1ms))
+        << "the fences disagree: an attempt writes back";
+    EXPECT_FALSE(w->woke({grant(9, 3), grant(9, 7), ""}, t0 + 1ms)) << "node 0: an older entry";
+    EXPECT_FALSE(w->woke({grant(9, 4), "granted 9 7 mutex:c1.other", ""}, t0 + 1ms))
+        << "node 1 handed to another waiter";
+    EXPECT_FALSE(w->woke({grant(9, 4), grant(9, 7), ""}, t0 + dlock::redis::detail::handoff_lease))
+        << "past the hand-off lease";
+    EXPECT_FALSE(w->woke({"wake " + id, "wake " + id, "wake " + id}, t0 + 1ms));
+    // The undo of a split takes the entries off every node: their grants count no more.
+    attempt.undone = true;
+    w->contended(attempt, t0 + 2ms);
+    EXPECT_FALSE(w->woke({grant(9, 4), grant(9, 7), grant(9, 2)}, t0 + 3ms));
+    EXPECT_EQ(w->ticket_floor(), 7u) << "the next entries get higher tickets";
 }
 
 TEST(RedisWaiter, AQueuedWaiterKeepsItsPlaceAndIsHandedTheLock) {
@@ -108,8 +147,8 @@ TEST(RedisWaiter, AQueuedWaiterKeepsItsPlaceAndIsHandedTheLock) {
 
     EXPECT_EQ(w->contended(held(30'000, 4), t0), t0 + waiter_liveness / 3);
     EXPECT_EQ(w->ticket_floor(), 4u);
-    EXPECT_FALSE(w->woke("granted 9 3 " + token, t0));  // an older entry's
-    const auto g = w->woke("granted 9 4 " + token, t0 + 1ms);
+    EXPECT_FALSE(w->woke({"granted 9 3 " + token}, t0));  // an older entry's
+    const auto g = w->woke({"granted 9 4 " + token}, t0 + 1ms);
     ASSERT_TRUE(g);
     EXPECT_EQ(g->fence, 9u);
     EXPECT_EQ(g->sent, t0);
@@ -122,7 +161,7 @@ TEST(RedisWaiter, AQueuedWaiterRecordsNoTicketWhenNobodyHolds) {
     contended_attempt split{{5'000, 1}, 0, 4, t0, 10s};  // no server answered "held"
     w->contended(split, t0);
     EXPECT_EQ(w->ticket_floor(), 0u);
-    EXPECT_FALSE(w->woke("granted 9 4 " + token, t0));
+    EXPECT_FALSE(w->woke({"granted 9 4 " + token}, t0));
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 -- be absent); ARGV[1] owner token, ARGV[2] lease in ms, ARGV[5] waiter liveness ms, ARGV[9]
 -- waiter id (<kind>:<client>.<random>; empty or absent: the caller does not register, e.g. a
 -- first attempt, try_lock() or Redlock), ARGV[10] the fence counter's idle period in ms,
--- ARGV[11] '0' when the token must not take the server's clock as a floor (Redlock; lib/fence.lua).
+-- ARGV[11] '0' when the token must not take the server's clock as a floor (Redlock; lib/fence.lua),
+-- ARGV[8] (Redlock) the highest ticket the waiter was told on any node.
 -- Returns {1, fencing token} when granted, {0, ms} when not: held (ms: the holder's remaining
 -- lease, -1: no expiry), or free but reserved as another waiter's turn (the turn counts as held
 -- for everyone but its waiter, try_lock() included; ms: the turn's remaining time for a caller
@@ -47,12 +48,17 @@ local turn_key, woken_key = KEYS[6], KEYS[7]
 if not woken_key then turn_key = nil end
 
 -- Not granted: register (or refresh) the waiter, and keep its woken mark as long as its entry.
+-- Redlock (no turns): the reply also carries the entry's ticket, above ARGV[8] (every ticket the
+-- waiter had on any node), which the node's hand-off grant names (dlock_hand_mutex_head).
 local function wait_with(ms)
   if waiter then
-    dlock_join_queue(KEYS[3], KEYS[4], KEYS[5], waiter, 0, dlock_now_ms(), tonumber(ARGV[5]))
+    local floor = turn_key and 0 or ARGV[8]
+    local ticket = dlock_join_queue(KEYS[3], KEYS[4], KEYS[5], waiter, floor, dlock_now_ms(),
+                                    tonumber(ARGV[5]))
     if woken_key and dlock_get_string(woken_key) == waiter then
       redis.call('PEXPIRE', woken_key, ARGV[5])
     end
+    if not turn_key then return {0, ms, ticket} end
   end
   return {0, ms}
 end

@@ -149,20 +149,25 @@ end
 -- it to its own live head at once instead of waking it, as a fair_mutex release does on one server:
 -- the key becomes the head's waiter id (its owner token from its registration on) with a fresh
 -- fencing token (no clock floor: Redlock's counters, lib/fence.lua) and a lease of `lease_ms`, the
--- head leaves the queue, and it is told "wake <its id>" on its client's hand-off channel. The head
--- still holds only once its own attempt finds a quorum of nodes where the key is its id
--- (acquire.lua answers "granted" there); where the nodes' queues disagree, the attempt is a split
--- and is undone, which hands each node on (models/redlock_grant.pml). So nobody barges past a live
--- waiter, and a woken head never races its releaser. A live head that is `except` (the calling
--- waiter itself; nil: none) is not handed anything. Returns an error reply when the fence counter
--- is unusable, else nil.
+-- head leaves the queue, and it is told "granted <fence> <ticket> <its id>" on its client's
+-- hand-off channel (dlock_publish_grant; the ticket is its entry's arrival number there). The head
+-- holds once such grants from a quorum of nodes, at one fencing token, reached it, each for the
+-- entry its latest attempt there was told "held" with (the ticket rule, one ticket per node); else
+-- its own attempt finds the nodes where the key is its id (acquire.lua answers "granted" there).
+-- Where the nodes' queues disagree, that attempt is a split and is undone, which hands each node
+-- on (models/redlock_grant.pml). So nobody barges past a live waiter, and a head never races its
+-- releaser. `lease_ms` is never above the hand-off lease the waiter counts a grant's validity with
+-- (dlock::redis::detail::handoff_lease). A live head that is `except` (the calling waiter itself;
+-- nil: none) is not handed anything. Returns an error reply when the fence counter is unusable,
+-- else nil.
 local function dlock_hand_mutex_head(owner, fence_key, queue, alive, channel, lease_ms, idle_ms,
                                     except)
   local head = dlock_live_mutex_head(queue, alive)
   if not head or head == except then return nil end
+  local ticket = redis.call('ZSCORE', queue, head)
   local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms, '0')
   if not fence then return bad end
-  dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
+  dlock_publish_grant(channel, head, fence, ticket)
   return nil
 end
 
