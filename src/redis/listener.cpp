@@ -4,10 +4,9 @@
 
 namespace dlock::redis::detail {
 
-listener::listener(const std::vector<std::unique_ptr<subscriber>>& subscribers,
-                   wait_target target, std::size_t quorum)
-    : quorum_(quorum),
-      signal_(subscribers.size() > 1 ? std::make_unique<signal>() : nullptr) {
+listener::listener(const std::vector<std::unique_ptr<subscriber>>& subscribers, wait_target target,
+                   std::size_t quorum)
+    : quorum_(quorum), signal_(subscribers.size() > 1 ? std::make_unique<signal>() : nullptr) {
     const auto mode = target.wake_one ? subscriber::wake_mode::one : subscriber::wake_mode::all;
     on_.reserve(subscribers.size());
     for (const auto& s : subscribers) {
@@ -25,8 +24,8 @@ void listener::wait_subscribed(steady::time_point deadline, const std::stop_toke
     if (!signal_) return on_.front()->wait_subscribed(deadline, cancel);
     for (;;) {
         const auto seen = signal_->version();  // before the count: a confirmation after it wakes
-        const auto confirmed = std::count_if(on_.begin(), on_.end(),
-                                             [](const auto& r) { return r->subscribed(); });
+        const auto confirmed =
+            std::count_if(on_.begin(), on_.end(), [](const auto& r) { return r->subscribed(); });
         if (static_cast<std::size_t>(confirmed) >= quorum_ || cancel.stop_requested() ||
             steady::now() >= deadline)
             return;
@@ -40,7 +39,8 @@ void listener::wait(std::uint64_t seen, steady::time_point deadline,
     // Every node's background thread reads for us while we sleep on the signal.
     std::vector<std::unique_ptr<subscriber::registration::reading>> reading;
     reading.reserve(on_.size());
-    for (const auto& r : on_) reading.push_back(std::make_unique<subscriber::registration::reading>(*r));
+    for (const auto& r : on_)
+        reading.push_back(std::make_unique<subscriber::registration::reading>(*r));
     signal_->wait(seen, deadline, cancel);
 }
 

@@ -36,8 +36,7 @@ void signal::raise() {
     changed_.notify_all();
 }
 
-void signal::wait(std::uint64_t seen, steady::time_point deadline,
-                  const std::stop_token& cancel) {
+void signal::wait(std::uint64_t seen, steady::time_point deadline, const std::stop_token& cancel) {
     const std::stop_callback wake_on_cancel(cancel, [this] { raise(); });
     dlock::detail::unique_lock lock(mutex_);
     wait_until(changed_, lock, deadline,

@@ -173,7 +173,7 @@ private:
     wait_target target() const;
 
     std::string token_;
-    std::string waiter_;  // "mutex:<client>.<random>", from the first wait on
+    std::string waiter_;      // "mutex:<client>.<random>", from the first wait on
     quorum_handoff handoff_;  // Redlock: one ticket per node
 };
 

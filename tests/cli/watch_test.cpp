@@ -294,8 +294,10 @@ TEST(StatusWatch, RedlockWatchSeesEveryServer) {
         << watch.out();
     // The servers change one after another; the view follows each: wait for where it ends.
     {
-        cli_process holder(
-            {"run", "--url", url, "rl", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN; sleep 60"});
+        // A vote bound no loaded machine misses (the default is at most 50 ms per server).
+        cli_process holder({"run", "--node-timeout",
+                            std::to_string(dlock::test::scaled(500ms).count()) + "ms", "--url", url,
+                            "rl", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN; sleep 60"});
         EXPECT_TRUE(last_line_has(watch, "rl: held on 3 of 3 servers (quorum 2)")) << watch.out();
         EXPECT_TRUE(eventually([&] { return holder.out().ends_with("\n"); }, 10s));
         token = holder.out().substr(0, holder.out().size() - 1);
