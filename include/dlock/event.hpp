@@ -49,7 +49,8 @@ struct lock_event {
     /// lost: why the grant was lost; released: lost_reason::released.
     lost_reason reason = lost_reason::none;
     /// acquired: the releasing holder handed the lock directly to this waiter (the hand-off of a
-    /// queued Redis kind: fair_mutex, the write side of shared_mutex); no attempt of ours won it.
+    /// queued Redis kind: fair_mutex, the write side of shared_mutex; on Redlock, a
+    /// dlock::mutex granted by a quorum of the servers' hand-offs); no attempt of ours won it.
     bool handed_off = false;
     /// acquired and gave_up: this acquire call emitted wait_started before (it waited in line).
     bool waited = false;

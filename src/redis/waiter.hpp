@@ -175,6 +175,7 @@ private:
     std::string token_;
     std::string waiter_;      // "mutex:<client>.<random>", from the first wait on
     quorum_handoff handoff_;  // Redlock: one ticket per node
+    steady::duration last_round_{};  // Redlock: our last attempt's round trip
 };
 
 /// The fair and write kinds: one queue entry (one token) for the whole call, granted by hand-off.

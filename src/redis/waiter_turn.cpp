@@ -47,6 +47,7 @@ wait_target turn_waiter::subscribe() {
 
 steady::time_point turn_waiter::contended(const contended_attempt& attempt,
                                           steady::time_point now) {
+    last_round_ = now - attempt.sent;
     if (context_.nodes > 1) {
         // The undo took our entries off every node: their grants count no more, and the next
         // attempt registers again with higher tickets. Else every node answered "held": a grant
@@ -72,12 +73,16 @@ std::optional<handoff_grant> turn_waiter::woke(const std::vector<std::string>& m
 std::chrono::nanoseconds turn_waiter::awaits_more(const std::vector<std::string>& messages,
                                                   steady::time_point now) const {
     // A release reaches every node at once, so the rest of a quorum's grants follow the first
-    // within about a node's reply time. Grants that stay short of a quorum mean the nodes'
-    // queues disagree (or a node is slow): the attempt then settles it (a split is undone).
+    // within about the spread of one round on every node: twice our last attempt's round trip
+    // (which waited for every node), at least 1 ms (a scheduling delay on a loaded machine), at
+    // most 2 x node_timeout. Grants that stay short of a quorum mean the nodes' queues disagree
+    // (or a node is slow): the attempt then settles it (a split is undone), and every key held
+    // meanwhile by a waiter with too few of them delays the next grant, so the wait is short.
     if (context_.nodes < 2 || waiter_.empty()) return {};
-    const auto some = handoff_.granting(messages, waiter_, now, context_.drift);
-    return some > 0 ? std::chrono::nanoseconds(2 * context_.node_timeout)
-                    : std::chrono::nanoseconds{};
+    if (handoff_.granting(messages, waiter_, now, context_.drift) == 0) return {};
+    const std::chrono::nanoseconds floor = std::chrono::milliseconds(1);
+    return std::min<std::chrono::nanoseconds>(
+        std::max<std::chrono::nanoseconds>(2 * last_round_, floor), 2 * context_.node_timeout);
 }
 
 }  // namespace dlock::redis::detail
