@@ -173,8 +173,8 @@ private:
     wait_target target() const;
 
     std::string token_;
-    std::string waiter_;      // "mutex:<client>.<random>", from the first wait on
-    quorum_handoff handoff_;  // Redlock: one ticket per node
+    std::string waiter_;             // "mutex:<client>.<random>", from the first wait on
+    quorum_handoff handoff_;         // Redlock: one ticket per node
     steady::duration last_round_{};  // Redlock: our last attempt's round trip
 };
 
