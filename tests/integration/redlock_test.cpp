@@ -254,6 +254,34 @@ TEST(Redlock, AWaiterThatGivesUpHandsOnAKeyHandedToIt) {
     forget(probe, name);
 }
 
+/// A process of its own that waits for `name` (lease 60 s) and holds it until release(); it
+/// records its fencing token and whether the grant was a hand-off (lock_event::handed_off).
+struct waiting_holder {
+    std::atomic<bool> acquired{false}, handed_off{false};
+    std::atomic<std::uint64_t> fence{0};
+    std::jthread thread;
+
+    explicit waiting_holder(const std::string& name)
+        : thread([this, name](const std::stop_token& release) {
+              dlock::redlock::client own({.urls = fleet().urls(),
+                                          .node_timeout = scaled(2s),
+                                          .observer = [this](const dlock::lock_event& e) {
+                                              if (e.kind == dlock::event_kind::acquired)
+                                                  handed_off = e.handed_off;
+                                          }});
+              std::error_code ec;  // canceled: the test failed before the release
+              auto mine = own.acquire(name, {.lease = 60s, .cancel = release}, ec);
+              if (ec) return;
+              fence = mine.fencing_token();
+              acquired = true;
+              while (!release.stop_requested()) std::this_thread::sleep_for(1ms);
+          }) {}
+    void release() {
+        thread.request_stop();
+        thread.join();
+    }
+};
+
 // The head takes up the keys handed to it: its attempt carries its waiter id as its token, and a
 // server whose key holds that id answers "granted" (the way to a grant when the messages were
 // lost, or fell short of a quorum).
@@ -262,17 +290,7 @@ TEST(Redlock, AWokenHeadTakesUpTheKeysHandedToIt) {
     dlock::redis::client probe({.url = fleet()[0].url()});
     const auto name = unique_name();
     auto grant = holder.acquire(name, {.lease = 60s});
-    std::atomic<bool> acquired{false};
-    std::atomic<std::uint64_t> fence{0};
-    std::jthread waiter([&](const std::stop_token& release) {
-        auto own = make_redlock(scaled(2s));
-        std::error_code ec;  // canceled: the test failed before the release
-        auto mine = own.acquire(name, {.lease = 60s, .cancel = release}, ec);
-        if (ec) return;
-        fence = mine.fencing_token();
-        acquired = true;
-        while (!release.stop_requested()) std::this_thread::sleep_for(1ms);
-    });
+    waiting_holder waiter(name);
     ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
     const auto key = probe.lock_key(name);
     const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
@@ -285,15 +303,14 @@ TEST(Redlock, AWokenHeadTakesUpTheKeysHandedToIt) {
     // A wake-up without a grant (as the re-check after a lost message): it attempts.
     fleet()[0].command(
         {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
-    ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
+    ASSERT_TRUE(eventually([&] { return waiter.acquired.load(); }, 10s));
     EXPECT_EQ(keys_holding(probe, name, id), 5) << "held under its waiter id";
-    EXPECT_EQ(fence.load(), handed) << "the hand-offs' token";
+    EXPECT_EQ(waiter.fence.load(), handed) << "the hand-offs' token";
     for (std::size_t i = 0; i < fleet().size(); ++i) {
         EXPECT_GT(std::stoll(fleet()[i].command({"PTTL", key})), 30000)
             << "server " << i << ": the attempt took the key up with the lease it asked for";
     }
-    waiter.request_stop();
-    waiter.join();
+    waiter.release();
     EXPECT_EQ(holders(key), 0) << "released everywhere";
     std::error_code ignored;  // the holder's keys were taken from it above
     grant.release(ignored);
@@ -307,30 +324,16 @@ TEST(Redlock, AHeadHoldsOnAQuorumOfHandOffsWithoutAnotherAttempt) {
     dlock::redis::client probe({.url = fleet()[0].url()});
     const auto name = unique_name();
     auto grant = holder.acquire(name, {.lease = 60s});
-    std::atomic<bool> acquired{false}, handed_off{false};
-    std::atomic<std::uint64_t> fence{0};
-    std::jthread waiter([&](const std::stop_token& release) {
-        dlock::redlock::client own({.urls = fleet().urls(),
-                                    .node_timeout = scaled(2s),
-                                    .observer = [&](const dlock::lock_event& e) {
-                                        if (e.kind == dlock::event_kind::acquired)
-                                            handed_off = e.handed_off;
-                                    }});
-        std::error_code ec;  // canceled: the test failed before the release
-        auto mine = own.acquire(name, {.lease = 60s, .cancel = release}, ec);
-        if (ec) return;
-        fence = mine.fencing_token();
-        acquired = true;
-        while (!release.stop_requested()) std::this_thread::sleep_for(1ms);
-    });
+    waiting_holder waiter(name);
     ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
     const auto id =
         fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
     const auto before = grant.fencing_token();
     grant.release();
-    ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
-    EXPECT_TRUE(handed_off.load()) << "held on the servers' hand-offs, no attempt of its own";
-    EXPECT_GT(fence.load(), before);
+    ASSERT_TRUE(eventually([&] { return waiter.acquired.load(); }, 10s));
+    EXPECT_TRUE(waiter.handed_off.load())
+        << "held on the servers' hand-offs, no attempt of its own";
+    EXPECT_GT(waiter.fence.load(), before);
     EXPECT_TRUE(eventually(
         [&] {
             for (std::size_t i = 0; i < fleet().size(); ++i) {
@@ -342,8 +345,7 @@ TEST(Redlock, AHeadHoldsOnAQuorumOfHandOffsWithoutAnotherAttempt) {
         10s))
         << "the watchdog extends the 2 s hand-off lease to the lease asked for, on every server";
     EXPECT_EQ(keys_holding(probe, name, id), 5);
-    waiter.request_stop();
-    waiter.join();
+    waiter.release();
     EXPECT_EQ(holders(probe.lock_key(name)), 0) << "released everywhere";
 }
 
