@@ -1,6 +1,7 @@
-// Release notifications for waiters: ONE pub/sub connection per client, shared by every waiting
-// lock. With several servers (Redlock: releases publish on all of them) it subscribes on one and
-// moves to the next when that connection fails. Waiters register a channel before their retry
+// Release notifications for waiters: ONE pub/sub connection per client (on Redlock one per node,
+// each a subscriber of its own: see the end of this comment), shared by every waiting lock. Given
+// several nodes that all carry every release, it subscribes on one and moves to the next when that
+// connection fails. Waiters register a channel before their retry
 // attempt (so a release in between is not missed) and sleep until a message wakes them or their
 // own deadline passes. Pub/sub is lossy, so waiters also always carry a deadline (the holder's
 // remaining lease).

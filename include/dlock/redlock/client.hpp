@@ -5,7 +5,8 @@
 // It implements dlock::backend, so dlock::mutex runs on it exactly as on one server.
 //
 // Sharing: thread-safe; one client per process, shared by reference. One background thread
-// renews every held lease on all servers; one subscriber connection serves every waiter.
+// renews every held lease on all servers; one subscriber connection per server serves every
+// waiter (each server hands its key to its own first waiter and tells it: docs/redlock.md).
 #pragma once
 
 #include <chrono>
