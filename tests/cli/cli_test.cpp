@@ -834,21 +834,21 @@ TEST_F(CliRedlock, ADegradedQuorumIsSaidOncePerRun) {
     EXPECT_NE(w.front().find(down), std::string::npos) << w.front();
     EXPECT_NE(w.front().find("refused"), std::string::npos) << "the cause: " << w.front();
 
-    r = run_cli({"status", "--url", url(), name});
+    r = run_cli({"status", "--node-timeout", vote_bound(), "--url", url(), name});
     EXPECT_EQ(r.err, "");
     EXPECT_NE(
         r.out.find("servers:             2 of 3 answered (degraded: redis://" + down + " did not"),
         std::string::npos)
         << r.out;
     EXPECT_NE(r.out.find("server redis://" + down), std::string::npos) << r.out;
-    r = run_cli({"status", "--json", "--url", url(), name});
+    r = run_cli({"status", "--json", "--node-timeout", vote_bound(), "--url", url(), name});
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["answered_servers"], 2);
     EXPECT_TRUE(j["servers"][2].contains("error")) << r.out;
     servers_[2]->start();
-    r = run_cli({"status", "--url", url(), name});
+    r = run_cli({"status", "--node-timeout", vote_bound(), "--url", url(), name});
     EXPECT_NE(r.out.find("servers:             all 3 answered"), std::string::npos) << r.out;
-    r = run_cli({"run", "--url", url(), name, "--", "true"});
+    r = run_cli({"run", "--node-timeout", vote_bound(), "--url", url(), name, "--", "true"});
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_TRUE(warnings(r.err).empty()) << r.err;
 }
