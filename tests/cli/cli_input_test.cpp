@@ -205,6 +205,13 @@ std::vector<url_case> url_cases(const std::string& redis_hostport, const std::st
     return cases;
 }
 
+/// --node-timeout for live Redlock URLs: the default (the lease / 200, at most 50 ms) is missed by
+/// a loaded machine (a TSan build beside other test binaries), and "no quorum" or a degraded-quorum
+/// warning is not what these tests are about (Redlock's own tests cover them).
+std::string vote_bound() {
+    return std::to_string(dlock::test::scaled(std::chrono::milliseconds(1000)).count()) + "ms";
+}
+
 TEST(CliFuzz, EveryCommandTimesEveryUrl) {
     dlock::test::redis_fleet fleet(3);
     std::string redlock;
@@ -224,11 +231,9 @@ TEST(CliFuzz, EveryCommandTimesEveryUrl) {
         std::set<int> allowed;
     };
     std::vector<planned> plan;
-    // A live Redlock URL's votes get the scaled time to answer: the default (the lease / 200,
-    // at most 50 ms) is missed by a loaded machine running this plan, and "no quorum" is not
-    // what this test is about (Redlock's own tests cover it). `demo` has no --node-timeout.
-    const std::string node_timeout =
-        std::to_string(dlock::test::scaled(std::chrono::milliseconds(1000)).count()) + "ms";
+    // A live Redlock URL's votes get the scaled time to answer (vote_bound). `demo` has no
+    // --node-timeout.
+    const std::string node_timeout = vote_bound();
     for (const auto& c : cases) {
         const auto name = dlock::test::unique_name("fuzz");
         const bool live_redlock =
@@ -396,7 +401,8 @@ TEST(CliUrls, SchemesAreCaseInsensitive) {
     std::string hosts;
     for (std::size_t i = 0; i < 3; ++i)
         hosts += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(fleet[i].port());
-    const auto r = run_cli({"run", "--url", "Redlock://" + hosts, "n", "--", "true"});
+    const auto r = run_cli(
+        {"run", "--node-timeout", vote_bound(), "--url", "Redlock://" + hosts, "n", "--", "true"});
     EXPECT_EQ(r.status, ok) << r.err;
     EXPECT_EQ(r.err, "");  // three servers: no warning
 }
@@ -407,8 +413,9 @@ TEST(CliUrls, RedlockWithOneOrTwoServersWarnsOnce) {
     const std::string two = one + ",127.0.0.1:" + std::to_string(fleet[1].port());
     for (const auto& [u, count] : {std::pair{one, "1 server:"}, std::pair{two, "2 servers:"}}) {
         for (const auto& args : std::vector<std::vector<std::string>>{
-                 {"run", "--url", u, dlock::test::unique_name("few"), "--", "true"},
-                 {"status", "--url", u, "n"}}) {
+                 {"run", "--node-timeout", vote_bound(), "--url", u,
+                  dlock::test::unique_name("few"), "--", "true"},
+                 {"status", "--node-timeout", vote_bound(), "--url", u, "n"}}) {
             const auto r = run_cli(args);
             EXPECT_EQ(r.status, args[0] == "status" ? not_held : ok) << joined(args) << "\n"
                                                                      << r.err;
