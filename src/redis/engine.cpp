@@ -954,8 +954,8 @@ struct engine::acquire_run {
     acquire_run(const acquire_run&) = delete;
     acquire_run& operator=(const acquire_run&) = delete;
 
-    void listen(wait_target target) {
-        waiting.emplace(self.subscribers_, std::move(target), self.quorum());
+    void listen(const wait_target& target) {
+        waiting.emplace(self.subscribers_, target, self.quorum());
     }
 
     /// Register for the release (or hand-off) message, then attempt again at once: a release

@@ -4,8 +4,8 @@
 
 namespace dlock::redis::detail {
 
-listener::listener(const std::vector<std::unique_ptr<subscriber>>& subscribers, wait_target target,
-                   std::size_t quorum)
+listener::listener(const std::vector<std::unique_ptr<subscriber>>& subscribers,
+                   const wait_target& target, std::size_t quorum)
     : quorum_(quorum), signal_(subscribers.size() > 1 ? std::make_unique<signal>() : nullptr) {
     const auto mode = target.wake_one ? subscriber::wake_mode::one : subscriber::wake_mode::all;
     on_.reserve(subscribers.size());

@@ -19,7 +19,7 @@ class listener {
 public:
     /// Registers `target` on each of `subscribers` (one per node); `quorum`: how many of them a
     /// wait for the subscription needs.
-    listener(const std::vector<std::unique_ptr<subscriber>>& subscribers, wait_target target,
+    listener(const std::vector<std::unique_ptr<subscriber>>& subscribers, const wait_target& target,
              std::size_t quorum);
     listener(const listener&) = delete;
     listener& operator=(const listener&) = delete;
