@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/quorum.hpp"
 #include "redis/protocol.hpp"
 
 namespace dlock::redis::detail {
@@ -69,32 +70,36 @@ std::uint64_t quorum_handoff::floor() const noexcept {
     return highest;
 }
 
-std::optional<handoff_grant> quorum_handoff::accept(const std::vector<std::string>& messages,
-                                                    std::string_view token, std::size_t quorum,
-                                                    steady::time_point now,
+std::vector<handoff_grant> quorum_handoff::accepted(const std::vector<std::string>& messages,
+                                                    std::string_view token, steady::time_point now,
                                                     dlock::detail::drift_model drift) const {
-    std::optional<handoff_grant> all;
-    std::size_t count = 0;
+    std::vector<handoff_grant> grants;
     for (std::size_t i = 0; i < tickets_.size() && i < messages.size(); ++i) {
-        const auto grant = tickets_[i].accept(messages[i], token, now, drift);
-        if (!grant) continue;
-        if (all && all->fence != grant->fence) return std::nullopt;  // an attempt writes back
-        if (!all) all = grant;
-        all->sent = std::min(all->sent, grant->sent);
-        all->valid_until = std::min(all->valid_until, grant->valid_until);
-        ++count;
+        if (const auto grant = tickets_[i].accept(messages[i], token, now, drift))
+            grants.push_back(*grant);
     }
-    if (count < quorum || count == 0) return std::nullopt;
+    return grants;
+}
+
+std::optional<handoff_grant> quorum_handoff::accept(const std::vector<std::string>& messages,
+                                                    std::string_view token, steady::time_point now,
+                                                    dlock::detail::drift_model drift) const {
+    const auto grants = accepted(messages, token, now, drift);
+    if (grants.empty() || grants.size() < dlock::detail::quorum::majority(tickets_.size()))
+        return std::nullopt;
+    auto all = grants.front();
+    for (const auto& g : grants) {
+        if (g.fence != all.fence) return std::nullopt;  // an attempt writes back
+        all.sent = std::min(all.sent, g.sent);
+        all.valid_until = std::min(all.valid_until, g.valid_until);
+    }
     return all;
 }
 
 std::size_t quorum_handoff::granting(const std::vector<std::string>& messages,
                                      std::string_view token, steady::time_point now,
                                      dlock::detail::drift_model drift) const {
-    std::size_t count = 0;
-    for (std::size_t i = 0; i < tickets_.size() && i < messages.size(); ++i)
-        count += tickets_[i].accept(messages[i], token, now, drift).has_value();
-    return count;
+    return accepted(messages, token, now, drift).size();
 }
 
 steady::time_point retry_at(steady::time_point now, const contention& found,

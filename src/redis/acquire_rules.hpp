@@ -99,17 +99,21 @@ public:
     /// The highest ticket any node told so far (sent with each attempt).
     std::uint64_t floor() const noexcept;
     /// Whether the nodes' latest messages (`messages[i]`: node i's, empty: none) grant the waiter
-    /// whose id is `token`, by `quorum` nodes at one fence, still valid at `now`. The grant's
-    /// `sent` and `valid_until` are the earliest of the counted nodes'.
+    /// whose id is `token`, by a majority of the nodes at one fence, still valid at `now`. The
+    /// grant's `sent` and `valid_until` are the earliest of the counted nodes'.
     std::optional<handoff_grant> accept(const std::vector<std::string>& messages,
-                                        std::string_view token, std::size_t quorum,
-                                        steady::time_point now,
+                                        std::string_view token, steady::time_point now,
                                         dlock::detail::drift_model drift) const;
     /// How many nodes' messages grant it (each by its ticket, still valid), whatever their fences.
     std::size_t granting(const std::vector<std::string>& messages, std::string_view token,
                          steady::time_point now, dlock::detail::drift_model drift) const;
 
 private:
+    /// The grants each node's message makes by that node's ticket rule, in node order.
+    std::vector<handoff_grant> accepted(const std::vector<std::string>& messages,
+                                        std::string_view token, steady::time_point now,
+                                        dlock::detail::drift_model drift) const;
+
     std::vector<handoff_ticket> tickets_;
 };
 

@@ -313,7 +313,7 @@ void engine::wake() noexcept { wake_fd_.signal(); }
 bool engine::subscribed(const std::string& channel) const {
     const auto on = std::count_if(subscribers_.begin(), subscribers_.end(),
                                   [&](const auto& s) { return s->subscribed(channel); });
-    return static_cast<std::size_t>(on) >= (subscribers_.size() / 2 + 1);
+    return static_cast<std::size_t>(on) >= quorum::majority(subscribers_.size());
 }
 
 void engine::report_error(std::error_code ec, std::string_view what) noexcept {

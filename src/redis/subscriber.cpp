@@ -126,10 +126,7 @@ bool subscriber::registration::subscribed_throughout() const {
     return epoch_ != 0 && ch.subscribed && ch.epoch == epoch_;
 }
 
-bool subscriber::registration::subscribed() const {
-    dlock::detail::lock_guard lock(owner_.mutex_);
-    return owner_.channels_[channel_].subscribed;
-}
+bool subscriber::registration::subscribed() const { return owner_.subscribed(channel_); }
 
 subscriber::registration::reading::reading(const registration& r) : owner_(r.owner_) {
     bool wake = false;
@@ -288,9 +285,8 @@ void subscriber::interrupt(const std::string& channel) {
 
 void subscriber::notify_everyone_locked() {
     for (auto& [name, ch] : channels_) {
-        ch.changed.notify_all();
+        ch.wake(nullptr);
         ch.confirmed.notify_all();
-        ch.raise(nullptr);
     }
 }
 
@@ -441,16 +437,14 @@ void subscriber::dispatch(const reply& r) {
             if (it != ch.keyed.end()) {
                 it->second.last_message = text;
                 ++it->second.messages;
-                ch.changed.notify_all();
-                ch.raise(&it->first);
+                ch.wake(&it->first);
             }
             return;
         }
         ch.last_message = text;
         if (ch.waking_all > 0 || ch.waiters == 0) {
             ++ch.generation;
-            ch.changed.notify_all();
-            ch.raise(nullptr);
+            ch.wake(nullptr);
         } else if (ch.wakeups < static_cast<std::uint64_t>(ch.waiters)) {
             // One release lets one waiter in: wake one, not the herd. A reader that is the
             // channel's longest waiter takes it itself, right after this read.
@@ -472,9 +466,8 @@ void subscriber::dispatch(const reply& r) {
         // that finds the lock taken has read the new generation and waits again as usual; and a
         // keyed waiter woken without a message has no new grant to accept (it refreshes).
         ++ch.generation;
-        ch.changed.notify_all();
+        ch.wake(nullptr);
         ch.confirmed.notify_all();
-        ch.raise(nullptr);
     } else if (kind == "unsubscribe") {
         if (ch.waiters > 0) dirty_ = true;  // a waiter came back meanwhile: subscribe again
     }

@@ -201,8 +201,11 @@ private:
         std::unordered_map<std::string, keyed_waiter> keyed;  // hand-off channels, by token
         /// The signals of its registrations that have one, with their keys.
         std::vector<std::pair<std::string, signal*>> signals;
-        /// Raises the signals of `key`'s registrations (nullptr: of every registration).
-        void raise(const std::string* key) const {
+        /// Something that ends a wait() changed (a message for `key`'s waiter; nullptr: for
+        /// every waiter): wakes the waiters asleep in wait() and raises the signals of `key`'s
+        /// registrations (nullptr: of every registration).
+        void wake(const std::string* key) {
+            changed.notify_all();
             for (const auto& [k, s] : signals)
                 if (!key || k == *key) s->raise();
         }

@@ -67,7 +67,7 @@ steady::time_point turn_waiter::contended(const contended_attempt& attempt,
 std::optional<handoff_grant> turn_waiter::woke(const std::vector<std::string>& messages,
                                                steady::time_point now) const {
     if (context_.nodes < 2 || waiter_.empty()) return std::nullopt;
-    return handoff_.accept(messages, waiter_, context_.nodes / 2 + 1, now, context_.drift);
+    return handoff_.accept(messages, waiter_, now, context_.drift);
 }
 
 std::chrono::nanoseconds turn_waiter::awaits_more(const std::vector<std::string>& messages,
