@@ -52,6 +52,29 @@ sanitizer_jobs=${DLOCK_CTEST_JOBS:-4}
 
 results=()
 failed=0
+failed_trees=()
+
+# run_ctest DIR CTEST_ARGS...: ctest in DIR; a tree whose tests failed is remembered, and the
+# summary ends with what its failed tests printed (the assertion, the sanitizer's report) so a
+# log cut to its tail still names them. ctest runs under the array ctest_prefix if a caller set it
+# (the TSan stage: setarch).
+ctest_prefix=()
+run_ctest() {
+  local dir=$1; shift
+  "${ctest_prefix[@]}" ctest --test-dir "$dir" --output-on-failure "$@" && return
+  local rc=$?
+  failed_trees+=("$dir")
+  return "$rc"
+}
+
+# failure_digest DIR: the failed tests of DIR's last ctest run and, from their output, each
+# failed assertion and sanitizer report with a few lines after it (at most 80 lines).
+failure_digest() {
+  local dir=$1 tmp=$1/Testing/Temporary
+  printf -- '--- %s: failed: %s\n' "$dir" "$(tr '\n' ' ' < "$tmp/LastTestsFailed.log" 2>/dev/null)"
+  grep -E -A6 ': Failure$|WARNING: ThreadSanitizer|ERROR: (Address|Leak)Sanitizer|runtime error:|^\[  FAILED  \]|\*\*\*Timeout' \
+    "$tmp/LastTest.log" 2>/dev/null | cut -c1-300 | head -80
+}
 
 # run_stage NAME COMMAND...: header, command, duration; records PASS/FAIL.
 run_stage() {
@@ -81,7 +104,7 @@ stage_plain_build() {
     "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 }
 stage_plain_tests() {
-  ctest --test-dir build --output-on-failure -j "$ctest_jobs"
+  run_ctest build -j "$ctest_jobs"
 }
 
 # build_tested DIR CTEST_ARGS...: builds (in a configured tree) only what the tests ctest selects
@@ -142,7 +165,7 @@ stage_asan() {
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
   LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-    ctest --test-dir build-asan --output-on-failure -j "$sanitizer_jobs"
+    run_ctest build-asan -j "$sanitizer_jobs"
 }
 
 # gcc 12's TSan aborts with "unexpected memory mapping" when the kernel randomizes mmap with
@@ -183,9 +206,10 @@ stage_tsan() {
   # tests/tsan.supp: one race inside Debian's uninstrumented libzookeeper_mt, and gRPC, Abseil,
   # protobuf and OpenSSL (uninstrumented, their own synchronization invisible to TSan) ignored as
   # callers, plus gRPC's inline templates and etcd's generated messages (see the file).
+  local -a ctest_prefix=("${tsan_prefix[@]}")
   DLOCK_TEST_TIME_SCALE=$scale \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-    "${tsan_prefix[@]}" ctest --test-dir build-tsan --output-on-failure -j "$sanitizer_jobs" \
+    run_ctest build-tsan -j "$sanitizer_jobs" \
       -L 'unit|integration' -E '^etcd_tls_test$'
 }
 
@@ -227,7 +251,7 @@ stage_release() {
   ninja -C build-release -j "$(nproc)" --quiet src/all tools/dlock/all examples/all bench/all ||
     return
   build_tested build-release -L unit || return
-  ctest --test-dir build-release --output-on-failure -j "$ctest_jobs" -L unit
+  run_ctest build-release -j "$ctest_jobs" -L unit
 }
 
 # dlock installed like a library (tests/consumer/run.sh, docs/install.md): the Release tree
@@ -257,7 +281,7 @@ stage_nozk() {
     return 1
   fi
   ninja -C build-nozk unit_tests connect_test cli_test || return
-  ctest --test-dir build-nozk --output-on-failure -j "$ctest_jobs" \
+  run_ctest build-nozk -j "$ctest_jobs" \
     -R '^(unit_tests|connect_test|cli_test)$'
 }
 
@@ -369,4 +393,8 @@ fi
 
 printf '\n======== summary (%d s) ========\n' "$((SECONDS - total0))"
 printf '%s\n' "${results[@]}"
+if ((${#failed_trees[@]})); then
+  printf '\n======== what the failed tests printed ========\n'
+  for dir in "${failed_trees[@]}"; do failure_digest "$dir"; done
+fi
 exit "$failed"
