@@ -951,6 +951,11 @@ def report(run_dir, plots_dir, report_path):
                 "release_script": "`EVALSHA release.lua` (dlock's release: GET, DEL, PUBLISH, EXISTS)",
                 "fanout_ping_3": "PING to 3 servers at once (all written, then all read): Redlock's floor",
                 "fanout_ping_5": "PING to 5 servers at once: Redlock's floor on 5 nodes",
+                "relay_handoff": "the relay: a turn passed by PUBLISH between bare threads, each holding it for W4's "
+                                 "critical section (W4's hand-off floor), per hand-off",
+                "relay_handoff_1of1": "the relay with an empty critical section (W3's hand-off floor on one server)",
+                "relay_handoff_2of3": "the same relay on 3 servers, the turn PUBLISHed on all 3 and taken at 2 of 3 "
+                                      "messages (a Redlock hand-off's floor)",
             }
             L.append("References, same thin client and connection (not the floor: what the server's side "
                      "of a lock operation costs, so that dlock's own overhead shows as the difference):")

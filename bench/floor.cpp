@@ -56,22 +56,32 @@
 // what a notified lock's hand-off cannot go below, with the same busy critical section and as
 // many threads as W4 has workers on the same two cores. Recorded: each hand-off (from before the
 // PUBLISH to after the read) and the share of the window the turn was held ("relay_handoff").
+// With --relay-quorum N (3 or 5, at most the number of --servers), then two more relays with an
+// empty critical section (W3's): on the first server ("relay_handoff_1of1"), and on the first N,
+// the turn PUBLISHed on every one (all written before any reply is read) and taken by the next
+// thread once a majority's messages came ("relay_handoff_2of3"): the floor of a Redlock hand-off
+// (the release reaching a quorum, the quorum's notifications reaching the waiter) and of a
+// single-server one, with the same threads on the same cores. The relay fails if a turn is taken
+// twice or out of order.
 //
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
 // {"event":"summary","what":W,...} per reference, one {"event":"server_cost","what":W,"pairs":..,
 // "evalsha_us_per_pair":..,"command_us_per_pair":..,"cpu_us_per_pair":..,"commands_per_pair":..,
 // "scripts_per_pair":..,...} per server-cost variant, {"event":"summary","what":"relay_handoff",
-// ...} and {"event":"relay","workers":..,"cs_us":..,"held_fraction":..} with --relay-s, and the
+// ...} and {"event":"relay","workers":..,"cs_us":..,"held_fraction":..} with --relay-s, one
+// {"event":"summary","what":"relay_handoff_MofN",...} per --relay-quorum relay, and the
 // floor's own summary record
 // {"event":"done","what":"redis_ping","n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
 // "mean_ns":..} last. Percentiles are nearest-rank, as in the Figures section of
 // docs/benchmarks.md. The ZooKeeper floor is dlock-bench-floor-zk (floor_zk.cpp).
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <time.h>
 
 #include "stats.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -105,7 +115,8 @@ using dlock_bench::summary;
                  "dlock-bench-floor: %s\n"
                  "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
                  "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T] "
-                 "[--server-cost-s S] [--relay-s S [--relay-workers N] [--relay-cs-us C]]\n",
+                 "[--server-cost-s S] [--relay-s S [--relay-workers N] [--relay-cs-us C] "
+                 "[--relay-quorum N]]\n",
                  why);
     std::exit(64);
 }
@@ -410,59 +421,139 @@ struct relay_result {
     double held_fraction = 0;
 };
 
-/// The hand-off floor (the header's --relay-s): `workers` threads pass a turn around a ring by
-/// PUBLISH, each holding it for `cs_ns` of busy-waiting. False (printed) if a connection failed.
-bool relay(const std::function<redisContext*()>& connect, int workers, std::int64_t cs_ns,
-           double seconds, relay_result& out) {
+/// One relay member's connections to one server: `sub` SUBSCRIBEd to the member's channel, `pub`
+/// to PUBLISH the turn on.
+struct relay_link {
+    redisContext* sub = nullptr;
+    redisContext* pub = nullptr;
+};
+
+/// PUBLISHes `what` on `channel` over every link, all written before any reply is read (as a
+/// Redlock release goes out to every server at once). False if a connection failed.
+bool publish_all(const std::vector<relay_link>& links, const std::string& channel,
+                 const std::string& what) {
+    for (const auto& l : links) {
+        redisAppendCommand(l.pub, "PUBLISH %b %b", channel.data(), channel.size(), what.data(),
+                           what.size());
+    }
+    for (const auto& l : links) {
+        int done = 0;
+        while (!done) {
+            if (redisBufferWrite(l.pub, &done) != REDIS_OK) return false;
+        }
+    }
+    bool ok = true;
+    for (const auto& l : links) {
+        void* r = nullptr;
+        if (redisGetReply(l.pub, &r) != REDIS_OK || r == nullptr) return false;
+        ok = ok && static_cast<redisReply*>(r)->type == REDIS_REPLY_INTEGER;
+        freeReplyObject(r);
+    }
+    return ok;
+}
+
+/// The next message's payload on any of the links' subscriptions: a reply already read into a
+/// link's buffer first, else poll(2) on all of them. One link: its blocking read. Empty if a
+/// connection failed or nothing came within `timeout_ms`.
+std::string next_message(const std::vector<relay_link>& links, int timeout_ms) {
+    const auto payload = [](void* reply) {
+        auto* r = static_cast<redisReply*>(reply);
+        std::string what;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
+            what.assign(r->element[2]->str, r->element[2]->len);
+        freeReplyObject(r);
+        return what;
+    };
+    if (links.size() == 1) {
+        void* reply = nullptr;
+        if (redisGetReply(links[0].sub, &reply) != REDIS_OK || reply == nullptr) return {};
+        return payload(reply);
+    }
+    std::vector<pollfd> fds;
+    for (const auto& l : links) fds.push_back({l.sub->fd, POLLIN, 0});
+    for (;;) {
+        for (const auto& l : links) {
+            void* reply = nullptr;
+            if (redisGetReplyFromReader(l.sub, &reply) != REDIS_OK) return {};
+            if (reply != nullptr) return payload(reply);
+        }
+        if (poll(fds.data(), fds.size(), timeout_ms) <= 0) return {};
+        for (std::size_t i = 0; i < fds.size(); ++i) {
+            if (fds[i].revents != 0 && redisBufferRead(links[i].sub) != REDIS_OK) return {};
+        }
+    }
+}
+
+/// The hand-off floor (the header's --relay-s and --relay-quorum): `workers` threads pass a turn
+/// around a ring by PUBLISH, each holding it for `cs_ns` of busy-waiting. With several servers
+/// (`connects`, one per server) the turn is PUBLISHed on every one and the next thread takes it
+/// once a majority's messages came (a Redlock hand-off's floor: the release reaching a quorum, the
+/// quorum's notifications reaching the waiter). False (printed) if a connection failed or a turn
+/// was taken twice or out of order.
+bool relay(const std::vector<std::function<redisContext*()>>& connects, int workers,
+           std::int64_t cs_ns, double seconds, relay_result& out) {
     const std::string base = "dlock-floor-relay:" + std::to_string(now_ns()) + ":";
+    const std::size_t majority = connects.size() / 2 + 1;
     struct member {
-        redisContext* sub = nullptr;
-        redisContext* pub = nullptr;
+        std::vector<relay_link> links;
         std::vector<std::int64_t> handoffs;
         std::int64_t held_ns = 0;
         bool failed = false;
     };
+    // A turn lost (a failed PUBLISH) ends every read within this, not never.
+    const int read_timeout_s = 5 + static_cast<int>(seconds);
     std::vector<member> ring(static_cast<std::size_t>(workers));
     for (int i = 0; i < workers; ++i) {
         auto& m = ring[static_cast<std::size_t>(i)];
-        m.sub = connect();
-        m.pub = connect();
-        if (m.sub == nullptr || m.pub == nullptr) return false;
-        // A turn lost (a failed PUBLISH) ends every read within this, not never.
-        const timeval read_timeout{5 + static_cast<long>(seconds), 0};
-        redisSetTimeout(m.sub, read_timeout);
-        if (!call(m.sub, {"SUBSCRIBE", base + std::to_string(i)})) return false;
+        for (const auto& connect : connects) {
+            m.links.push_back({connect(), connect()});
+            if (m.links.back().sub == nullptr || m.links.back().pub == nullptr) return false;
+            redisSetTimeout(m.links.back().sub, timeval{read_timeout_s, 0});
+            if (!call(m.links.back().sub, {"SUBSCRIBE", base + std::to_string(i)})) return false;
+        }
     }
     const std::int64_t start = now_ns() + 100'000'000;  // every thread blocked in its read by then
     const std::int64_t end = start + static_cast<std::int64_t>(seconds * 1e9);
     std::int64_t last_release = start;
+    std::atomic<long long> taken{0};  // the last turn taken
     std::vector<std::thread> threads;
     for (int i = 0; i < workers; ++i) {
         threads.emplace_back([&, i] {
             auto& m = ring[static_cast<std::size_t>(i)];
             const std::string next = base + std::to_string((i + 1) % workers);
+            // A turn's message is "<turn> <release time>": the turn numbers the messages so that a
+            // minority's late copies of an earlier turn are not counted for the next.
+            long long turn = 0;
             const auto pass = [&](const std::string& what) {
-                if (!call(m.pub, {"PUBLISH", next, what})) m.failed = true;
+                if (!publish_all(m.links, next, what)) m.failed = true;
             };
             if (i == 0) {
                 dlock_bench::sleep_until_ns(start);
-                pass(std::to_string(now_ns()));
+                pass("1 " + std::to_string(now_ns()));
             }
+            long long counting = 0;
+            std::size_t copies = 0;
             for (;;) {
-                void* reply = nullptr;
-                if (redisGetReply(m.sub, &reply) != REDIS_OK || reply == nullptr) {
+                const std::string what = next_message(m.links, read_timeout_s * 1000);
+                if (what.empty()) {
                     m.failed = true;
                     return;
                 }
                 const std::int64_t woke = now_ns();
-                auto* r = static_cast<redisReply*>(reply);
-                std::string what;
-                if (r->type == REDIS_REPLY_ARRAY && r->elements == 3)
-                    what.assign(r->element[2]->str, r->element[2]->len);
-                freeReplyObject(r);
                 if (what.rfind("stop:", 0) == 0) {
                     // Round the ring once, back to the one that stopped it (already gone).
                     if (std::to_string((i + 1) % workers) != what.substr(5)) pass(what);
+                    return;
+                }
+                const long long t = std::atoll(what.c_str());
+                if (t <= turn) continue;  // a late copy of a turn already taken
+                if (t != counting) counting = t, copies = 0;
+                if (++copies < majority) continue;
+                turn = t;
+                if (taken.exchange(t) != t - 1) {  // one turn at a time, each taken once
+                    std::fprintf(stderr, "dlock-bench-floor: relay: turn %lld taken out of order\n",
+                                 t);
+                    m.failed = true;
                     return;
                 }
                 if (woke >= end) {
@@ -470,12 +561,12 @@ bool relay(const std::function<redisContext*()>& connect, int workers, std::int6
                     pass("stop:" + std::to_string(i));
                     return;
                 }
-                m.handoffs.push_back(woke - std::atoll(what.c_str()));
+                m.handoffs.push_back(woke - std::atoll(what.c_str() + what.find(' ') + 1));
                 const std::int64_t until = woke + cs_ns;
                 while (now_ns() < until) {
                 }
                 m.held_ns += cs_ns;
-                pass(std::to_string(now_ns()));
+                pass(std::to_string(turn + 1) + " " + std::to_string(now_ns()));
             }
         });
     }
@@ -486,8 +577,10 @@ bool relay(const std::function<redisContext*()>& connect, int workers, std::int6
         ok = ok && !m.failed;
         out.handoffs.insert(out.handoffs.end(), m.handoffs.begin(), m.handoffs.end());
         held += m.held_ns;
-        redisFree(m.sub);
-        redisFree(m.pub);
+        for (const auto& l : m.links) {
+            redisFree(l.sub);
+            redisFree(l.pub);
+        }
     }
     if (!ok) std::fprintf(stderr, "dlock-bench-floor: relay: a connection failed\n");
     out.held_fraction = last_release > start
@@ -510,6 +603,7 @@ int main(int argc, char** argv) {
     double relay_s = 0;         // > 0: then the hand-off floor, this long
     int relay_workers = 8;
     long long relay_cs_us = 1000;
+    int relay_quorum = 0;  // >= 3: then the empty-critical-section relays on 1 and on this many
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -545,6 +639,8 @@ int main(int argc, char** argv) {
             relay_workers = std::atoi(std::string(v).c_str());
         else if (a == "--relay-cs-us")
             relay_cs_us = std::atoll(std::string(v).c_str());
+        else if (a == "--relay-quorum")
+            relay_quorum = std::atoi(std::string(v).c_str());
         else
             usage("unknown option");
     }
@@ -557,6 +653,9 @@ int main(int argc, char** argv) {
     if (relay_s < 0 || relay_workers < 2 || relay_workers > 256 || relay_cs_us < 0)
         usage("--relay-s must be >= 0, --relay-workers in [2, 256], --relay-cs-us >= 0");
     if (gap_ms > 0 && relay_s > 0) usage("--gap-ms (the probe) does not go with --relay-s");
+    if (relay_quorum != 0 &&
+        (relay_s <= 0 || relay_quorum < 3 || relay_quorum > static_cast<int>(all_servers.size())))
+        usage("--relay-quorum N needs --relay-s and N in [3, the number of --servers]");
     if (gap_ms > 0 && server_cost_s > 0) {
         usage("--gap-ms (the probe) does not go with --server-cost-s");
     }
@@ -719,9 +818,24 @@ int main(int argc, char** argv) {
     }
     redisFree(c);
     relay_result relayed;
-    if (relay_s > 0 && !relay([&] { return connect(server); }, relay_workers, relay_cs_us * 1000,
-                              relay_s, relayed)) {
+    std::vector<std::function<redisContext*()>> relay_servers;
+    for (const auto& s : all_servers)
+        relay_servers.emplace_back([&connect, s] { return connect(s); });
+    if (relay_s > 0 &&
+        !relay({relay_servers[0]}, relay_workers, relay_cs_us * 1000, relay_s, relayed)) {
         return 1;
+    }
+    // W3's hand-off floors (empty critical section): on one server, and on relay_quorum servers
+    // with the turn taken at a majority of their messages (Redlock's).
+    std::vector<std::pair<std::string, relay_result>> quorum_relays;
+    for (const int n : {1, relay_quorum}) {
+        if (relay_quorum == 0) break;
+        relay_result r;
+        const std::vector<std::function<redisContext*()>> on(relay_servers.begin(),
+                                                             relay_servers.begin() + n);
+        if (!relay(on, relay_workers, 0, relay_s, r)) return 1;
+        quorum_relays.emplace_back(
+            "relay_handoff_" + std::to_string(n / 2 + 1) + "of" + std::to_string(n), std::move(r));
     }
 
     const std::string tmp = out + ".tmp";
@@ -739,6 +853,8 @@ int main(int argc, char** argv) {
                      "{\"event\":\"relay\",\"workers\":%d,\"cs_us\":%lld,\"held_fraction\":%.4f}\n",
                      relay_workers, relay_cs_us, relayed.held_fraction);
     }
+    for (const auto& [what, r] : quorum_relays)
+        print_summary(f, "summary", what.c_str(), summarise(r.handoffs));
     print_summary(f, "done", "redis_ping", summarise(rtt));
     if (std::fclose(f) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0) {
         std::perror(out.c_str());

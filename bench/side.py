@@ -857,12 +857,25 @@ def floor_notes(res, side, run_dir):
     ld = get(res.get("W3-redlock3"), "dlock mutex over Redlock", "floor_load")
     fair = get(res.get("W3-redis"), "dlock fair_mutex", "handoff_other_p50")
     if v and fair:
-        # At least one round trip to a server under this load (the release reaching a master, the
-        # grant or the notification reaching the waiter); the majority's round trips come on top.
-        fan = ref50("fanout_ping_3")
-        if not ld:
+        # W0's relays (bench/floor.cpp --relay-quorum): 8 bare threads pass a turn by PUBLISH, on
+        # one server and on 3 with the turn taken at 2 of 3 messages; the latter is what no
+        # notified Redlock hand-off goes below (the release reaching a quorum, the quorum's
+        # notifications reaching the waiter), the former the same for one server.
+        q3, q1 = ref50("relay_handoff_2of3"), ref50("relay_handoff_1of1")
+        if q3 and q1:
+            what = (f"8 bare hiredis threads passing a turn by PUBLISH on all 3 servers, each taking it at 2 of 3 "
+                    f"messages, took {us(q3)} per hand-off p50 in W0 (the same relay on one server {us(q1)}: a "
+                    f"quorum hand-off costs {q3 / q1:.2f}× a single-server one at the floor; dlock's fair "
+                    f"{fair / q1:.2f}× the one-server relay)")
+            out[desc] = ((f"**below the physical floor**: the goal asks for {us(2 * fair)} (2× fair's {us(fair)}); "
+                          if q3 > 2 * fair else f"floor {us(q3)}, under the goal ({us(2 * fair)}): ")
+                         + what + f"; dlock is {v / q3:.2f}× that floor")
+        elif not ld:
             out[desc] = NO_FLOOR + " (the probe did not run under this load)"
         else:
+            # At least one round trip to a server under this load (the release reaching a master,
+            # the notification reaching the waiter); the majority's round trips come on top.
+            fan = ref50("fanout_ping_3")
             what = (f"a Redlock hand-off needs at least one round trip to a master, and one to the first of the 3 "
                     f"under this load (the probe's PING p50, a separate process) took {us(ld)}"
                     + (f" (a PING written to all 3 at once took {fan / ping:.2f}× one PING in W0, quiet)"

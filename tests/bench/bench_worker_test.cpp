@@ -376,13 +376,37 @@ TEST(BenchFloor, TheRelayPassesTheTurnAroundTheRing) {
     EXPECT_EQ(recs.count("redis_ping"), 1u);  // and the floor's own summary
 }
 
+// With --relay-quorum 3, two more relays with an empty critical section: on the first server and
+// on all three, the turn taken at 2 of 3 messages. Each records its hand-offs; the relay itself
+// fails (exit 1) if a turn is taken twice or out of order, e.g. on a late third copy.
+TEST(BenchFloor, TheQuorumRelayTakesTheTurnAtAMajorityOfServers) {
+    const temp_dir dir("dlock-bench-test");
+    const dlock::test::redis_server second, third;
+    const auto out = dir / "floor.jsonl";
+    worker_process floor({"--servers",
+                          servers() + ",127.0.0.1:" + std::to_string(second.port()) +
+                              ",127.0.0.1:" + std::to_string(third.port()),
+                          "--out", out, "--duration-s", "0.1", "--relay-s", "0.5",
+                          "--relay-workers", "3", "--relay-cs-us", "200", "--relay-quorum", "3"},
+                         dir / "floor.log", DLOCK_BENCH_FLOOR);
+    ASSERT_EQ(floor.wait(30s), 0) << read_file(dir / "floor.log");
+    const auto recs = floor_records(out);
+    for (const char* what : {"relay_handoff", "relay_handoff_1of1", "relay_handoff_2of3"}) {
+        ASSERT_EQ(recs.count(what), 1u) << what << "\n" << read_file(out);
+        EXPECT_GE(recs.at(what)["n"].get<long long>(), 10) << what;
+        EXPECT_GT(recs.at(what)["p50_ns"].get<long long>(), 0) << what;
+    }
+}
+
 TEST(BenchFloor, BadRelayOptionsAreUsageErrors) {
     const temp_dir dir("dlock-bench-test");
     for (const std::vector<std::string>& bad :
          {std::vector<std::string>{"--relay-s", "0.1", "--relay-workers", "1"},
           {"--relay-s", "-1"},
           {"--relay-s", "0.1", "--relay-cs-us", "-5"},
-          {"--relay-s", "0.1", "--gap-ms", "5"}}) {
+          {"--relay-s", "0.1", "--gap-ms", "5"},
+          {"--relay-s", "0.1", "--relay-quorum", "3"},  // one server only
+          {"--relay-quorum", "2"}}) {
         std::vector<std::string> args{"--servers", servers(), "--out", dir / "never.jsonl"};
         args.insert(args.end(), bad.begin(), bad.end());
         worker_process floor(args, dir / "floor.log", DLOCK_BENCH_FLOOR);
