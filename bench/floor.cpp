@@ -29,6 +29,9 @@
 //                   taken
 //   fanout_ping_N   with N >= 3 (5) --servers: one PING written to each of the first N servers
 //                   before any reply is read (the physical floor of a parallel Redlock round)
+//   fanout_acquire_N  the same with dlock's acquire script (as acquire_script) instead of the
+//                   PING, then an untimed release on all N: a Redlock acquire's floor when its
+//                   servers run the script (N scripts on the machine's cores, not N PINGs)
 // The scripts are the ones the library sends, composed at build time (cmake/embed_lua.cmake inlines
 // each `--@include lib/<file>.lua`, e.g. acquire.lua's kind guard) and embedded in this binary: the
 // raw .lua files are not runnable on their own.
@@ -716,21 +719,51 @@ int main(int argc, char** argv) {
     reference rel{"release_script", {}};
     reference fan3{"fanout_ping_3", {}};
     reference fan5{"fanout_ping_5", {}};
-    const auto fan_out = [&](std::size_t n) {
-        for (std::size_t i = 0; i < n; ++i) redisAppendCommand(fan[i], "PING");
+    reference fan_acq3{"fanout_acquire_3", {}};
+    reference fan_acq5{"fanout_acquire_5", {}};
+    // One command written to each of the first n fan-out servers before any reply is read: PING,
+    // or (args) a script call. False if a connection failed or a server answered an error.
+    const auto fan_out = [&](std::size_t n, const std::vector<std::string>* args) {
+        std::vector<const char*> argv;
+        std::vector<std::size_t> lens;
+        if (args) {
+            for (const auto& a : *args) {
+                argv.push_back(a.data());
+                lens.push_back(a.size());
+            }
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            if (args)
+                redisAppendCommandArgv(fan[i], static_cast<int>(argv.size()), argv.data(),
+                                       lens.data());
+            else
+                redisAppendCommand(fan[i], "PING");
+        }
         for (std::size_t i = 0; i < n; ++i) {
             int done = 0;
             while (!done) {
                 if (redisBufferWrite(fan[i], &done) != REDIS_OK) return false;
             }
         }
+        bool ok = true;
         for (std::size_t i = 0; i < n; ++i) {
             void* r = nullptr;
             if (redisGetReply(fan[i], &r) != REDIS_OK || r == nullptr) return false;
+            const auto* reply = static_cast<const redisReply*>(r);
+            if (reply->type == REDIS_REPLY_ERROR) {
+                std::fprintf(stderr, "dlock-bench-floor: fan-out: %.*s\n",
+                             static_cast<int>(reply->len), reply->str);
+                ok = false;
+            }
             freeReplyObject(r);
         }
-        return true;
+        return ok;
     };
+    // The scripts on every fan-out server (the same SHA-1 everywhere).
+    for (auto* f : fan) {
+        if (load_script(f, "acquire") != acquire_sha || load_script(f, "release") != release_sha)
+            return 1;
+    }
     if (start_at_ns > 0) dlock_bench::sleep_until_ns(start_at_ns);
     const std::int64_t deadline =
         now_ns() + static_cast<std::int64_t>(
@@ -778,8 +811,17 @@ int main(int argc, char** argv) {
             const std::size_t n = r == &fan3 ? 3 : 5;
             if (fan.size() < n) continue;
             t0 = now_ns();
-            if (!fan_out(n)) return 1;
+            if (!fan_out(n, nullptr)) return 1;
             r->rtt.push_back(now_ns() - t0);
+        }
+        // dlock's acquire script on all n at once (the lock free on each), then an untimed release.
+        for (auto* r : {&fan_acq3, &fan_acq5}) {
+            const std::size_t n = r == &fan_acq3 ? 3 : 5;
+            if (fan.size() < n) continue;
+            t0 = now_ns();
+            if (!fan_out(n, &script_calls.first)) return 1;
+            r->rtt.push_back(now_ns() - t0);
+            if (!fan_out(n, &script_calls.second)) return 1;
         }
     }
     for (auto* f : fan) redisFree(f);
@@ -792,6 +834,8 @@ int main(int argc, char** argv) {
         refs.push_back(std::move(rel));
         if (!fan3.rtt.empty()) refs.push_back(std::move(fan3));
         if (!fan5.rtt.empty()) refs.push_back(std::move(fan5));
+        if (!fan_acq3.rtt.empty()) refs.push_back(std::move(fan_acq3));
+        if (!fan_acq5.rtt.empty()) refs.push_back(std::move(fan_acq5));
     }
     // The server-cost op, on the now quiet server: the variants alternate in short series so
     // that both see the same load.
