@@ -951,6 +951,9 @@ def report(run_dir, plots_dir, report_path):
                 "release_script": "`EVALSHA release.lua` (dlock's release: GET, DEL, PUBLISH, EXISTS)",
                 "fanout_ping_3": "PING to 3 servers at once (all written, then all read): Redlock's floor",
                 "fanout_ping_5": "PING to 5 servers at once: Redlock's floor on 5 nodes",
+                "fanout_acquire_3": "`EVALSHA acquire.lua` to 3 servers at once (all written, then all read), then an "
+                                    "untimed release: a Redlock acquire's floor with dlock's script",
+                "fanout_acquire_5": "the same on 5 servers",
                 "relay_handoff": "the relay: a turn passed by PUBLISH between bare threads, each holding it for W4's "
                                  "critical section (W4's hand-off floor), per hand-off",
                 "relay_handoff_1of1": "the relay with an empty critical section (W3's hand-off floor on one server)",
