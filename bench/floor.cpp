@@ -92,6 +92,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -424,41 +425,43 @@ struct relay_result {
     double held_fraction = 0;
 };
 
-/// One relay member's connections to one server: `sub` SUBSCRIBEd to the member's channel, `pub`
-/// to PUBLISH the turn on.
-struct relay_link {
-    redisContext* sub = nullptr;
-    redisContext* pub = nullptr;
-};
-
-/// PUBLISHes `what` on `channel` over every link, all written before any reply is read (as a
-/// Redlock release goes out to every server at once). False if a connection failed.
-bool publish_all(const std::vector<relay_link>& links, const std::string& channel,
-                 const std::string& what) {
-    for (const auto& l : links) {
-        redisAppendCommand(l.pub, "PUBLISH %b %b", channel.data(), channel.size(), what.data(),
-                           what.size());
+/// Writes `args` to every context before reading any reply (a Redlock round, a release that
+/// reaches every server at once), then reads one reply from each. False if a connection failed or
+/// a server answered an error (printed).
+bool write_all_then_read(std::span<redisContext* const> to, const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
     }
-    for (const auto& l : links) {
+    for (auto* c : to)
+        redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+    for (auto* c : to) {
         int done = 0;
         while (!done) {
-            if (redisBufferWrite(l.pub, &done) != REDIS_OK) return false;
+            if (redisBufferWrite(c, &done) != REDIS_OK) return false;
         }
     }
     bool ok = true;
-    for (const auto& l : links) {
+    for (auto* c : to) {
         void* r = nullptr;
-        if (redisGetReply(l.pub, &r) != REDIS_OK || r == nullptr) return false;
-        ok = ok && static_cast<redisReply*>(r)->type == REDIS_REPLY_INTEGER;
+        if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) return false;
+        const auto* reply = static_cast<const redisReply*>(r);
+        if (reply->type == REDIS_REPLY_ERROR) {
+            std::fprintf(stderr, "dlock-bench-floor: %s: %.*s\n", args[0].c_str(),
+                         static_cast<int>(reply->len), reply->str);
+            ok = false;
+        }
         freeReplyObject(r);
     }
     return ok;
 }
 
-/// The next message's payload on any of the links' subscriptions: a reply already read into a
-/// link's buffer first, else poll(2) on all of them. One link: its blocking read. Empty if a
-/// connection failed or nothing came within `timeout_ms`.
-std::string next_message(const std::vector<relay_link>& links, int timeout_ms) {
+/// The next message's payload on any of the subscriptions `subs`: a reply already read into a
+/// context's buffer first, else poll(2) on all of them. One subscription: its blocking read. Empty
+/// if a connection failed or nothing came within `timeout_ms`.
+std::string next_message(const std::vector<redisContext*>& subs, int timeout_ms) {
     const auto payload = [](void* reply) {
         auto* r = static_cast<redisReply*>(reply);
         std::string what;
@@ -467,22 +470,22 @@ std::string next_message(const std::vector<relay_link>& links, int timeout_ms) {
         freeReplyObject(r);
         return what;
     };
-    if (links.size() == 1) {
+    if (subs.size() == 1) {
         void* reply = nullptr;
-        if (redisGetReply(links[0].sub, &reply) != REDIS_OK || reply == nullptr) return {};
+        if (redisGetReply(subs[0], &reply) != REDIS_OK || reply == nullptr) return {};
         return payload(reply);
     }
     std::vector<pollfd> fds;
-    for (const auto& l : links) fds.push_back({l.sub->fd, POLLIN, 0});
+    for (auto* sub : subs) fds.push_back({sub->fd, POLLIN, 0});
     for (;;) {
-        for (const auto& l : links) {
+        for (auto* sub : subs) {
             void* reply = nullptr;
-            if (redisGetReplyFromReader(l.sub, &reply) != REDIS_OK) return {};
+            if (redisGetReplyFromReader(sub, &reply) != REDIS_OK) return {};
             if (reply != nullptr) return payload(reply);
         }
         if (poll(fds.data(), fds.size(), timeout_ms) <= 0) return {};
         for (std::size_t i = 0; i < fds.size(); ++i) {
-            if (fds[i].revents != 0 && redisBufferRead(links[i].sub) != REDIS_OK) return {};
+            if (fds[i].revents != 0 && redisBufferRead(subs[i]) != REDIS_OK) return {};
         }
     }
 }
@@ -498,7 +501,8 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
     const std::string base = "dlock-floor-relay:" + std::to_string(now_ns()) + ":";
     const std::size_t majority = connects.size() / 2 + 1;
     struct member {
-        std::vector<relay_link> links;
+        std::vector<redisContext*> subs;  // one per server, SUBSCRIBEd to the member's channel
+        std::vector<redisContext*> pubs;  // one per server, to PUBLISH the turn on
         std::vector<std::int64_t> handoffs;
         std::int64_t held_ns = 0;
         bool failed = false;
@@ -509,10 +513,11 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
     for (int i = 0; i < workers; ++i) {
         auto& m = ring[static_cast<std::size_t>(i)];
         for (const auto& connect : connects) {
-            m.links.push_back({connect(), connect()});
-            if (m.links.back().sub == nullptr || m.links.back().pub == nullptr) return false;
-            redisSetTimeout(m.links.back().sub, timeval{read_timeout_s, 0});
-            if (!call(m.links.back().sub, {"SUBSCRIBE", base + std::to_string(i)})) return false;
+            m.subs.push_back(connect());
+            m.pubs.push_back(connect());
+            if (m.subs.back() == nullptr || m.pubs.back() == nullptr) return false;
+            redisSetTimeout(m.subs.back(), timeval{read_timeout_s, 0});
+            if (!call(m.subs.back(), {"SUBSCRIBE", base + std::to_string(i)})) return false;
         }
     }
     const std::int64_t start = now_ns() + 100'000'000;  // every thread blocked in its read by then
@@ -528,7 +533,7 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
             // minority's late copies of an earlier turn are not counted for the next.
             long long turn = 0;
             const auto pass = [&](const std::string& what) {
-                if (!publish_all(m.links, next, what)) m.failed = true;
+                if (!write_all_then_read(m.pubs, {"PUBLISH", next, what})) m.failed = true;
             };
             if (i == 0) {
                 dlock_bench::sleep_until_ns(start);
@@ -537,7 +542,7 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
             long long counting = 0;
             std::size_t copies = 0;
             for (;;) {
-                const std::string what = next_message(m.links, read_timeout_s * 1000);
+                const std::string what = next_message(m.subs, read_timeout_s * 1000);
                 if (what.empty()) {
                     m.failed = true;
                     return;
@@ -580,10 +585,8 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
         ok = ok && !m.failed;
         out.handoffs.insert(out.handoffs.end(), m.handoffs.begin(), m.handoffs.end());
         held += m.held_ns;
-        for (const auto& l : m.links) {
-            redisFree(l.sub);
-            redisFree(l.pub);
-        }
+        for (auto* c : m.subs) redisFree(c);
+        for (auto* c : m.pubs) redisFree(c);
     }
     if (!ok) std::fprintf(stderr, "dlock-bench-floor: relay: a connection failed\n");
     out.held_fraction = last_release > start
@@ -708,7 +711,7 @@ int main(int argc, char** argv) {
     }
     const auto script_calls = mutex_script_calls(acquire_sha, release_sha, lock, token);
     struct reference {
-        const char* what;
+        std::string what;
         std::vector<std::int64_t> rtt;
     };
     std::vector<std::int64_t> rtt;
@@ -717,48 +720,19 @@ int main(int argc, char** argv) {
     reference multi{"multi_set_incr", {}};
     reference acq{"acquire_script", {}};
     reference rel{"release_script", {}};
-    reference fan3{"fanout_ping_3", {}};
-    reference fan5{"fanout_ping_5", {}};
-    reference fan_acq3{"fanout_acquire_3", {}};
-    reference fan_acq5{"fanout_acquire_5", {}};
-    // One command written to each of the first n fan-out servers before any reply is read: PING,
-    // or (args) a script call. False if a connection failed or a server answered an error.
-    const auto fan_out = [&](std::size_t n, const std::vector<std::string>* args) {
-        std::vector<const char*> argv;
-        std::vector<std::size_t> lens;
-        if (args) {
-            for (const auto& a : *args) {
-                argv.push_back(a.data());
-                lens.push_back(a.size());
-            }
-        }
-        for (std::size_t i = 0; i < n; ++i) {
-            if (args)
-                redisAppendCommandArgv(fan[i], static_cast<int>(argv.size()), argv.data(),
-                                       lens.data());
-            else
-                redisAppendCommand(fan[i], "PING");
-        }
-        for (std::size_t i = 0; i < n; ++i) {
-            int done = 0;
-            while (!done) {
-                if (redisBufferWrite(fan[i], &done) != REDIS_OK) return false;
-            }
-        }
-        bool ok = true;
-        for (std::size_t i = 0; i < n; ++i) {
-            void* r = nullptr;
-            if (redisGetReply(fan[i], &r) != REDIS_OK || r == nullptr) return false;
-            const auto* reply = static_cast<const redisReply*>(r);
-            if (reply->type == REDIS_REPLY_ERROR) {
-                std::fprintf(stderr, "dlock-bench-floor: fan-out: %.*s\n",
-                             static_cast<int>(reply->len), reply->str);
-                ok = false;
-            }
-            freeReplyObject(r);
-        }
-        return ok;
+    // Per fan-out width: a PING, and dlock's acquire script, written to the first n servers at
+    // once (write_all_then_read).
+    struct fan_references {
+        std::size_t n;
+        reference ping, acquire;
     };
+    const std::vector<std::string> ping_args{"PING"};
+    std::vector<fan_references> fans;
+    for (const std::size_t n : {3, 5}) {
+        if (fan.size() < n) break;
+        const auto width = std::to_string(n);
+        fans.push_back({n, {"fanout_ping_" + width, {}}, {"fanout_acquire_" + width, {}}});
+    }
     // The scripts on every fan-out server (the same SHA-1 everywhere).
     for (auto* f : fan) {
         if (load_script(f, "acquire") != acquire_sha || load_script(f, "release") != release_sha)
@@ -807,21 +781,17 @@ int main(int argc, char** argv) {
         if (!call(c, script_calls.second)) return 1;
         rel.rtt.push_back(now_ns() - t0);
 
-        for (auto* r : {&fan3, &fan5}) {
-            const std::size_t n = r == &fan3 ? 3 : 5;
-            if (fan.size() < n) continue;
+        for (auto& f : fans) {
             t0 = now_ns();
-            if (!fan_out(n, nullptr)) return 1;
-            r->rtt.push_back(now_ns() - t0);
+            if (!write_all_then_read({fan.data(), f.n}, ping_args)) return 1;
+            f.ping.rtt.push_back(now_ns() - t0);
         }
         // dlock's acquire script on all n at once (the lock free on each), then an untimed release.
-        for (auto* r : {&fan_acq3, &fan_acq5}) {
-            const std::size_t n = r == &fan_acq3 ? 3 : 5;
-            if (fan.size() < n) continue;
+        for (auto& f : fans) {
             t0 = now_ns();
-            if (!fan_out(n, &script_calls.first)) return 1;
-            r->rtt.push_back(now_ns() - t0);
-            if (!fan_out(n, &script_calls.second)) return 1;
+            if (!write_all_then_read({fan.data(), f.n}, script_calls.first)) return 1;
+            f.acquire.rtt.push_back(now_ns() - t0);
+            if (!write_all_then_read({fan.data(), f.n}, script_calls.second)) return 1;
         }
     }
     for (auto* f : fan) redisFree(f);
@@ -832,10 +802,8 @@ int main(int argc, char** argv) {
         refs.push_back(std::move(multi));
         refs.push_back(std::move(acq));
         refs.push_back(std::move(rel));
-        if (!fan3.rtt.empty()) refs.push_back(std::move(fan3));
-        if (!fan5.rtt.empty()) refs.push_back(std::move(fan5));
-        if (!fan_acq3.rtt.empty()) refs.push_back(std::move(fan_acq3));
-        if (!fan_acq5.rtt.empty()) refs.push_back(std::move(fan_acq5));
+        for (auto& f : fans) refs.push_back(std::move(f.ping));
+        for (auto& f : fans) refs.push_back(std::move(f.acquire));
     }
     // The server-cost op, on the now quiet server: the variants alternate in short series so
     // that both see the same load.
@@ -872,14 +840,16 @@ int main(int argc, char** argv) {
     // W3's hand-off floors (empty critical section): on one server, and on relay_quorum servers
     // with the turn taken at a majority of their messages (Redlock's).
     std::vector<std::pair<std::string, relay_result>> quorum_relays;
-    for (const int n : {1, relay_quorum}) {
-        if (relay_quorum == 0) break;
-        relay_result r;
-        const std::vector<std::function<redisContext*()>> on(relay_servers.begin(),
-                                                             relay_servers.begin() + n);
-        if (!relay(on, relay_workers, 0, relay_s, r)) return 1;
-        quorum_relays.emplace_back(
-            "relay_handoff_" + std::to_string(n / 2 + 1) + "of" + std::to_string(n), std::move(r));
+    if (relay_quorum > 0) {
+        for (const int n : {1, relay_quorum}) {
+            relay_result r;
+            const std::vector<std::function<redisContext*()>> on(relay_servers.begin(),
+                                                                 relay_servers.begin() + n);
+            if (!relay(on, relay_workers, 0, relay_s, r)) return 1;
+            quorum_relays.emplace_back(
+                "relay_handoff_" + std::to_string(n / 2 + 1) + "of" + std::to_string(n),
+                std::move(r));
+        }
     }
 
     const std::string tmp = out + ".tmp";
@@ -889,7 +859,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     for (const auto v : rtt) std::fprintf(f, "{\"rtt_ns\":%lld}\n", static_cast<long long>(v));
-    for (const auto& r : refs) print_summary(f, "summary", r.what, summarise(r.rtt));
+    for (const auto& r : refs) print_summary(f, "summary", r.what.c_str(), summarise(r.rtt));
     for (const auto& v : costs) print_cost(f, v, cost_locks.size(), server_cost_s / 2);
     if (relay_s > 0) {
         print_summary(f, "summary", "relay_handoff", summarise(relayed.handoffs));
