@@ -99,7 +99,9 @@ finally:
     shutil.rmtree(tmp, ignore_errors=True)
 print("== medians over", rounds, "rounds,", dur, "s each,", nworkers, "workers")
 for (mode, bname), rows in sorted(res.items()):
-    med = {k: statistics.median([x[k] for x in rows if x[k] is not None]) for k in rows[0] if k not in ("viol", "errors")}
-    print(f"{mode:8} {bname:7} handoff p50 {med['handoff_p50_us']:8.1f} us  to-other {med['other_frac']:.2f}  "
+    med = {k: statistics.median(v) if (v := [x[k] for x in rows if x[k] is not None]) else None
+           for k in rows[0] if k not in ("viol", "errors")}
+    handoff = "     -  " if med["handoff_p50_us"] is None else f"{med['handoff_p50_us']:8.1f}"  # 1 worker: none
+    print(f"{mode:8} {bname:7} handoff p50 {handoff} us  to-other {med['other_frac']:.2f}  "
           f"grants/s {med['tput']:8.0f}  wakeups/grant {med['wake_per_grant']:.2f}  ctx/grant {med['ctx_per_grant']:.2f}  "
           f"viol {sum(x['viol'] for x in rows)} errors {sum(x['errors'] for x in rows)}")
