@@ -10,6 +10,7 @@ listener::listener(const std::vector<std::unique_ptr<subscriber>>& subscribers,
     const auto mode = target.wake_one ? subscriber::wake_mode::one : subscriber::wake_mode::all;
     on_.reserve(subscribers.size());
     for (const auto& s : subscribers) {
+        subscribers_.push_back(s.get());
         on_.push_back(std::make_unique<subscriber::registration>(*s, target.channel, mode,
                                                                  target.key, signal_.get()));
     }
@@ -36,7 +37,11 @@ void listener::wait_subscribed(steady::time_point deadline, const std::stop_toke
 void listener::wait(std::uint64_t seen, steady::time_point deadline,
                     const std::stop_token& cancel) const {
     if (!signal_) return on_.front()->wait(seen, deadline, cancel);
-    // Every node's background thread reads for us while we sleep on the signal.
+    // This thread reads every node's connection itself when all can be lent: a grant wakes it
+    // directly, not through the background thread and the signal.
+    const auto changed = [&] { return signal_->version() != seen; };
+    if (changed() || subscriber::read_lent(subscribers_, deadline, cancel, changed)) return;
+    // Else every node's background thread reads for us while we sleep on the signal.
     std::vector<std::unique_ptr<subscriber::registration::reading>> reading;
     reading.reserve(on_.size());
     for (const auto& r : on_)

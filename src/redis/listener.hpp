@@ -41,6 +41,7 @@ public:
 private:
     std::size_t quorum_;
     std::unique_ptr<signal> signal_;  // several nodes only
+    std::vector<subscriber*> subscribers_;
     std::vector<std::unique_ptr<subscriber::registration>> on_;
 };
 

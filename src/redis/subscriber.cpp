@@ -195,14 +195,10 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
         // arrives, the deadline, or the background thread wants the connection back.
         ch.reading = ticket;
         bool done = false;
-        while (!done && !owner_.preempt_ && owner_.conn_->is_open()) {
-            pollfd fds[2] = {{owner_.conn_->native_handle(), owner_.conn_->wanted_events(), 0},
-                             {owner_.kick_fd_.fd(), POLLIN, 0}};
-            const int timeout = dlock::detail::poll_timeout_ms(steady::now(), deadline);
+        subscriber* const self[] = {&owner_};
+        while (!done && owner_.keeps_lent_locked()) {
             lock.unlock();
-            const int n = ::poll(fds, 2, timeout);
-            if (n > 0 && (fds[1].revents & POLLIN) != 0) owner_.kick_fd_.drain();
-            if (n > 0 && fds[0].revents != 0) owner_.read_available();
+            poll_lent(self, deadline);
             lock.lock();
             done = ready() || steady::now() >= deadline;
         }
@@ -234,6 +230,58 @@ void subscriber::sleep(std::condition_variable& cv, dlock::detail::unique_lock& 
     }
     wait_until(cv, lock, deadline, ready);
     --sleepers_;
+}
+
+void subscriber::poll_lent(std::span<subscriber* const> subs, steady::time_point deadline) {
+    std::vector<pollfd> fds;
+    fds.reserve(2 * subs.size());
+    for (const auto* s : subs) {
+        fds.push_back({s->conn_->native_handle(), s->conn_->wanted_events(), 0});
+        fds.push_back({s->kick_fd_.fd(), POLLIN, 0});
+    }
+    const int n =
+        ::poll(fds.data(), fds.size(), dlock::detail::poll_timeout_ms(steady::now(), deadline));
+    if (n <= 0) return;
+    for (std::size_t i = 0; i < subs.size(); ++i) {
+        if ((fds[2 * i + 1].revents & POLLIN) != 0) subs[i]->kick_fd_.drain();
+        if (fds[2 * i].revents != 0) subs[i]->read_available();
+    }
+}
+
+bool subscriber::keeps_lent_locked() const { return !preempt_ && conn_->is_open(); }
+
+bool subscriber::read_lent(std::span<subscriber* const> subs, steady::time_point deadline,
+                           const std::stop_token& cancel, const std::function<bool()>& done) {
+    // Made before any lock, as in registration::wait: a cancel kicks every reader's poll.
+    const std::stop_callback kick_on_cancel(cancel, [subs] {
+        for (const auto* s : subs) s->kick_reader();
+    });
+    std::size_t lent = 0;
+    for (; lent < subs.size(); ++lent) {
+        dlock::detail::lock_guard lock(subs[lent]->mutex_);
+        if (!subs[lent]->lend_locked()) break;
+    }
+    const auto keeps_all = [&] {
+        return std::all_of(subs.begin(), subs.end(), [](subscriber* s) {
+            dlock::detail::lock_guard lock(s->mutex_);
+            return s->keeps_lent_locked();
+        });
+    };
+    bool finished = false;
+    if (lent == subs.size()) {
+        while (!(finished = done() || steady::now() >= deadline || cancel.stop_requested()) &&
+               keeps_all())
+            poll_lent(subs, deadline);
+    }
+    for (std::size_t i = 0; i < lent; ++i) {
+        bool wake_background = false;
+        {
+            dlock::detail::lock_guard lock(subs[i]->mutex_);
+            wake_background = subs[i]->give_back_locked();
+        }
+        if (wake_background) subs[i]->wake_(steady::time_point::min());
+    }
+    return finished;
 }
 
 bool subscriber::lend_locked() {

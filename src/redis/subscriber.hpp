@@ -36,8 +36,10 @@
 // Redlock's hand-off (docs/redlock.md, "Waiting") needs each node's grant: a subscriber per node,
 // and one thread waiting on a registration in each. Such a registration is made with a `signal`,
 // raised with every change that would end its wait() (a message for its key, the channel's
-// confirmation, a reconnect); the thread sleeps on that signal, holding a `reading` so that each
-// background thread reads for it (a connection is lent only to a thread in wait()).
+// confirmation, a reconnect). The thread borrows every node's connection at once when all can be
+// lent (read_lent) and polls them itself, as one waiter does on one server, so each node's grant
+// wakes it directly; else it sleeps on that signal, holding a `reading` so that each background
+// thread reads for it.
 #pragma once
 
 #include <atomic>
@@ -47,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <unordered_map>
@@ -150,6 +153,14 @@ public:
         mutable bool woken_ = false;  // holds a wake-up (wake_mode::one) not yet used
     };
 
+    /// Lends every one of `subs`' connections to the calling thread, or none (the file comment),
+    /// and reads them all, dispatching what arrives, until `done()` (called without any lock, after
+    /// each read), `deadline` or a stop request on `cancel`: true then. false at once when one
+    /// could not be lent, or later when one is wanted back or failed: the caller waits another
+    /// way for what is left of its wait.
+    static bool read_lent(std::span<subscriber* const> subs, steady::time_point deadline,
+                          const std::stop_token& cancel, const std::function<bool()>& done);
+
     /// Whether the connection is lent to a waiter now (see the file comment).
     bool lent() const;
     /// How many waiters sleep on a condition variable now (someone else reads for them).
@@ -231,6 +242,11 @@ private:
                steady::time_point deadline, Pred ready) DLOCK_NO_THREAD_SAFETY_ANALYSIS;
     /// Reads and dispatches every message already available (the caller uses the connection).
     void read_available();
+    /// One poll(2) of the lent connections of `subs` and their kick eventfds, until something
+    /// is readable or `deadline`, then reads what arrived (the caller has them lent, no lock held).
+    static void poll_lent(std::span<subscriber* const> subs, steady::time_point deadline);
+    /// Whether a waiter that has it lent may go on reading it (not wanted back, still open).
+    bool keeps_lent_locked() const DLOCK_REQUIRES(mutex_);
     /// Lends the connection to the calling waiter when nobody uses it and nothing is pending.
     bool lend_locked() DLOCK_REQUIRES(mutex_);
     /// Takes the connection back from the waiter that read; true when the background thread

@@ -5,6 +5,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -12,9 +13,11 @@
 #include <stop_token>
 #include <thread>
 #include <utility>
+#include <vector>
 
-#include "redis/url.hpp"
+#include "redis/listener.hpp"
 #include "redis/subscriber.hpp"
+#include "redis/url.hpp"
 #include "redis_server.hpp"
 #include "test_env.hpp"
 
@@ -37,8 +40,21 @@ std::shared_ptr<node> node_for(const dlock::test::redis_server& server) {
     return std::make_shared<node>(std::make_unique<fixed_address>(endpoint), 1000ms, 1000ms);
 }
 
-/// Runs the subscriber the way the client's background thread does (service, poll, on_readable),
-/// from a thread of its own; `step()` is one such pass, for tests that drive it by hand.
+/// One pass of the client's background thread over `sub` (service, poll, on_readable): returns
+/// the descriptor service() asked to poll (-1: none).
+int step_loop(subscriber& sub, std::chrono::milliseconds poll_for) {
+    const int fd = sub.service(steady::now(), steady::now() + 1s);
+    if (fd < 0) {
+        std::this_thread::sleep_for(poll_for);
+        return fd;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(poll_for.count())) > 0) sub.on_readable();
+    return fd;
+}
+
+/// Runs the subscriber the way the client's background thread does, from a thread of its own;
+/// `step()` is one such pass, for tests that drive it by hand.
 class driver {
 public:
     explicit driver(const dlock::test::redis_server& server)
@@ -57,17 +73,7 @@ public:
             loop_.join();
         }
     }
-    /// One pass: returns the descriptor service() asked to poll (-1: none).
-    int step(std::chrono::milliseconds poll_for) {
-        const int fd = sub_.service(steady::now(), steady::now() + 1s);
-        if (fd < 0) {
-            std::this_thread::sleep_for(poll_for);
-            return fd;
-        }
-        pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(poll_for.count())) > 0) sub_.on_readable();
-        return fd;
-    }
+    int step(std::chrono::milliseconds poll_for) { return step_loop(sub_, poll_for); }
 
 private:
     subscriber sub_;
@@ -423,6 +429,107 @@ TEST(RedisSubscriber, TheBackgroundThreadReadsForASleeperWhenTheReaderLeaves) {
             return wb.woken.load();
         },
         10s));
+}
+
+// Redlock (src/redis/listener.hpp): one waiter listens on a subscriber per node. Nobody runs the
+// background loop here once the channel is subscribed, so what wakes the waiter is its own reading.
+class RedlockListener : public ::testing::Test {
+protected:
+    static constexpr std::size_t nodes = 3;
+    static void SetUpTestSuite() {
+        for (auto& s : servers_) s = std::make_unique<dlock::test::redis_server>();
+    }
+    static void TearDownTestSuite() {
+        for (auto& s : servers_) s.reset();
+    }
+    RedlockListener() {
+        for (const auto& s : servers_)
+            subs_.push_back(
+                std::make_unique<subscriber>(std::vector{node_for(*s)}, [](steady::time_point) {}));
+    }
+    void subscribe_by_hand(const std::string& channel) {
+        ASSERT_TRUE(eventually(
+            [&] {
+                bool all = true;
+                for (auto& sub : subs_) {
+                    step_loop(*sub, 1ms);
+                    all = all && sub->subscribed(channel);
+                }
+                return all;
+            },
+            10s));
+    }
+    bool all_lent() const {
+        return std::all_of(subs_.begin(), subs_.end(), [](const auto& s) { return s->lent(); });
+    }
+    bool none_lent() const {
+        return std::none_of(subs_.begin(), subs_.end(), [](const auto& s) { return s->lent(); });
+    }
+
+    /// A thread in `l.wait(seen, ...)` (deadline far off, cancelled by `cancel`), `woken` once
+    /// back.
+    struct waiting_thread {
+        std::atomic<bool> woken{false};
+        std::jthread thread;
+        waiting_thread(const dlock::redis::detail::listener& l, std::stop_token cancel = {}) {
+            const auto seen = l.generation();
+            thread = std::jthread([this, &l, seen, cancel] {
+                l.wait(seen, steady::now() + scaled(60s), cancel);
+                woken = true;
+            });
+        }
+    };
+
+    static inline std::unique_ptr<dlock::test::redis_server> servers_[nodes];
+    std::vector<std::unique_ptr<subscriber>> subs_;
+};
+
+// The waiter borrows every node's connection and reads them itself: one node's grant wakes it.
+TEST_F(RedlockListener, AWaiterReadsEveryNodesConnectionItself) {
+    const auto channel = unique_name();
+    dlock::redis::detail::listener l(subs_, {channel, false, "mutex:c.aaaa"}, 2);
+    subscribe_by_hand(channel);
+    waiting_thread w(l);
+    ASSERT_TRUE(eventually([&] { return all_lent(); }, 10s)) << "the waiter reads every node";
+    servers_[1]->command({"PUBLISH", channel, "granted 5 1 mutex:c.bbbb"});  // not ours
+    servers_[1]->command({"PUBLISH", channel, "granted 5 1 mutex:c.aaaa"});
+    EXPECT_TRUE(eventually([&] { return w.woken.load(); }, 10s)) << "its node's grant wakes it";
+    EXPECT_EQ(l.last_messages(), (std::vector<std::string>{"", "granted 5 1 mutex:c.aaaa", ""}));
+    EXPECT_TRUE(none_lent()) << "every connection is given back";
+}
+
+// One node's background thread wants its connection back (another channel to subscribe): the
+// waiter gives every node's back and sleeps on its signal, and a background read still wakes it.
+TEST_F(RedlockListener, OneNodeWantingItsConnectionBackEndsTheReading) {
+    const auto channel = unique_name();
+    dlock::redis::detail::listener l(subs_, {channel, false, "mutex:c.aaaa"}, 2);
+    subscribe_by_hand(channel);
+    waiting_thread w(l);
+    ASSERT_TRUE(eventually([&] { return all_lent(); }, 10s));
+    subscriber::registration other(*subs_[2], channel + "/other", wake_mode::one);
+    step_loop(*subs_[2], 1ms);  // finds it lent with work to do: asks for it back
+    ASSERT_TRUE(eventually([&] { return none_lent(); }, 10s)) << "all given back, not just one";
+    EXPECT_FALSE(w.woken.load());
+    servers_[0]->command({"PUBLISH", channel, "granted 5 1 mutex:c.aaaa"});
+    EXPECT_TRUE(eventually(
+        [&] {
+            for (auto& sub : subs_) step_loop(*sub, 1ms);
+            return w.woken.load();
+        },
+        10s));
+}
+
+// A cancel reaches a waiter asleep in poll(2) on the nodes' connections.
+TEST_F(RedlockListener, ACancelReachesAWaiterReadingEveryNode) {
+    const auto channel = unique_name();
+    dlock::redis::detail::listener l(subs_, {channel, false, "mutex:c.aaaa"}, 2);
+    subscribe_by_hand(channel);
+    std::stop_source cancel;
+    waiting_thread w(l, cancel.get_token());
+    ASSERT_TRUE(eventually([&] { return all_lent(); }, 10s));
+    cancel.request_stop();
+    EXPECT_TRUE(eventually([&] { return w.woken.load(); }, 10s));
+    EXPECT_TRUE(none_lent());
 }
 
 }  // namespace
