@@ -248,8 +248,8 @@ bool drain_ready(exchange& x) {
 // the thread sleeps on the socket written last (the reply most likely to come last) and then
 // looks at all of them without sleeping: the replies that came first wait in their sockets
 // instead of each waking the thread, one wake-up per fan-out rather than one per server
-// (docs/benchmarks.md, "Fewer wake-ups on Redlock"). The timeout is the earliest deadline of all, so a
-// silent server costs no more than before.
+// (docs/benchmarks.md, "Fewer wake-ups on Redlock"). The timeout is the earliest deadline of all,
+// so a silent server costs no more than before.
 int wait_for_replies(std::vector<pollfd>& fds, int timeout_ms) {
     const bool only_replies =
         fds.size() > 1 && timeout_ms != 0 &&
