@@ -92,8 +92,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <span>
 #include <ranges>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>

@@ -196,9 +196,10 @@ void subscriber::registration::wait(std::uint64_t seen, steady::time_point deadl
         ch.reading = ticket;
         bool done = false;
         subscriber* const self[] = {&owner_};
+        std::vector<pollfd> fds;
         while (!done && owner_.keeps_lent_locked()) {
             lock.unlock();
-            poll_lent(self, deadline);
+            poll_lent(self, deadline, fds);
             lock.lock();
             done = ready() || steady::now() >= deadline;
         }
@@ -232,9 +233,9 @@ void subscriber::sleep(std::condition_variable& cv, dlock::detail::unique_lock& 
     --sleepers_;
 }
 
-void subscriber::poll_lent(std::span<subscriber* const> subs, steady::time_point deadline) {
-    std::vector<pollfd> fds;
-    fds.reserve(2 * subs.size());
+void subscriber::poll_lent(std::span<subscriber* const> subs, steady::time_point deadline,
+                           std::vector<pollfd>& fds) {
+    fds.clear();
     for (const auto* s : subs) {
         fds.push_back({s->conn_->native_handle(), s->conn_->wanted_events(), 0});
         fds.push_back({s->kick_fd_.fd(), POLLIN, 0});
@@ -269,9 +270,10 @@ bool subscriber::read_lent(std::span<subscriber* const> subs, steady::time_point
     };
     bool finished = false;
     if (lent == subs.size()) {
+        std::vector<pollfd> fds;
         while (!(finished = done() || steady::now() >= deadline || cancel.stop_requested()) &&
                keeps_all())
-            poll_lent(subs, deadline);
+            poll_lent(subs, deadline, fds);
     }
     for (std::size_t i = 0; i < lent; ++i) {
         bool wake_background = false;

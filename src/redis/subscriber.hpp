@@ -244,7 +244,9 @@ private:
     void read_available();
     /// One poll(2) of the lent connections of `subs` and their kick eventfds, until something
     /// is readable or `deadline`, then reads what arrived (the caller has them lent, no lock held).
-    static void poll_lent(std::span<subscriber* const> subs, steady::time_point deadline);
+    /// `fds` is the caller's, kept across its polls (no allocation per wake-up).
+    static void poll_lent(std::span<subscriber* const> subs, steady::time_point deadline,
+                          std::vector<pollfd>& fds);
     /// Whether a waiter that has it lent may go on reading it (not wanted back, still open).
     bool keeps_lent_locked() const DLOCK_REQUIRES(mutex_);
     /// Lends the connection to the calling waiter when nobody uses it and nothing is pending.

@@ -333,14 +333,16 @@ void subscribe_by_hand(driver& d, const std::string& channel) {
         10s));
 }
 
-/// A thread in `reg.wait(seen, ...)` (deadline far off, cancelled by `cancel`), `woken` once back.
+/// A thread in `on.wait(seen, ...)` (deadline far off, cancelled by `cancel`), `woken` once back;
+/// `on` is a registration, or a listener over several nodes (RedlockListener below).
 struct waiting_thread {
     std::atomic<bool> woken{false};
     std::jthread thread;
-    waiting_thread(const subscriber::registration& reg, std::stop_token cancel = {}) {
-        const auto seen = reg.generation();
-        thread = std::jthread([this, &reg, seen, cancel] {
-            reg.wait(seen, steady::now() + scaled(60s), cancel);
+    template <class Waitable>
+    explicit waiting_thread(const Waitable& on, std::stop_token cancel = {}) {
+        const auto seen = on.generation();
+        thread = std::jthread([this, &on, seen, cancel] {
+            on.wait(seen, steady::now() + scaled(60s), cancel);
             woken = true;
         });
     }
@@ -465,20 +467,6 @@ protected:
     bool none_lent() const {
         return std::none_of(subs_.begin(), subs_.end(), [](const auto& s) { return s->lent(); });
     }
-
-    /// A thread in `l.wait(seen, ...)` (deadline far off, cancelled by `cancel`), `woken` once
-    /// back.
-    struct waiting_thread {
-        std::atomic<bool> woken{false};
-        std::jthread thread;
-        waiting_thread(const dlock::redis::detail::listener& l, std::stop_token cancel = {}) {
-            const auto seen = l.generation();
-            thread = std::jthread([this, &l, seen, cancel] {
-                l.wait(seen, steady::now() + scaled(60s), cancel);
-                woken = true;
-            });
-        }
-    };
 
     static inline std::unique_ptr<dlock::test::redis_server> servers_[nodes];
     std::vector<std::unique_ptr<subscriber>> subs_;
