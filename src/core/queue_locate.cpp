@@ -55,6 +55,7 @@ queue_position locate_in_queue(std::vector<queue_entry> entries, std::string_vie
         } else {
             out.watch = std::prev(me)->id;
             out.watch_is_last = std::prev(me) == line.begin();
+            if (!out.watch_is_last) out.refresh = std::prev(me, 2)->id;
         }
         return out;
     }
@@ -62,8 +63,11 @@ queue_position locate_in_queue(std::vector<queue_entry> entries, std::string_vie
         --it;
         if (it->role != queue_role::read) {
             out.watch = it->id;
-            out.watch_is_last = std::none_of(
-                line.begin(), it, [](const queue_entry& e) { return e.role != queue_role::read; });
+            const auto write_before =
+                std::find_if(std::make_reverse_iterator(it), line.rend(),
+                             [](const queue_entry& e) { return e.role != queue_role::read; });
+            out.watch_is_last = write_before == line.rend();
+            if (!out.watch_is_last) out.refresh = write_before->id;
             return out;
         }
     }

@@ -35,6 +35,11 @@ struct queue_position {
     /// read and write, !holds: `watch` is the only entry that keeps ours from holding. Orders only
     /// grow, so no entry is ever placed before ours: once `watch` is gone, ours holds.
     bool watch_is_last = false;
+    /// read and write, !holds && !watch_is_last: the entry whose going can leave `watch` the last
+    /// one ahead of ours (for a write entry the one before `watch`, for a read entry the nearest
+    /// write entry before `watch`). A waiter that watches it too looks again while `watch` is
+    /// still there, so that `watch` going later is its grant with nothing more to read.
+    std::string refresh{};
 };
 
 /// Where the entry with id `ours` stands among `entries` (any order; sorted here by `order`).

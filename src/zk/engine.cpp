@@ -486,7 +486,7 @@ dlock::detail::attempt_report engine::attempt(attempt_state& a) {
     }
 }
 
-int engine::wait_turn(session& s, const protected_node& ours, const standing& where,
+int engine::wait_turn(session& s, const protected_node& ours, standing& where,
                       std::uint64_t permits, steady::time_point deadline,
                       const std::stop_token& cancel, bool& vacated) {
     vacated = false;
@@ -527,12 +527,54 @@ int engine::wait_turn(session& s, const protected_node& ours, const standing& wh
     }
     // A watch fires only for changes after it was set: what changed since our getChildren was
     // read back above.
-    if (rc == ZOK && !changed) {
-        vacated = s.watch_wait(watched, seen, deadline, cancel) && where.watch_is_last &&
-                  !where.watch_parent;
-    }
+    if (rc == ZOK && !changed) vacated = wait_for(s, ours, where, watched, seen, deadline, cancel);
     s.watch_end(watched);
     return rc;
+}
+
+bool engine::wait_for(session& s, const protected_node& ours, standing& where,
+                      const std::string& watched, std::uint64_t seen, steady::time_point deadline,
+                      const std::stop_token& cancel) {
+    if (where.watch_parent) return false;
+    // Further back in the line, the node before the one we watch is watched too: once it goes,
+    // we look again while the one we watch is still there, so that its going later grants ours
+    // with nothing more to read (docs/zookeeper.md, "The recipe", step 4). Our watch on `watched`
+    // stays set throughout: nothing it reports is missed.
+    for (;;) {
+        std::string refresh;
+        std::uint64_t refresh_seen = 0;
+        bool gone = false;  // the node to look again after went before its watch was set
+        if (!where.refresh.empty()) {
+            refresh = ours.parent + "/" + where.refresh;
+            refresh_seen = s.watch_begin(refresh);
+            Stat stat{};
+            const int rc = s.with_handle([&](zhandle_t* zh) {
+                return zoo_wexists(zh, refresh.c_str(), &session::on_event, &s, &stat);
+            });
+            gone = rc == ZNONODE;
+            if (rc != ZOK && !gone) {  // waited for as before: its going is read again
+                s.watch_end(refresh);
+                refresh.clear();
+            }
+        }
+        const auto woke = gone ? session::woken::also
+                               : s.watch_wait(watched, seen, refresh.empty() ? nullptr : &refresh,
+                                              refresh_seen, deadline, cancel);
+        if (!refresh.empty()) s.watch_end(refresh);
+        if (woke == session::woken::deleted) return where.watch_is_last;
+        if (woke == session::woken::other) return false;
+        // Look again. Any other answer than "the same node ahead of ours" ends the wait and the
+        // attempt reads again; our node first in line holds (the listing was read after our
+        // create and while the session stayed connected).
+        std::vector<std::string> children;
+        if (get_children(s, ours.parent, children) != ZOK) return false;
+        const auto now = detail::locate(children, ours.name);
+        if (!now.found) return false;
+        if (now.holds) return !ours.doubted;
+        if (now.watch != where.watch) return false;
+        where.watch_is_last = now.watch_is_last;
+        where.refresh = now.refresh;
+    }
 }
 
 int engine::read_limit(session& s, const std::string& parent, std::uint32_t limit,

@@ -134,11 +134,17 @@ private:
     dlock::detail::attempt_report attempt(attempt_state& a);
     /// Waits, with a one-shot watch, for what `where` says decides our turn, until it fired, the
     /// session changed state, `deadline` or `cancel`. ZooKeeper's rc of setting the watch.
-    /// `vacated`: the watched node was where.watch_is_last and its deletion arrived on the session
-    /// while it stayed connected (session::watch_wait), so ours holds.
-    int wait_turn(session& s, const protected_node& ours, const standing& where,
-                  std::uint64_t permits, steady::time_point deadline, const std::stop_token& cancel,
-                  bool& vacated);
+    /// `vacated`: ours holds, known without another listing: the watched node was
+    /// where.watch_is_last and its deletion arrived on the session while it stayed connected
+    /// (session::watch_wait), or a look again on where.refresh's going found ours first.
+    int wait_turn(session& s, const protected_node& ours, standing& where, std::uint64_t permits,
+                  steady::time_point deadline, const std::stop_token& cancel, bool& vacated);
+    /// wait_turn's wait on a lock node's `watched` (begun at `seen`), and on where.refresh: when
+    /// that goes first, reads the children again and goes on waiting while `watched` is still
+    /// the node ahead of ours (where updated). True when ours holds (`vacated`).
+    bool wait_for(session& s, const protected_node& ours, standing& where,
+                  const std::string& watched, std::uint64_t seen, steady::time_point deadline,
+                  const std::stop_token& cancel);
     /// The semaphore's permits from its parent's data; creates the parent (with `limit`) or sets
     /// empty data. ZooKeeper's rc.
     int read_limit(session& s, const std::string& parent, std::uint32_t limit, std::uint64_t& out);

@@ -182,7 +182,7 @@ std::vector<dlock::detail::queue_entry> entries_of(const std::vector<std::string
 
 position locate(const std::vector<std::string>& children, std::string_view ours) {
     const auto p = dlock::detail::locate_in_queue(entries_of(children, false), ours, 0);
-    return {p.found, p.holds, p.watch, p.watch_is_last};
+    return {p.found, p.holds, p.watch, p.watch_is_last, p.refresh};
 }
 
 permit_position locate_permits(const std::vector<std::string>& children, std::string_view ours,
@@ -216,6 +216,7 @@ standing driver::locate(const std::vector<std::string>& children, std::string_vi
         out.holds = p.holds;
         out.watch = std::move(p.watch);
         out.watch_is_last = p.watch_is_last;
+        out.refresh = std::move(p.refresh);
     }
     return out;
 }

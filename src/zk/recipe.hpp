@@ -50,6 +50,7 @@ struct position {
     bool holds = false;          ///< it holds the lock
     std::string watch{};         ///< when found && !holds: the child to watch
     bool watch_is_last = false;  ///< only `watch` keeps ours from holding (queue_position)
+    std::string refresh{};       ///< !watch_is_last: look again once it goes (queue_position)
 };
 
 /// Where the node named `ours` stands among `children` (docs/zookeeper.md, step 2): a write node
@@ -90,6 +91,9 @@ struct standing {
     /// A lock's node: `watch` is the only node that keeps ours from holding, so its deletion
     /// grants ours (sequence numbers only grow: no node is ever placed before ours).
     bool watch_is_last = false;
+    /// A lock's node, !watch_is_last: the child whose going can leave `watch` the last one ahead
+    /// of ours; watched too, it has us look again before `watch` goes (docs/zookeeper.md, step 4).
+    std::string refresh{};
 };
 
 /// The pure part of one recipe: how its nodes are named, which children belong to another kind

@@ -222,18 +222,30 @@ std::uint64_t session::watch_begin(const std::string& path) {
 
 bool session::watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
                          const std::stop_token& cancel) {
+    return watch_wait(path, seen, nullptr, 0, deadline, cancel) == woken::deleted;
+}
+
+session::woken session::watch_wait(const std::string& path, std::uint64_t seen,
+                                   const std::string* also, std::uint64_t also_seen,
+                                   steady::time_point deadline, const std::stop_token& cancel) {
     dlock::detail::unique_lock lock(mutex_);
     const auto gen = state_gen_;
+    // The watch on `p` if it fired since `before`.
+    const auto fired = [&](const std::string* p, std::uint64_t before)
+                           DLOCK_NO_THREAD_SAFETY_ANALYSIS -> const watch* {
+        if (p == nullptr) return nullptr;
+        const auto it = watches_.find(*p);
+        return it != watches_.end() && it->second.fired != before ? &it->second : nullptr;
+    };
     std::stop_token token = cancel;
     changed_.wait_until(lock, token, bounded(deadline), [&]() DLOCK_NO_THREAD_SAFETY_ANALYSIS {
-        const auto it = watches_.find(path);
-        return dead_ || state_gen_ != gen || (it != watches_.end() && it->second.fired != seen);
+        return dead_ || state_gen_ != gen || fired(&path, seen) || fired(also, also_seen);
     });
-    const auto it = watches_.find(path);
     // state_ changes only with state_gen_: connected now with the same generation is connected
     // throughout.
-    return !dead_ && state_gen_ == gen && state_ == ZOO_CONNECTED_STATE && it != watches_.end() &&
-           it->second.fired != seen && it->second.deleted;
+    if (dead_ || state_gen_ != gen || state_ != ZOO_CONNECTED_STATE) return woken::other;
+    if (const auto* w = fired(&path, seen)) return w->deleted ? woken::deleted : woken::other;
+    return fired(also, also_seen) ? woken::also : woken::other;
 }
 
 void session::watch_end(const std::string& path) {

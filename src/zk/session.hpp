@@ -143,6 +143,16 @@ public:
     std::uint64_t watch_begin(const std::string& path);
     bool watch_wait(const std::string& path, std::uint64_t seen, steady::time_point deadline,
                     const std::stop_token& cancel);
+    /// What ended a wait on two watches.
+    enum class woken : std::uint8_t {
+        other,    ///< a state change, the deadline, cancel, or `path` changed but is still there
+        deleted,  ///< `path` was deleted, the session connected and alive throughout
+        also,     ///< `also` fired and `path` did not, the session connected and alive throughout
+    };
+    /// watch_wait on `path`, and on `also` (begun as well) unless it is null.
+    woken watch_wait(const std::string& path, std::uint64_t seen, const std::string* also,
+                     std::uint64_t also_seen, steady::time_point deadline,
+                     const std::stop_token& cancel);
     void watch_end(const std::string& path);
 
     /// The watcher for the session and for node watches (ctx = this session).

@@ -127,62 +127,103 @@ TEST(ZkLock, TimeoutLeavesNoNode) {
 }
 
 // A waiter whose watched node goes takes the lock without reading the children again only when
-// that node was the last one ahead of its own (docs/zookeeper.md, "The recipe", step 4): here
-// the waiter ahead of it gives up while the holder still holds, so the deletion it hears is no
-// grant; it reads again, watches the holder, and is served once the holder releases.
-TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForTheOneBehind) {
+// that node was the last one ahead of its own (docs/zookeeper.md, "The recipe", step 4); one
+// further back also watches the node before its predecessor and looks again when that goes. The
+// line here: the holder, `left` (gives up while the holder holds), `middle`, `back`. Left going is
+// no grant for middle: it reads again and waits for the holder. Back watched left as the node
+// before its predecessor: it looks again and now watches the holder as that node. Then each is
+// served in turn, never two at once.
+TEST(ZkLock, AWaiterAheadThatLeavesIsNoGrantForThoseBehind) {
+    std::atomic<int> holding{0};
+    std::atomic<bool> overlap{false}, middle_granted{false}, back_granted{false};
+    std::atomic<bool> release_middle{false};
+    const auto granted = [&](std::atomic<bool>& flag) {
+        return make_client([&](const dlock::lock_event& e) {
+            if (e.kind == dlock::event_kind::acquired) flag = true;
+        });
+    };
     auto holder_client = make_client();
-    auto ahead_client = make_client();
-    std::atomic<bool> behind_granted{false};
-    auto behind_client = make_client([&](const dlock::lock_event& e) {
-        if (e.kind == dlock::event_kind::acquired) behind_granted = true;
-    });
+    auto left_client = make_client();
+    auto middle_client = granted(middle_granted);
+    auto back_client = granted(back_granted);
     const auto name = dlock::test::unique_name("ahead-leaves");
     const auto parent = holder_client.lock_path(name);
     std::error_code ec;
     auto holder = take(holder_client, name, dlock::lock_kind::exclusive, 0ms, ec);
     ASSERT_FALSE(ec) << ec.message();
+    ++holding;
     const auto holder_node = parent + "/" + shared_zk().children(parent).at(0);
-    // Watches on the holder's node, counted one per session by `wchp`: the holder's own (set
-    // asynchronously after its grant, to hear a deletion by someone else), then the waiter
-    // ahead's, and a waiter's stays until it fires, even after that waiter gave up.
-    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 1; }, scaled(10s)));
+    // The n-th node in sequence order, once there are n + 1.
+    const auto node_at = [&](std::size_t n) {
+        std::vector<std::string> queued;
+        EXPECT_TRUE(eventually(
+            [&] { return (queued = shared_zk().children(parent)).size() == n + 1; }, scaled(10s)));
+        std::sort(queued.begin(), queued.end(), [](const std::string& a, const std::string& b) {
+            return dlock::zk::detail::parse_node(a)->sequence <
+                   dlock::zk::detail::parse_node(b)->sequence;
+        });
+        return parent + "/" + queued.at(n);
+    };
+    // Watches on a node, counted one per session by `wchp`. A waiter watches its own node from its
+    // first wait on (to hear a deletion by someone else), and a watch stays until it fires, even
+    // after its waiter gave up or stopped waiting for it.
+    const auto watched_by = [&](const std::string& node, std::size_t sessions) {
+        return eventually([&] { return shared_zk().watchers(node) == sessions; }, scaled(10s));
+    };
+    ASSERT_TRUE(watched_by(holder_node, 1)) << "the holder's own";
 
     std::stop_source leave;
-    std::jthread ahead([&] {
-        std::error_code aec;
-        auto l = ahead_client.acquire_until(name, {}, {.cancel = leave.get_token()},
-                                            steady::now() + scaled(30s), aec);
-        EXPECT_EQ(aec, dlock::errc::canceled);
+    std::jthread left([&] {
+        std::error_code lec;
+        auto l = left_client.acquire_until(name, {}, {.cancel = leave.get_token()},
+                                           steady::now() + scaled(30s), lec);
+        EXPECT_EQ(lec, dlock::errc::canceled);
     });
-    // The waiter ahead watches the holder's node.
-    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 2; }, scaled(10s)));
-    std::error_code bec;
-    dlock::lease behind;
-    std::jthread behind_thread(
-        [&] { behind = take(behind_client, name, dlock::lock_kind::exclusive, scaled(30s), bec); });
-    ASSERT_TRUE(eventually([&] { return shared_zk().children(parent).size() == 3; }, scaled(10s)));
-    // The middle one in sequence order.
-    auto queued = shared_zk().children(parent);
-    std::sort(queued.begin(), queued.end(), [](const std::string& a, const std::string& b) {
-        return dlock::zk::detail::parse_node(a)->sequence <
-               dlock::zk::detail::parse_node(b)->sequence;
+    const auto left_node = node_at(1);
+    ASSERT_TRUE(watched_by(holder_node, 2)) << "left's predecessor";
+    const auto serve = [&](dlock::lease& l) {
+        if (holding.fetch_add(1) != 0) overlap = true;
+        return [&] {
+            --holding;
+            l.release();
+        };
+    };
+    std::jthread middle([&] {
+        std::error_code mec;
+        auto l = take(middle_client, name, dlock::lock_kind::exclusive, scaled(30s), mec);
+        ASSERT_FALSE(mec) << mec.message();
+        const auto done = serve(l);
+        EXPECT_TRUE(eventually([&] { return release_middle.load(); }, scaled(30s)));
+        done();
     });
-    const auto ahead_node = parent + "/" + queued.at(1);
-    // Its own (a waiter watches its own node from its first wait on) and the one behind's.
-    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(ahead_node) == 2; }, scaled(10s)));
+    const auto middle_node = node_at(2);
+    ASSERT_TRUE(watched_by(left_node, 2)) << "left's own, middle's predecessor";
+    ASSERT_TRUE(watched_by(holder_node, 3)) << "middle's node before its predecessor";
+    std::jthread back([&] {
+        std::error_code bec;
+        auto l = take(back_client, name, dlock::lock_kind::exclusive, scaled(30s), bec);
+        ASSERT_FALSE(bec) << bec.message();
+        serve(l)();
+    });
+    node_at(3);
+    ASSERT_TRUE(watched_by(middle_node, 2)) << "middle's own, back's predecessor";
+    ASSERT_TRUE(watched_by(left_node, 3)) << "back's node before its predecessor";
 
     leave.request_stop();
-    ahead.join();
-    // The one behind heard the deletion, read again and now watches the holder too: the third
-    // watch on it (the holder's own, the one of the waiter that left, the one behind's).
-    ASSERT_TRUE(eventually([&] { return shared_zk().watchers(holder_node) == 3; }, scaled(10s)))
-        << "the waiter behind never watched the holder";
-    EXPECT_FALSE(behind_granted) << "granted while the holder still held the lock";
+    left.join();
+    ASSERT_TRUE(watched_by(holder_node, 4))
+        << "back did not look again when the node before its predecessor went";
+    EXPECT_FALSE(middle_granted) << "granted while the holder still held the lock";
+    EXPECT_FALSE(back_granted) << "granted while the holder still held the lock";
+    --holding;
     holder.release();
-    behind_thread.join();
-    EXPECT_FALSE(bec) << bec.message();
-    EXPECT_TRUE(behind);
+    ASSERT_TRUE(eventually([&] { return middle_granted.load(); }, scaled(10s)));
+    EXPECT_FALSE(back_granted) << "granted while middle held the lock";
+    release_middle = true;
+    middle.join();
+    back.join();
+    EXPECT_TRUE(back_granted);
+    EXPECT_FALSE(overlap) << "two holders at once";
 }
 
 TEST(ZkLock, FencingTokensRise) {

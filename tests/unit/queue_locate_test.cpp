@@ -75,6 +75,30 @@ TEST(QueueLocate, TheWatchedEntryIsLastWhenNothingElseIsAhead) {
     EXPECT_FALSE(locate_in_queue(pq, "p3", 2).watch_is_last);
 }
 
+TEST(QueueLocate, FurtherBackTheEntryBeforeTheWatchedOneIsLookedAgainOn) {
+    // A writer: the entry before its predecessor; none when the predecessor is last.
+    const std::vector<queue_entry> q = {w(1, "a"), r(2, "b"), w(3, "c"), w(4, "d")};
+    EXPECT_EQ(locate_in_queue(q, "d", 0).refresh, "b");
+    EXPECT_EQ(locate_in_queue(q, "c", 0).refresh, "a");
+    EXPECT_EQ(locate_in_queue(q, "b", 0).refresh, "") << "a is the last one ahead";
+    EXPECT_EQ(locate_in_queue(q, "a", 0).refresh, "") << "holds";
+    // A reader: the nearest writer before the one it watches (the readers between share).
+    const std::vector<queue_entry> rq = {w(1, "w0"), r(2, "r0"), w(3, "w1"),
+                                         r(4, "r1"), w(5, "w2"), r(6, "r2")};
+    EXPECT_EQ(locate_in_queue(rq, "r2", 0).refresh, "w1");
+    EXPECT_EQ(locate_in_queue(rq, "r1", 0).refresh, "w0");
+    EXPECT_EQ(locate_in_queue(rq, "r0", 0).refresh, "") << "w0 is the only writer ahead";
+    // Once the entry looked again on is gone, the watched one is the last one ahead.
+    const std::vector<queue_entry> after = {r(2, "b"), w(3, "c"), w(4, "d")};
+    EXPECT_EQ(locate_in_queue(after, "d", 0).watch, "c");
+    EXPECT_FALSE(locate_in_queue(after, "d", 0).watch_is_last) << "b is still ahead of c";
+    const std::vector<queue_entry> later = {w(3, "c"), w(4, "d")};
+    EXPECT_TRUE(locate_in_queue(later, "d", 0).watch_is_last);
+    // Permits never: their rule is a running sum.
+    const std::vector<queue_entry> pq = {p(1, 2, "p1"), p(2, 2, "p2"), p(3, 1, "p3")};
+    EXPECT_EQ(locate_in_queue(pq, "p3", 2).refresh, "");
+}
+
 TEST(QueueLocate, PermitsRunningSumInQueueOrder) {
     const std::vector<queue_entry> q = {p(1, 1, "a"), p(2, 2, "b"), p(3, 2, "c"), p(4, 1, "d")};
     EXPECT_TRUE(locate_in_queue(q, "a", 3).holds);
