@@ -46,6 +46,16 @@
 #      LEAVE_KEEPS (a waiter gives up without handing on a grant made to it) must strand a key,
 #      and NO_PARTIAL_ATTEMPT (a waiter with some grants only waits for more) must strand three
 #      waiters that each hold one server.
+# Then the ZooKeeper lock recipe's wait (models/zk_queue.pml: a waiter further back watches the
+# node before its predecessor and looks again when it goes; docs/zookeeper.md, steps 4 and 5):
+#   10. as built, three sessions, up to two waits ending by giving up (ZK_FULL=1 also: four
+#       sessions, one give-up, 123 M states; three sessions of two acquire calls each, 135 M
+#       states; about 3.5 minutes each): exhaustive, no error (one holder at a time, no waiter
+#       left waiting), complete; LOOKAGAIN_WITNESS must fail (a grant by the predecessor's deletion
+#       after a look again found it last: the new path is reached); ALSO_GRANTS (the going of the
+#       node looked again on taken as the grant), ANY_DELETE_GRANTS (the predecessor's deletion
+#       grants though it was not the last one ahead) and STALE_LAST (four sessions, two give-ups:
+#       a look again that does not check the listing) must each break mutual exclusion.
 # Exit status 0 only if all of these come out as expected and every search that must pass was
 # complete.
 # The searches are independent: they run SPIN_JOBS at a time (default: the number of cores), each
@@ -67,7 +77,8 @@ crash=(-DCRASH -DBARGES=1)
 [[ ${WAKE_FULL:-0} == 1 ]] && crash=(-DCRASH)
 work=$(mktemp -d /tmp/dlock-spin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cp "$here/handoff.pml" "$here/wake.pml" "$here/redlock_wake.pml" "$here/redlock_grant.pml" "$work/"
+cp "$here/handoff.pml" "$here/wake.pml" "$here/redlock_wake.pml" "$here/redlock_grant.pml" \
+  "$here/zk_queue.pml" "$work/"
 cd "$work"
 
 for tool in spin gcc; do
@@ -162,6 +173,20 @@ gstart GRANT_SPLIT_WITNESS -DSPLIT_WITNESS
 gstart STALE_GRANT -DSTALE_GRANT
 gstart LEAVE_KEEPS -DLEAVE_KEEPS
 gstart NO_PARTIAL_ATTEMPT -DNW=3 -DNO_PARTIAL_ATTEMPT
+zstart() {
+  local name=$1
+  shift
+  pan_start "$name" zk_queue.pml "$@"
+}
+zstart zk_queue -DLEAVES=2
+if [[ ${ZK_FULL:-0} == 1 ]]; then
+  zstart zk_queue_NW4 -DNW=4
+  zstart zk_queue_ROUNDS2 -DROUNDS=2
+fi
+zstart LOOKAGAIN_WITNESS -DLOOKAGAIN_WITNESS
+zstart ALSO_GRANTS -DALSO_GRANTS
+zstart ANY_DELETE_GRANTS -DANY_DELETE_GRANTS
+zstart STALE_LAST -DSTALE_LAST -DNW=4 -DLEAVES=2
 
 # summary NAME DEFINES...: the trail of NAME's error, as the model's own event lines.
 summary() {
@@ -315,4 +340,24 @@ wfail STALE_GRANT "the model cannot see a grant of an undone registration" -DSTA
 wfail LEAVE_KEEPS "the model cannot see a grant kept by a waiter that gave up" -DLEAVE_KEEPS
 wfail NO_PARTIAL_ATTEMPT "the model cannot see waiters that each hold one server" \
   -DNW=3 -DNO_PARTIAL_ATTEMPT
+
+# The ZooKeeper line: the same checks, over zk_queue.pml.
+wsummary() {
+  local name=$1
+  shift
+  (cd "$name" && spin "$@" -t zk_queue.pml 2>&1) |
+    grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | tail -24
+}
+wpass zk_queue "the ZooKeeper recipe's wait as built (three sessions, two give-ups)" -DLEAVES=2
+if [[ ${ZK_FULL:-0} == 1 ]]; then
+  wpass zk_queue_NW4 "the ZooKeeper recipe's wait as built (four sessions)" -DNW=4
+  wpass zk_queue_ROUNDS2 "the ZooKeeper recipe's wait as built (two acquire calls each)" -DROUNDS=2
+fi
+wfail LOOKAGAIN_WITNESS "no grant follows a look again: the model is too small" -DLOOKAGAIN_WITNESS
+WFAIL_ASSERT='holders==1'
+wfail ALSO_GRANTS "the model cannot see a look-again wake taken as the grant" -DALSO_GRANTS
+wfail ANY_DELETE_GRANTS "the model cannot see a deletion that was no grant" -DANY_DELETE_GRANTS
+wfail STALE_LAST "the model cannot see a look again that ignores the listing" \
+  -DSTALE_LAST -DNW=4 -DLEAVES=2
+unset WFAIL_ASSERT
 exit $rc
