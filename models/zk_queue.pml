@@ -151,43 +151,31 @@ step1:
     fi;
 
 wait_for:
-    /* the node to look again on, watched too */
-    ok = true;
-#ifndef NO_REFRESH_WATCH
+    /* the node to look again on, watched too: exists(watch) sent without waiting for its answer
+     * (session::watch_probe); an answer other than ZOK fires the watch, as an event would */
     if
     :: refresh != NONE ->
         begun[refresh] = true; seen_r = fired[refresh];
         atomic {
             if
-            :: alive[refresh] ->
-                watchers[refresh] = watchers[refresh] | (1 << me); stream[me] ! EXISTS, 1
-            :: else -> stream[me] ! EXISTS, 0
+            :: alive[refresh] -> watchers[refresh] = watchers[refresh] | (1 << me)
+            :: else -> stream[me] ! EVT, refresh
             fi
-        };
-        do
-        :: stream[me] ? m, v ->
-            if
-            :: m == EVT -> if :: begun[v] -> fired[v]++ :: else fi
-            :: m == EXISTS -> ok = v; break
-            :: else -> assert(false)
-            fi
-        od
+        }
     :: else -> skip
     fi;
-#endif
     /* watch_wait: read events at any pace; decide once a counted one fired, or give up */
     do
     :: nempty(stream[me]) ->
         stream[me] ? m, v; assert(m == EVT); if :: begun[v] -> fired[v]++ :: else fi
     :: fired[pred] != seen_p -> break
-    :: refresh != NONE && (!ok || fired[refresh] != seen_r) -> break
+    :: refresh != NONE && fired[refresh] != seen_r -> break
     :: atomic { leaves > 0 -> leaves-- }; goto give_up   /* deadline or cancel */
     od;
     if :: refresh != NONE -> begun[refresh] = false :: else fi;
-    /* the predecessor first (session::watch_wait); a node to look again on that was already gone
-     * goes straight to looking again (wait_for's `gone`) */
+    /* the predecessor first (session::watch_wait) */
     if
-    :: ok && fired[pred] != seen_p ->
+    :: fired[pred] != seen_p ->
         begun[pred] = false;
 #ifdef ANY_DELETE_GRANTS
         goto hold;

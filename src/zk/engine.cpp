@@ -538,28 +538,18 @@ bool engine::wait_for(session& s, const protected_node& ours, standing& where,
     if (where.watch_parent) return false;
     // Further back in the line, the node before the one we watch is watched too: once it goes,
     // we look again while the one we watch is still there, so that its going later grants ours
-    // with nothing more to read (docs/zookeeper.md, "The recipe", step 4). Our watch on `watched`
+    // with nothing more to read (docs/zookeeper.md, "The recipe", step 5). Our watch on `watched`
     // stays set throughout: nothing it reports is missed.
     for (;;) {
         std::string refresh;
         std::uint64_t refresh_seen = 0;
-        bool gone = false;  // the node to look again after went before its watch was set
-        if (!where.refresh.empty()) {
+        if (!where.refresh.empty()) {  // its answer is not waited for: gone or failed, it fires
             refresh = ours.parent + "/" + where.refresh;
             refresh_seen = s.watch_begin(refresh);
-            Stat stat{};
-            const int rc = s.with_handle([&](zhandle_t* zh) {
-                return zoo_wexists(zh, refresh.c_str(), &session::on_event, &s, &stat);
-            });
-            gone = rc == ZNONODE;
-            if (rc != ZOK && !gone) {  // waited for as before: its going is read again
-                s.watch_end(refresh);
-                refresh.clear();
-            }
+            s.watch_probe(refresh);
         }
-        const auto woke = gone ? session::woken::also
-                               : s.watch_wait(watched, seen, refresh.empty() ? nullptr : &refresh,
-                                              refresh_seen, deadline, cancel);
+        const auto woke = s.watch_wait(watched, seen, refresh.empty() ? nullptr : &refresh,
+                                       refresh_seen, deadline, cancel);
         if (!refresh.empty()) s.watch_end(refresh);
         if (woke == session::woken::deleted) return where.watch_is_last;
         if (woke == session::woken::other) return false;

@@ -343,15 +343,31 @@ void session::send(node_request kind, const std::string& path) {
     // retry it. Found missing, a dropped wake-up was never resent and its waiter slept.
     auto* const op = track(std::make_unique<node_op>(node_op{this, static_cast<int>(kind), path}));
     const int rc = with_handle([&](zhandle_t* zh) {
-        if (kind == node_request::watch) {
-            return zoo_awexists(zh, op->path.c_str(), &session::on_event, this,
-                                &session::on_watch_set, op);
+        if (kind != node_request::wake) {
+            return zoo_awexists(
+                zh, op->path.c_str(), &session::on_event, this,
+                kind == node_request::watch ? &session::on_watch_set : &session::on_probe_set, op);
         }
         return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op);
     });
     if (rc == ZOK) return;  // until its completion runs (or we go)
     finish(op);             // not sent: no completion will run
-    if (retriable(rc) || rc == ZINVALIDSTATE) resend(kind, path);
+    if (kind == node_request::probe) {
+        probe_failed(path, rc);
+    } else if (retriable(rc) || rc == ZINVALIDSTATE) {
+        resend(kind, path);
+    }
+}
+
+void session::watch_probe(const std::string& path) { send(node_request::probe, path); }
+
+void session::probe_failed(const std::string& path, int rc) {
+    dlock::detail::lock_guard lock(mutex_);
+    const auto it = watches_.find(path);
+    if (it == watches_.end()) return;  // nobody waits on it any more
+    ++it->second.fired;
+    if (rc == ZNONODE) it->second.deleted = true;
+    changed_.notify_all();
 }
 
 void session::resend(node_request kind, std::string path) {
@@ -397,6 +413,12 @@ void session::on_wake_set(int rc, const Stat*, const void* data) {
     auto* op = static_cast<node_op*>(const_cast<void*>(data));
     const auto done = op->owner->finish(op);
     if (done && retriable(rc)) done->owner->resend(node_request::wake, std::move(done->path));
+}
+
+void session::on_probe_set(int rc, const Stat*, const void* data) {
+    auto* op = static_cast<node_op*>(const_cast<void*>(data));
+    const auto done = op->owner->finish(op);
+    if (done && rc != ZOK) done->owner->probe_failed(done->path, rc);
 }
 
 void session::disown(const std::string& path) {

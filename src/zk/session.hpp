@@ -154,6 +154,10 @@ public:
                      std::uint64_t also_seen, steady::time_point deadline,
                      const std::stop_token& cancel);
     void watch_end(const std::string& path);
+    /// exists(path) with a watch, sent without waiting for its answer. A watch begun on `path`
+    /// (watch_begin) then fires for the node's events, and also when the answer is anything but
+    /// ZOK (the node is gone, or the request failed): its waiter looks again either way.
+    void watch_probe(const std::string& path);
 
     /// The watcher for the session and for node watches (ctx = this session).
     static void on_event(zhandle_t* zh, int type, int state, const char* path, void* ctx);
@@ -226,12 +230,15 @@ private:
     void settle(steady::time_point sent, steady::time_point answered);
     void requeue(cleanup_item item);
     /// A request on one of our nodes: an exists watch (re-)arm, or a successor wake.
-    enum class node_request { watch, wake };
+    enum class node_request { watch, wake, probe };
     void send(node_request kind, const std::string& path);
     void resend(node_request kind, std::string path);
+    /// A probe's answer other than ZOK: its watch (if still waited on) fires.
+    void probe_failed(const std::string& path, int rc);
     std::unique_ptr<node_op> finish(node_op* op);
     static void on_watch_set(int rc, const Stat* stat, const void* data);
     static void on_wake_set(int rc, const Stat* stat, const void* data);
+    static void on_probe_set(int rc, const Stat* stat, const void* data);
 
     std::function<void()> wake_;
     dlock::detail::shared_mutex handle_mutex_;  // keeps zh_ open while a call uses it
