@@ -92,7 +92,7 @@ struct standing {
     /// grants ours (sequence numbers only grow: no node is ever placed before ours).
     bool watch_is_last = false;
     /// A lock's node, !watch_is_last: the child whose going can leave `watch` the last one ahead
-    /// of ours; watched too, it has us look again before `watch` goes (docs/zookeeper.md, step 4).
+    /// of ours; watched too, it has us look again before `watch` goes (docs/zookeeper.md, step 5).
     std::string refresh{};
 };
 

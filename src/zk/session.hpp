@@ -229,7 +229,8 @@ private:
     /// whose answer came at least settle_period() before `sent`.
     void settle(steady::time_point sent, steady::time_point answered);
     void requeue(cleanup_item item);
-    /// A request on one of our nodes: an exists watch (re-)arm, or a successor wake.
+    /// A request on one of our nodes: an exists watch (re-)arm, or a successor wake; or a probe
+    /// of a node ahead of ours (watch_probe).
     enum class node_request { watch, wake, probe };
     void send(node_request kind, const std::string& path);
     void resend(node_request kind, std::string path);
