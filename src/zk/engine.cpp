@@ -535,7 +535,10 @@ int engine::wait_turn(session& s, const protected_node& ours, standing& where,
 bool engine::wait_for(session& s, const protected_node& ours, standing& where,
                       const std::string& watched, std::uint64_t seen, steady::time_point deadline,
                       const std::stop_token& cancel) {
-    if (where.watch_parent) return false;
+    if (where.watch_parent) {  // the semaphore's first waiter: a release or set_permits
+        s.watch_wait(watched, seen, deadline, cancel);
+        return false;
+    }
     // Further back in the line, the node before the one we watch is watched too: once it goes,
     // we look again while the one we watch is still there, so that its going later grants ours
     // with nothing more to read (docs/zookeeper.md, "The recipe", step 5). Our watch on `watched`

@@ -568,6 +568,24 @@ dlock::lease permits(dlock::zk::client& zk, const std::string& name, std::uint32
         steady::now() + wait, ec);
 }
 
+// The first waiter of a full semaphore watches the children and the permits and sleeps until one
+// of them changes: it does not list the children again and again until its deadline.
+TEST(ZkSemaphore, TheFirstWaiterSleepsOnItsWatches) {
+    auto zk = make_client();
+    auto other = make_client();
+    const auto name = dlock::test::unique_name("sem-sleeps");
+    std::error_code ec;
+    auto held = permits(zk, name, 1, 1, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    const auto before = shared_zk().requests_received();
+    auto waiter = permits(other, name, 1, 1, 1s, ec);
+    EXPECT_EQ(ec, dlock::errc::timeout) << "1 of 1 permits is held";
+    const auto sent = shared_zk().requests_received() - before;
+    // Its create, the listings and watches of one or two waits, the clean-up, heartbeats: a few
+    // dozen at most. A waiter that does not sleep sends one listing per round trip, thousands.
+    EXPECT_LT(sent, 60u) << "the waiter polled: " << sent << " requests in 1 s";
+}
+
 TEST(ZkSemaphore, PermitsAreServedFirstComeFirstServed) {
     auto zk = make_client();
     auto other = make_client();

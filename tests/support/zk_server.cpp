@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -264,6 +265,13 @@ std::string zk_ensemble::mode(std::size_t i) const {
     if (at == std::string::npos) return {};
     const auto end = text.find('\n', at);
     return text.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+}
+
+std::uint64_t zk_ensemble::requests_received(std::size_t i) const {
+    const auto text = four_letter(servers_.at(i).address, servers_.at(i).client_port, "srvr",
+                                  std::chrono::milliseconds(500));
+    const auto at = text.find("Received: ");
+    return at == std::string::npos ? 0 : std::strtoull(text.c_str() + at + 10, nullptr, 10);
 }
 
 std::size_t zk_ensemble::watchers(const std::string& path, std::size_t i) const {

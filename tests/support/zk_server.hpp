@@ -77,6 +77,9 @@ public:
     /// How many sessions server i holds a watch on node `path` for (the `wchp` four-letter
     /// word); 0 when none, or when the server does not answer.
     std::size_t watchers(const std::string& path, std::size_t i = 0) const;
+    /// The requests server i has received since it started (`srvr`'s "Received:"), from every
+    /// session; 0 when it does not answer.
+    std::uint64_t requests_received(std::size_t i = 0) const;
     /// The children of `path` (sorted), read with a fresh ZooKeeper session; empty if the node
     /// does not exist. Throws std::runtime_error if no server answers within scaled(10s).
     std::vector<std::string> children(const std::string& path) const;
