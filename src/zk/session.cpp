@@ -269,11 +269,7 @@ void session::on_event(zhandle_t*, int type, int state, const char* path, void* 
             state_change = true;
         } else if (path != nullptr) {
             // Deleted, changed, or the watch was dropped: the waiter looks again either way.
-            const auto it = self->watches_.find(path);
-            if (it != self->watches_.end()) {
-                ++it->second.fired;
-                if (type == ZOO_DELETED_EVENT) it->second.deleted = true;
-            }
+            self->fire_locked(path, type == ZOO_DELETED_EVENT);
             const auto held = self->owned_.find(path);
             if (held != self->owned_.end()) {
                 if (type == ZOO_DELETED_EVENT) {
@@ -363,11 +359,15 @@ void session::watch_probe(const std::string& path) { send(node_request::probe, p
 
 void session::probe_failed(const std::string& path, int rc) {
     dlock::detail::lock_guard lock(mutex_);
-    const auto it = watches_.find(path);
-    if (it == watches_.end()) return;  // nobody waits on it any more
-    ++it->second.fired;
-    if (rc == ZNONODE) it->second.deleted = true;
+    fire_locked(path, rc == ZNONODE);
     changed_.notify_all();
+}
+
+void session::fire_locked(const std::string& path, bool deleted) {
+    const auto it = watches_.find(path);
+    if (it == watches_.end()) return;  // nobody waits on it (any more)
+    ++it->second.fired;
+    if (deleted) it->second.deleted = true;
 }
 
 void session::resend(node_request kind, std::string path) {

@@ -236,6 +236,8 @@ private:
     void resend(node_request kind, std::string path);
     /// A probe's answer other than ZOK: its watch (if still waited on) fires.
     void probe_failed(const std::string& path, int rc);
+    /// The watch begun on `path`, if any, counts one more event (a deletion when `deleted`).
+    void fire_locked(const std::string& path, bool deleted) DLOCK_REQUIRES(mutex_);
     std::unique_ptr<node_op> finish(node_op* op);
     static void on_watch_set(int rc, const Stat* stat, const void* data);
     static void on_wake_set(int rc, const Stat* stat, const void* data);
