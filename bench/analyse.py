@@ -149,9 +149,14 @@ def load_probe(wdir, meta):
     return probe, []
 
 
+def probe_kind(mode):
+    """The probe kind (bench/run's start_probe) that times a round trip to `mode`'s server."""
+    return {"etcd": "etcd", "zk": "zk"}.get(mode, "redis")
+
+
 def probe_text(probe):
-    """How the report names a probe's round trip: "etcd `Put`" or "Redis PING"."""
-    return "etcd `Put`" if (probe or {}).get("kind") == "etcd" else "Redis PING"
+    """How the report names a probe's round trip: "etcd `Put`", "ZooKeeper `delete`" or "Redis PING"."""
+    return {"etcd": "etcd `Put`", "zk": "ZooKeeper `delete`"}.get((probe or {}).get("kind"), "Redis PING")
 
 
 # --- one workload --------------------------------------------------------------------------------
@@ -327,7 +332,8 @@ def analyse_workload(wdir):
     })
     probe_p50 = (out["probe"] or {}).get("p50")
     other_p50 = out["handoff_other"]["p50"]
-    # No ratio to a PING of a Redis server the workers do not use (ZooKeeper workloads).
+    # No ratio to a PING of a Redis server the workers do not use (ZooKeeper workloads of runs from
+    # before the ZooKeeper probe).
     out["handoff_other_vs_probe"] = (other_p50 / probe_p50 if probe_p50 and other_p50 and contended
                                      and not out["probe"].get("idle_server") else None)
     # Raw distributions for the plots (not written to summary.json).
@@ -548,6 +554,22 @@ ROWS = [
 NO_FLOOR = "no floor measured in this run"
 
 
+def held_by_delete(cs_ns, goal, rt, what, handoff=None):
+    """A ZooKeeper held-share row's floor: the hand-off its goal needs against one delete under the
+    same load (`rt`, `what` names it). A held share of `goal` with a critical section of `cs_ns`
+    leaves at most cs × (1 − goal) / goal per hand-off, and a hand-off is at least the holder's
+    delete. The probe's delete carries its own client's wake-ups, as the hand-off does the waiter's,
+    so a hand-off can come out a little under it: the comparison is of the need with the delete."""
+    need = cs_ns * (1 - goal) / goal
+    text = (f"{pct(goal)} held with a {cs_ns / 1e6:g} ms critical section leaves at most {us(need)} per hand-off "
+            f"(cs × (1 − goal) / goal); a hand-off is at least the holder's delete, and {what} took {us(rt)}, "
+            f"{rt / need:.2f}× that")
+    if handoff:
+        text += (f"; dlock's hand-off to another p50 {us(handoff)} = {handoff / rt:.2f}× that delete"
+                 + (" (under 1: the probe's own wake-ups are part of its round trip)" if handoff < rt else ""))
+    return ("**above the physical bound**: " if rt > need else f"floor {us(rt)}, under the {us(need)} it leaves: ") + text
+
+
 def relay_floor(refs, cs_ns):
     """(held share, text) of W0's hand-off floor (bench/floor.cpp --relay-s: a turn passed by PUBLISH
     between bare hiredis threads with a busy critical section, a wake-up included) when it ran with
@@ -590,12 +612,14 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         r = results.get(f"W3-{mode}") or {}
         pr, idle = r.get("probe") or {}, r.get("floor_p50")
         if mode == "zk":
-            d = (zk.get("zk_delete") or {}).get("p50_ns")
+            under_load = pr.get("kind") == "zk" and pr.get("p50")
+            d = pr["p50"] if under_load else (zk.get("zk_delete") or {}).get("p50_ns")
             if not (d and idle):
                 return NO_FLOOR
             q = d / idle
-            what = (f"a ZooKeeper hand-off is at least the holder's delete ({us(d)} p50 in W0, quiet; the next "
-                    f"in line needs no re-read): {q:.2f}× the PING around this workload ({us(idle)})")
+            what = (f"a ZooKeeper hand-off is at least the holder's delete ("
+                    + (f"the probe's, {us(d)} p50 under this load" if under_load else f"{us(d)} p50 in W0, quiet")
+                    + f"; the next in line needs no re-read): {q:.2f}× the PING around this workload ({us(idle)})")
         else:
             if not (pr.get("p50") and idle) or pr.get("idle_server"):
                 return NO_FLOOR
@@ -611,10 +635,13 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         r = results.get(f"W4-{mode}") or {}
         cs = (r.get("meta") or {}).get("cs_us", 0) * 1000
         pr = r.get("probe") or {}
-        if mode == "zk":
+        if mode == "zk" and pr.get("kind") == "zk" and pr.get("p50") and cs:
+            return held_by_delete(cs, 0.90, pr["p50"], "one under this load (the probe's delete p50)",
+                                  get(r, ("handoff_other", "p50")))
+        if mode == "zk":  # runs from before the ZooKeeper probe
             rt, what = (zk.get("zk_delete") or {}).get("p50_ns"), "the ZooKeeper delete of W0 (quiet)"
         else:
-            rt = None if pr.get("idle_server") or (pr.get("kind") == "etcd") != (mode == "etcd") else pr.get("p50")
+            rt = None if pr.get("idle_server") or pr.get("kind") != probe_kind(mode) else pr.get("p50")
             what = f"the probe's {probe_text(pr)} p50 under this load"
         if not (rt and cs):
             return NO_FLOOR
@@ -630,7 +657,7 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
                 else f"bound {pct(bound)}: {text}")
     if desc.startswith("W3 hand-off to another worker p50 vs a") or " under the same load" in desc:
         pr = (results.get(f"W3-{mode}") or {}).get("probe") or {}
-        ok = pr.get("p50") and (pr.get("kind") == "etcd") == (mode == "etcd")
+        ok = pr.get("p50") and pr.get("kind") == probe_kind(mode)
         return "the floor is that round trip itself: 1.0× at best" if ok else NO_FLOOR
     if desc.startswith("W5: Redlock acquire"):
         nodes = desc.split(" on ")[1].split()[0]
@@ -792,6 +819,15 @@ def report(run_dir, plots_dir, report_path):
                 target_rows.append((mode, f"W5: Redlock acquire p50 on {nodes} nodes vs single-node (W1 mutex)",
                                     f"{us(v)} = {v / wf:.2f}× PING p50 vs {base / base_f:.2f}× single-node: "
                                     f"{rv:.2f}× single-node", "<= 1.5×", "met" if rv <= 1.5 else "**missed**"))
+        if mode == "zk" and w3 and w3.get("contended"):
+            # A ZooKeeper hand-off is at least the holder's delete: the probe's, under the same load.
+            pr, q = w3.get("probe") or {}, w3.get("handoff_other_vs_probe")
+            target_rows.append((mode, "W3 hand-off to another worker p50 vs a ZooKeeper `delete` under the same "
+                                "load (the probe)",
+                                f"{us(w3['handoff_other']['p50'])} vs {us(pr['p50'])}: {q:.2f}×"
+                                if q is not None and pr.get("kind") == "zk" else "not measured: "
+                                + (pr.get("status", "no probe") if pr.get("status") != "run" else "the probe failed"
+                                   if not pr.get("p50") else "no ZooKeeper probe in this run"), "reported", "—"))
         put = (etcd.get("etcd_put") or {}).get("p50_ns")
         handoff = get(results.get(f"W3-{mode}"), ("handoff_other", "p50"))
         if mode == "etcd":
@@ -1019,6 +1055,11 @@ def report(run_dir, plots_dir, report_path):
                     "probe's own key `dlock-floor-etcd/probe/<pid>` outside every lock's keys, by "
                     "dlock-bench-floor-etcd (gRPC C++ sync, one channel) to the same member; the `Put` p50 is "
                     "the figure" if "etcd" in probes else "")
+                 + ("; ZooKeeper (W3, W4): a create of an ephemeral sequential node (32-byte value), a "
+                    "`zoo_exists(\"/\")` and the delete of that node in turn, the probe's own node "
+                    "`/dlock-floor-zk-probe-<pid>-<seq>` outside every lock's path, by dlock-bench-floor-zk "
+                    "(libzookeeper_mt sync, one session) to the same server; the delete p50 is the figure (a "
+                    "hand-off's release)" if "zk" in probes else "")
                  + ". The W0 floors above were measured on a quiet server; the probe's round trip is the one a "
                  "hand-off pays under its own load (docs/benchmarks.md, \"The probe\").")
         L.append("")

@@ -10,7 +10,7 @@
 //
 //   dlock-bench-floor-zk --servers HOST:PORT[,...] --out FILE [--duration-s S] [--max-ops N]
 //                        [--warmup-s S] [--block-ms B] [--connect-timeout-ms T] [--session-ms T]
-//                        [--zk-log off|error|warn|info|debug]
+//                        [--zk-log off|error|warn|info|debug] [--gap-ms G] [--start-at-ns T]
 //
 // --servers is a ZooKeeper connect string (one server, or an ensemble). Operations timed:
 //   zk_exists         zoo_exists("/"): a read, answered by the server it reaches without a quorum
@@ -30,6 +30,16 @@
 // Before it, --warmup-s seconds (default 5) of the same blocks are run and not recorded, for the
 // server's JIT: in runs here a read got 1.3-3x faster over the server's first 20,000-40,000
 // requests.
+//
+// --gap-ms G > 0 is the probe instead: the round trip UNDER a workload's load, from a separate
+// process while the workload runs (bench/run, docs/benchmarks.md), as dlock-bench-floor-etcd's.
+// One operation every G ms on a fixed schedule (stats.hpp's pacer), a create of the probe's own
+// node, a zoo_exists("/") and the delete of that node in turn, for --duration-s seconds, with no
+// warm-up; --start-at-ns T (CLOCK_MONOTONIC, the workers' --start-at-ns) makes the timed
+// operations start at T, after connecting. Its nodes, /dlock-floor-zk-probe-<pid>-<seq>, are
+// outside any lock's path. The delete is the figure: it is the holder's release of a hand-off,
+// and the server fires the next waiter's watch as it commits it. FILE then gets the zk_create
+// and zk_exists samples and summaries, and the zk_delete "done" record last.
 //
 // FILE gets JSON Lines: one {"what":W,"rtt_ns":N} per operation (for CDF plots), one
 // {"event":"summary","what":W,"client":..,"n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
@@ -69,7 +79,8 @@ namespace {
                  "dlock-bench-floor-zk: %s\n"
                  "usage: dlock-bench-floor-zk --servers HOST:PORT[,...] --out FILE "
                  "[--duration-s S] [--max-ops N] [--warmup-s S] [--block-ms B] "
-                 "[--connect-timeout-ms T] [--session-ms T] [--zk-log off|error|warn|info|debug]\n",
+                 "[--connect-timeout-ms T] [--session-ms T] [--zk-log off|error|warn|info|debug] "
+                 "[--gap-ms G] [--start-at-ns T]\n",
                  why);
     std::exit(64);
 }
@@ -132,6 +143,8 @@ int main(int argc, char** argv) {
     long long connect_timeout_ms = 10'000;
     long long session_ms = 10'000;
     ZooLogLevel log_level = static_cast<ZooLogLevel>(0);
+    double gap_ms = 0;          // > 0: the probe (paced create, exists and delete, no blocks)
+    long long start_at_ns = 0;  // > 0: the probe's timed operations start then
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -153,6 +166,10 @@ int main(int argc, char** argv) {
             connect_timeout_ms = std::atoll(std::string(v).c_str());
         else if (a == "--session-ms")
             session_ms = std::atoll(std::string(v).c_str());
+        else if (a == "--gap-ms")
+            gap_ms = std::atof(std::string(v).c_str());
+        else if (a == "--start-at-ns")
+            start_at_ns = std::atoll(std::string(v).c_str());
         else if (a == "--zk-log") {
             if (!parse_log_level(v, log_level))
                 usage("--zk-log takes off, error, warn, info or debug");
@@ -166,6 +183,8 @@ int main(int argc, char** argv) {
         usage(
             "--duration-s, --max-ops, --block-ms, --connect-timeout-ms and --session-ms must be > "
             "0, --warmup-s >= 0");
+    if (gap_ms < 0 || start_at_ns < 0) usage("--gap-ms and --start-at-ns must be >= 0");
+    const bool probe = gap_ms > 0;
 
     zoo_set_debug_level(log_level);
     session sess;
@@ -198,7 +217,8 @@ int main(int argc, char** argv) {
     }
 
     // The lock-shaped write: an ephemeral sequential node, as every ZooKeeper lock recipe creates.
-    const std::string prefix = "/dlock-floor-zk-" + std::to_string(::getpid()) + "-";
+    const std::string prefix = std::string(probe ? "/dlock-floor-zk-probe-" : "/dlock-floor-zk-") +
+                               std::to_string(::getpid()) + "-";
     const std::string value = "0123456789abcdef0123456789abcdef";
     char created[512];
     const auto fail = [&](const char* op, int rc) {
@@ -227,6 +247,31 @@ int main(int argc, char** argv) {
                        &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, created, sizeof created));
     };
     const auto release = [&] { return check("zoo_delete", zoo_delete(zh, created, -1)); };
+    const std::string client = std::string("libzookeeper_mt ") + ZOO_VERSION + " sync";
+    if (probe) {
+        std::vector<std::int64_t> creates;
+        std::vector<std::int64_t> reads;
+        std::vector<std::int64_t> deletes;
+        if (start_at_ns > 0) dlock_bench::sleep_until_ns(start_at_ns);
+        const std::int64_t deadline =
+            dlock_bench::now_ns() + static_cast<std::int64_t>(duration_s * 1e9);
+        dlock_bench::pacer pace(static_cast<std::int64_t>(gap_ms * 1e6));
+        // Whole create-exists-delete turns only, so no node of ours outlives the loop.
+        for (long long i = 0; i < 3 * max_ops && (i % 3 != 0 || dlock_bench::now_ns() < deadline);
+             ++i) {
+            pace.wait();
+            const std::int64_t t0 = dlock_bench::now_ns();
+            const bool ok = i % 3 == 0 ? take() : i % 3 == 1 ? read() : release();
+            if (!ok) return fail(failed_op, failed_rc);
+            (i % 3 == 0   ? creates
+             : i % 3 == 1 ? reads
+                          : deletes)
+                .push_back(dlock_bench::now_ns() - t0);
+        }
+        zookeeper_close(zh);
+        return dlock_bench::write_samples_file(
+            out, client, {{"zk_delete", &deletes}, {"zk_create", &creates}, {"zk_exists", &reads}});
+    }
     dlock_bench::floor_samples samples;
     if (!dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples, read, take,
                                        release, [] { return true; }))
@@ -234,6 +279,5 @@ int main(int argc, char** argv) {
     const int rc = zookeeper_close(zh);  // ends the session; no node of ours is left behind
     if (rc != ZOK) std::fprintf(stderr, "dlock-bench-floor-zk: zookeeper_close: %s\n", zerror(rc));
     const char* const what[4] = {"zk_exists", "zk_create", "zk_delete", "zk_create_delete"};
-    return dlock_bench::write_floor_file(
-        out, std::string("libzookeeper_mt ") + ZOO_VERSION + " sync", what, samples);
+    return dlock_bench::write_floor_file(out, client, what, samples);
 }

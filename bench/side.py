@@ -184,6 +184,11 @@ def analyse_side(run_dir, side):
                     problems.append(f"side {d}: a worker started {r['late_max_ns'] / 1e9:.1f} s late "
                                     "(raise --start-margin-s)")
                 meta = r["meta"]
+                # The probe's round trip counts when it went to the server this group locks on (etcd's
+                # `Put`, ZooKeeper's delete, Redis' PING); runs from before the etcd and ZooKeeper
+                # probes timed a PING of the idle Redis server there instead: no figure then.
+                probe = r.get("probe") or {}
+                own_probe = probe.get("kind") == analyse.probe_kind(g["backend"])
                 window_cycles = r["cycles_in_window"] or 0
                 mean_cycle = (meta["duration_s"] * 1e9 * r["workers"] / window_cycles) if window_cycles else None
                 reps.append({
@@ -203,14 +208,10 @@ def analyse_side(run_dir, side):
                     "backend_cpu_per_grant_us": (meta["backend_cpu_pct"] / 100 * meta["duration_s"] * 1e6
                                                  / window_cycles) if window_cycles and "backend_cpu_pct" in meta else None,
                     "floor_idle": median([meta.get("floor_before_p50"), meta.get("floor_after_p50")]),
-                    # An etcd workload's round trip is the probe's `Put`; runs from before the etcd
-                    # probe timed a PING of the idle Redis server there instead: no figure then.
-                    "floor_load": (r.get("probe") or {}).get("p50")
-                    if g["id"].endswith("-etcd") == ((r.get("probe") or {}).get("kind") == "etcd") else None,
-                    "probe_read": (r.get("probe") or {}).get("read_p50"),
-                    "probe_gap_ms": (r.get("probe") or {}).get("gap_ms"),
-                    "handoff_vs_load": r.get("handoff_other_vs_probe")
-                    if g["id"].endswith("-etcd") == ((r.get("probe") or {}).get("kind") == "etcd") else None,
+                    "floor_load": probe.get("p50") if own_probe else None,
+                    "probe_read": probe.get("read_p50"),
+                    "probe_gap_ms": probe.get("gap_ms"),
+                    "handoff_vs_load": r.get("handoff_other_vs_probe") if own_probe else None,
                     "client_cpu_per_grant_us": r.get("worker_cpu_us_per_cycle"),
                     "ctx_per_grant": r.get("ctx_switches_per_cycle"),
                     "wakeups_per_grant": r.get("wakeups_per_cycle"),
@@ -297,8 +298,11 @@ def section(run_dir, run, plots_dir):
              "(the machine between workloads), *under load* = the round trip p50 of **the probe**, a separate "
              f"process started with every variant's workers that times one operation every {probe_gap(res)} "
              "over the whole window, WHILE the workload runs: on Redis a PING (`dlock-bench-floor --gap-ms`, "
-             "hiredis sync, one connection) to the server the workers lock on (ZooKeeper workloads: the "
-             "Redis server, idle then, so it shows the machine's wake-up latency under that load); on etcd "
+             "hiredis sync, one connection) to the server the workers lock on; on ZooKeeper (W3, W4) a create "
+             "of an ephemeral sequential node of its own (`/dlock-floor-zk-probe-<pid>-<seq>`, outside every "
+             "lock's path), a `zoo_exists(\"/\")` and the delete of that node in turn, by "
+             "`dlock-bench-floor-zk --gap-ms` (libzookeeper_mt sync, one session) to the same server; the "
+             "delete, a hand-off's release, is the figure; on etcd "
              "(W3, W4) a `Put` of a 32-byte value and a linearizable `Range` alternately, on a key of its own "
              "outside every lock's keys (`dlock-floor-etcd/probe/<pid>`), by `dlock-bench-floor-etcd --gap-ms` "
              "(gRPC C++ sync, one channel) to the same member; the `Put` is the figure. Hand-off tables add "
@@ -318,7 +322,8 @@ def section(run_dir, run, plots_dir):
         r = res.get(gid)
         if not r:
             return
-        load = "etcd `Put` under load" if gid.endswith("-etcd") else "PING under load"
+        load = ("etcd `Put` under load" if gid.endswith("-etcd") else "ZooKeeper delete under load"
+                if gid.endswith("-zk") else "PING under load")
         handoffs = any(c[1] == "handoff_other_p50" for c in cols)
         L.append(f"### {title}")
         L.append("")
@@ -457,7 +462,7 @@ def section(run_dir, run, plots_dir):
                  "divided by the grants they made, and of those the wake-ups (voluntary switches: a thread "
                  "slept and was woken); server side from `INFO commandstats` (commands a script "
                  "runs are counted too) and the server process's CPU time (etcd: the member's CPU time, no command "
-                 "counts; ZooKeeper: not measured). A grant is one lock/unlock pair.")
+                 "counts; ZooKeeper: the server's CPU time, since the ZooKeeper probe). A grant is one lock/unlock pair.")
         L.append("")
         L.append("| workload | variant | client CPU | context switches | wake-ups | server commands (scripts) "
                  "| server CPU |")
@@ -467,8 +472,8 @@ def section(run_dir, run, plots_dir):
             for lab, f in (res.get(gid) or {}).items():
                 if not gid.endswith(("-redis", "-redlock3")):
                     # The server columns count the Redis server, idle in ZooKeeper and etcd
-                    # workloads but for the PING under load: not that backend's server. For etcd
-                    # the member's own CPU is measured instead.
+                    # workloads: not that backend's server. The etcd member's and the ZooKeeper
+                    # server's own CPU is measured instead.
                     f = dict(f, commands_per_grant=None, scripts_per_grant=None,
                              server_cpu_per_grant_us=f.get("backend_cpu_per_grant_us"))
                 L.append(f"| {title} | {lab} | {us(f['client_cpu_per_grant_us'] * 1000 if f.get('client_cpu_per_grant_us') else None)} | "
@@ -899,33 +904,37 @@ def floor_notes(res, side, run_dir):
                           if ld > 2 * fair else f"floor {us(ld)}, under the goal ({us(2 * fair)}): ")
                          + what + f"; dlock is {v / ld:.2f}× that round trip")
     # ZooKeeper: a hand-off is at least the holder's delete (a write the server logs before it
-    # answers and fires the watch); the waiter next in line knows it holds from the watch alone.
+    # answers and fires the watch); the waiter next in line knows it holds from the watch alone. The
+    # delete under the same load is the probe's; runs from before the ZooKeeper probe have only W0's,
+    # on a quiet server.
     zk = analyse.floor_records(os.path.join(run_dir, "floor_zk.jsonl"))
-    zf = (zk.get("zk_delete") or {}).get("p50_ns")
-    zwhat = (f"a ZooKeeper hand-off is at least the holder's delete (a write, {us(zf)} p50 in W0, on a quiet "
-             f"server; the waiter next in line needs no re-read)" if zf else None)
-    r = res.get("W3-zk") or {}
-    v = get(r, "dlock mutex over ZooKeeper", "handoff_other_p50")
-    blab, bv = best_peer(r, "handoff_other_p50")
-    if v and bv:
-        if not zf:
-            out["ZooKeeper hand-off to another p50"] = NO_FLOOR + " (no W0 ZooKeeper floor)"
-        else:
-            out["ZooKeeper hand-off to another p50"] = (
-                (f"**below the physical floor**: the goal asks for {us(0.6 * bv)} (0.6× {blab}'s {us(bv)}); "
-                 if 0.6 * bv < zf else f"floor {us(zf)}, under the goal ({us(0.6 * bv)}): ") + zwhat
-                + f"; dlock is {v / zf:.2f}× that floor, {blab} {bv / zf:.2f}×")
-    f = (res.get("W4-zk") or {}).get("dlock mutex over ZooKeeper") or {}
-    if f.get("held") is not None:
-        cs = cs_us.get("W4-zk", 0) * 1000
-        if not (zf and cs):
-            out["ZooKeeper W4 lock held"] = NO_FLOOR + " (no W0 ZooKeeper floor)"
-        else:
-            bound = cs / (cs + zf)
-            out["ZooKeeper W4 lock held"] = (
-                ("**above the physical bound**: " if bound < 0.6 else "") + zwhat
-                + f"; with a {ms(cs / 1000)} critical section the held share is at most {ms(cs / 1000)} / "
-                f"({ms(cs / 1000)} + {us(zf)}) = {pct(bound)}" + (", the goal asks for 60.0 %" if bound < 0.6 else ""))
+    lab = "dlock mutex over ZooKeeper"
+    for gid, desc in (("W3-zk", "ZooKeeper hand-off to another p50"), ("W4-zk", "ZooKeeper W4 lock held")):
+        r = res.get(gid) or {}
+        f = r.get(lab) or {}
+        ld = f.get("floor_load")
+        zf = ld or (zk.get("zk_delete") or {}).get("p50_ns")
+        which = (f"one under this load (the probe's delete p50, a separate process timing one every "
+                 f"{f.get('probe_gap_ms') or '?'} ms while {lab}'s workers ran)" if ld
+                 else "W0's on a quiet server (no probe under this load)")
+        if gid == "W3-zk":
+            v = f.get("handoff_other_p50")
+            blab, bv = best_peer(r, "handoff_other_p50")
+            if not (v and bv):
+                continue
+            if not zf:
+                out[desc] = NO_FLOOR + " (no ZooKeeper delete timed in this run)"
+                continue
+            out[desc] = ((f"**below the physical floor**: the goal asks for {us(0.6 * bv)} (0.6× {blab}'s {us(bv)}); "
+                          if 0.6 * bv < zf else f"floor {us(zf)}, under the goal ({us(0.6 * bv)}): ")
+                         + "a ZooKeeper hand-off is at least the holder's delete (a write; the waiter next in line "
+                         f"needs no re-read), and {which} took {us(zf)}; dlock is {v / zf:.2f}× that floor"
+                         + (" (under 1: the probe's own wake-ups are part of its round trip)" if v < zf else "")
+                         + (own(r, blab, "handoff_other_p50") if ld else f", {blab} {bv / zf:.2f}×"))
+        elif f.get("held") is not None:
+            cs = cs_us.get(gid, 0) * 1000
+            out[desc] = (analyse.held_by_delete(cs, 0.60, zf, which, f.get("handoff_other_p50")) if zf and cs
+                         else NO_FLOOR + " (no ZooKeeper delete timed in this run)")
     return out
 
 
@@ -991,7 +1000,11 @@ def bound_notes(res, run, scale, run_dir=""):
             out.append(f"ZooKeeper hand-off: dlock {us(zf['handoff_other_p50'])}, kazoo {us(kz['handoff_other_p50'])}. "
                        "Both watch the node ahead; a hand-off is the holder's `delete` (a write the leader "
                        "logs with fsync before answering) and the watch event, so both are bound by the server's "
-                       "write latency (W0 `zk_create` in this run's floor table), not by the client.")
+                       "write latency"
+                       + (f": the probe's delete under the same load took {us(zf['floor_load'])} beside dlock's "
+                          f"workers and {us(kz['floor_load'])} beside kazoo's (p50)"
+                          if zf.get("floor_load") and kz.get("floor_load")
+                          else " (W0 `zk_delete` in this run's floor table, quiet)") + ", not by the client.")
     e = res.get("W3-etcd", {})
     ef = e.get("dlock mutex over etcd")
     put = (etcd_floor_records(run_dir).get("etcd_put") or {}).get("p50_ns")
