@@ -518,9 +518,7 @@ int engine::wait_turn(session& s, const protected_node& ours, standing& where,
         });
     } else {
         Stat stat{};
-        rc = s.with_handle([&](zhandle_t* zh) {
-            return zoo_wexists(zh, watched.c_str(), &session::on_event, &s, &stat);
-        });
+        rc = s.with_handle([&](zhandle_t* zh) { return s.watch_node(zh, watched, &stat); });
         // A semaphore node with data holds already: we are first in line now. (Lock nodes carry
         // no data.)
         changed = rc == ZOK && is_permit_node(where.watch) && stat.dataLength > 0;

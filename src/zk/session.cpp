@@ -339,12 +339,11 @@ void session::send(node_request kind, const std::string& path) {
     // retry it. Found missing, a dropped wake-up was never resent and its waiter slept.
     auto* const op = track(std::make_unique<node_op>(node_op{this, static_cast<int>(kind), path}));
     const int rc = with_handle([&](zhandle_t* zh) {
-        if (kind != node_request::wake) {
-            return zoo_awexists(
-                zh, op->path.c_str(), &session::on_event, this,
-                kind == node_request::watch ? &session::on_watch_set : &session::on_probe_set, op);
-        }
-        return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op);
+        if (kind == node_request::wake)
+            return zoo_aset(zh, op->path.c_str(), "1", 1, -1, &session::on_wake_set, op);
+        return zoo_awget(  // getData, not exists: see watch_node
+            zh, op->path.c_str(), &session::on_event, this,
+            kind == node_request::watch ? &session::on_watch_read : &session::on_probe_read, op);
     });
     if (rc == ZOK) return;  // until its completion runs (or we go)
     finish(op);             // not sent: no completion will run
@@ -353,6 +352,12 @@ void session::send(node_request kind, const std::string& path) {
     } else if (retriable(rc) || rc == ZINVALIDSTATE) {
         resend(kind, path);
     }
+}
+
+int session::watch_node(zhandle_t* zh, const std::string& path, Stat* stat) {
+    char data[1];  // not wanted: lock nodes carry none, a semaphore node's length is in `stat`
+    int len = sizeof data;
+    return zoo_wget(zh, path.c_str(), &session::on_event, this, data, &len, stat);
 }
 
 void session::watch_probe(const std::string& path) { send(node_request::probe, path); }
@@ -415,10 +420,18 @@ void session::on_wake_set(int rc, const Stat*, const void* data) {
     if (done && retriable(rc)) done->owner->resend(node_request::wake, std::move(done->path));
 }
 
-void session::on_probe_set(int rc, const Stat*, const void* data) {
+void session::on_watch_read(int rc, const char*, int, const Stat* stat, const void* data) {
+    on_watch_set(rc, stat, data);  // our own node: always ours to read
+}
+
+void session::on_probe_read(int rc, const char*, int, const Stat*, const void* data) {
     auto* op = static_cast<node_op*>(const_cast<void*>(data));
     const auto done = op->owner->finish(op);
-    if (done && rc != ZOK) done->owner->probe_failed(done->path, rc);
+    // ZNOAUTH: another identity's node. No watch was set, and none would report its going (the
+    // server sends a watch's events only to sessions that may read the node), so there is
+    // nothing to look again on: the waiter waits on the node ahead alone, as before step 5.
+    // Fired, its waiter would look again and probe again at once, for as long as the node stays.
+    if (done && rc != ZOK && rc != ZNOAUTH) done->owner->probe_failed(done->path, rc);
 }
 
 void session::disown(const std::string& path) {

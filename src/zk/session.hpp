@@ -135,7 +135,7 @@ public:
     /// Waits until connected, dead, `deadline` or `cancel`; true if connected.
     bool wait_connected(steady::time_point deadline, const std::stop_token& cancel);
 
-    /// One-shot watches on nodes: begin before zoo_wexists (returns the event count seen), wait,
+    /// One-shot watches on nodes: begin before watch_node (returns the event count seen), wait,
     /// end when done. wait returns when the node's watch fired, the session changed state, the
     /// deadline passed or cancel was requested: true when the watch fired because the node was
     /// deleted and the session stayed connected and alive throughout (the deletion is then a
@@ -154,9 +154,16 @@ public:
                      std::uint64_t also_seen, steady::time_point deadline,
                      const std::stop_token& cancel);
     void watch_end(const std::string& path);
-    /// exists(path) with a watch, sent without waiting for its answer. A watch begun on `path`
+    /// A watch on node `path` (its data: it fires when the node is deleted or its data set), read
+    /// with getData rather than exists, inside with_handle: a node already gone answers ZNONODE
+    /// and leaves no watch behind, where exists would leave one for a creation that never comes
+    /// (a sequential node's name is never made again) on the server until the session ends. A
+    /// node we may not read (another identity's ACL) answers ZNOAUTH.
+    int watch_node(zhandle_t* zh, const std::string& path, Stat* stat);
+    /// watch_node(path) sent without waiting for its answer. A watch begun on `path`
     /// (watch_begin) then fires for the node's events, and also when the answer is anything but
-    /// ZOK (the node is gone, or the request failed): its waiter looks again either way.
+    /// ZOK or ZNOAUTH (the node is gone, or the request failed): its waiter looks again either
+    /// way. ZNOAUTH fires nothing: no event of that node would reach us.
     void watch_probe(const std::string& path);
 
     /// The watcher for the session and for node watches (ctx = this session).
@@ -229,8 +236,8 @@ private:
     /// whose answer came at least settle_period() before `sent`.
     void settle(steady::time_point sent, steady::time_point answered);
     void requeue(cleanup_item item);
-    /// A request on one of our nodes: an exists watch (re-)arm, or a successor wake; or a probe
-    /// of a node ahead of ours (watch_probe).
+    /// A request on one of our nodes: a watch (re-)arm, or a successor wake; or a probe of a node
+    /// ahead of ours (watch_probe).
     enum class node_request { watch, wake, probe };
     void send(node_request kind, const std::string& path);
     void resend(node_request kind, std::string path);
@@ -241,7 +248,10 @@ private:
     std::unique_ptr<node_op> finish(node_op* op);
     static void on_watch_set(int rc, const Stat* stat, const void* data);
     static void on_wake_set(int rc, const Stat* stat, const void* data);
-    static void on_probe_set(int rc, const Stat* stat, const void* data);
+    static void on_watch_read(int rc, const char* value, int len, const Stat* stat,
+                              const void* data);
+    static void on_probe_read(int rc, const char* value, int len, const Stat* stat,
+                              const void* data);
 
     std::function<void()> wake_;
     dlock::detail::shared_mutex handle_mutex_;  // keeps zh_ open while a call uses it

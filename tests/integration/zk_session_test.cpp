@@ -141,4 +141,66 @@ TEST(ZkSession, RemoveGuaranteedDeletesACreateInDoubtByItsGuid) {
     EXPECT_EQ(f.s.remove_guaranteed(other.path()), ZOK);
 }
 
+TEST(ZkSession, AWatchOnANodeAlreadyGoneLeavesNoWatchOnTheServer) {
+    // A waiter's watch on the node ahead (pred, or the look-again probe), and a holder's on its
+    // own node, may be set after that node went. With exists, ZooKeeper would keep a watch for
+    // the node's creation, which never comes (a sequential node's name is never made again),
+    // until the session ends: one more per such race on a long-lived client. getData leaves none.
+    fixture f;
+    const std::string pred = f.parent + "/gone-pred-0000000001";
+    const std::string probed = f.parent + "/gone-probed-0000000002";
+    const std::string mine = f.parent + "/gone-mine-0000000003";
+    const auto seen = f.s.watch_begin(probed);
+    f.s.watch_probe(probed);
+    EXPECT_TRUE(f.s.watch_wait(probed, seen, steady::now() + scaled(10s), {}))
+        << "a probe of a node already gone fires as its deletion";
+    f.s.watch_end(probed);
+    f.s.prewatch(mine);
+    Stat stat{};
+    EXPECT_EQ(f.s.with_handle([&](zhandle_t* zh) { return f.s.watch_node(zh, pred, &stat); }),
+              ZNONODE);
+    // Each of the three went out before this synchronous read, and one session's requests are
+    // answered in order: their watches, if any, are on the server now.
+    EXPECT_EQ(f.s.with_handle([&](zhandle_t* zh) { return zoo_exists(zh, "/", 0, &stat); }), ZOK);
+    EXPECT_EQ(shared_zk().watchers(pred), 0u);
+    EXPECT_EQ(shared_zk().watchers(probed), 0u);
+    EXPECT_EQ(shared_zk().watchers(mine), 0u);
+    f.s.disown(mine);
+}
+
+TEST(ZkSession, ANodeWeMayNotReadIsNoWakeUp) {
+    // A node of another identity (a client with a digest, CREATOR_ALL_ACL) under an open parent:
+    // getData answers ZNOAUTH and sets no watch, and the server would not tell us of its going
+    // anyway. As the node ahead, that is an error (errc::auth_failed, docs/zookeeper.md); as the
+    // node to look again on, the probe fires nothing: fired, its waiter would look again and
+    // probe again at once, for as long as the node stays.
+    fixture f;
+    session other{[] {}};
+    std::string why;
+    ASSERT_TRUE(other.open(shared_zk().hosts(), 4s, steady::now() + scaled(10s), why)) << why;
+    ASSERT_EQ(other.add_digest("other:secret", steady::now() + scaled(10s)), ZOK);
+    const std::string node = f.parent + "/other-0000000001";
+    ASSERT_EQ(other.with_handle([&](zhandle_t* zh) {
+        return zoo_create(zh, node.c_str(), nullptr, -1, &ZOO_CREATOR_ALL_ACL, 0, nullptr, 0);
+    }),
+              ZOK);
+    Stat stat{};
+    EXPECT_EQ(f.s.with_handle([&](zhandle_t* zh) { return f.s.watch_node(zh, node, &stat); }),
+              ZNOAUTH);
+    const auto seen = f.s.watch_begin(node);
+    f.s.watch_probe(node);
+    // Answered in order: the probe's ZNOAUTH came back before this read's answer.
+    EXPECT_EQ(f.s.with_handle([&](zhandle_t* zh) { return zoo_exists(zh, "/", 0, &stat); }), ZOK);
+    // Waited on as the second watch, a fired one answers `also` (any firing, not only a deletion).
+    const std::string first = f.parent + "/none";
+    const auto first_seen = f.s.watch_begin(first);
+    EXPECT_EQ(f.s.watch_wait(first, first_seen, &node, seen, steady::now(), {}),
+              session::woken::other)
+        << "a probe we may not read fired its watch";
+    f.s.watch_end(first);
+    f.s.watch_end(node);
+    EXPECT_EQ(shared_zk().watchers(node), 0u);
+    EXPECT_TRUE(shared_zk().remove(node));
+}
+
 }  // namespace
