@@ -560,6 +560,31 @@ TEST(ZkLock, DigestProtectsNodes) {
     EXPECT_THROW(dlock::zk::client({.digest = "no-colon"}), dlock::error);
 }
 
+TEST(ZkLock, ANodeAheadOfAnotherIdentityIsAnAuthErrorNotAWaitUntilTheDeadline) {
+    // The lock's parent made by a client without a digest (an open ACL), a holder with one
+    // (CREATOR_ALL_ACL on its node), a waiter without: the waiter may create its node but not
+    // read the holder's, and the server would not tell it of that node's going either. It gets
+    // errc::auth_failed (docs/zookeeper.md, "Errors"), not a wait that ends at its deadline.
+    const std::string base = "/dlock-acl-mixed";
+    dlock::zk::client open({.url = shared_zk().url(base), .connect_timeout = scaled(5s)});
+    dlock::zk::client alice(
+        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:right"});
+    const auto name = dlock::test::unique_name("acl");
+    std::error_code ec;
+    {
+        auto first = take(open, name, dlock::lock_kind::exclusive, 0ms, ec);
+        ASSERT_FALSE(ec) << ec.message();
+    }
+    auto held = take(alice, name, dlock::lock_kind::exclusive, 0ms, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    auto waiter = take(open, name, dlock::lock_kind::exclusive, scaled(3s), ec);
+    EXPECT_EQ(ec, dlock::errc::auth_failed) << ec.message();
+    EXPECT_FALSE(waiter);
+    held.release();
+    auto after = take(open, name, dlock::lock_kind::exclusive, 0ms, ec);
+    EXPECT_FALSE(ec) << "the waiter's node went with its error: " << ec.message();
+}
+
 dlock::lease permits(dlock::zk::client& zk, const std::string& name, std::uint32_t count,
                      std::uint32_t limit, std::chrono::milliseconds wait, std::error_code& ec) {
     return zk.acquire_until(
