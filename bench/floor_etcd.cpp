@@ -48,10 +48,12 @@
 #include "stats.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -180,21 +182,13 @@ int main(int argc, char** argv) {
     if (!do_put()) return fail();
     const std::string client = "gRPC C++ " + grpc::Version() + " sync";
     if (probe) {
-        std::vector<std::int64_t> puts;
-        std::vector<std::int64_t> ranges;
-        if (start_at_ns > 0) dlock_bench::sleep_until_ns(start_at_ns);
-        const std::int64_t deadline =
-            dlock_bench::now_ns() + static_cast<std::int64_t>(duration_s * 1e9);
-        dlock_bench::pacer pace(static_cast<std::int64_t>(gap_ms * 1e6));
-        for (long long i = 0; i < 2 * max_ops && dlock_bench::now_ns() < deadline; ++i) {
-            pace.wait();
-            const std::int64_t t0 = dlock_bench::now_ns();
-            if (!(i % 2 == 0 ? do_put() : do_range())) return fail();
-            (i % 2 == 0 ? puts : ranges).push_back(dlock_bench::now_ns() - t0);
-        }
+        const std::array<std::function<bool()>, 2> turn{do_put, do_range};
+        std::array<std::vector<std::int64_t>, 2> rtt;  // etcd_put, etcd_range
+        if (!dlock_bench::run_probe(start_at_ns, duration_s, gap_ms, max_ops, turn, rtt))
+            return fail();
         if (!do_delete()) return fail();
         return dlock_bench::write_samples_file(out, client,
-                                               {{"etcd_range", &ranges}, {"etcd_put", &puts}});
+                                               {{"etcd_range", &rtt[1]}, {"etcd_put", &rtt[0]}});
     }
     dlock_bench::floor_samples samples;
     if (!dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples, do_range,

@@ -57,6 +57,7 @@
 #include "stats.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cerrno>
@@ -65,6 +66,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -249,28 +251,14 @@ int main(int argc, char** argv) {
     const auto release = [&] { return check("zoo_delete", zoo_delete(zh, created, -1)); };
     const std::string client = std::string("libzookeeper_mt ") + ZOO_VERSION + " sync";
     if (probe) {
-        std::vector<std::int64_t> creates;
-        std::vector<std::int64_t> reads;
-        std::vector<std::int64_t> deletes;
-        if (start_at_ns > 0) dlock_bench::sleep_until_ns(start_at_ns);
-        const std::int64_t deadline =
-            dlock_bench::now_ns() + static_cast<std::int64_t>(duration_s * 1e9);
-        dlock_bench::pacer pace(static_cast<std::int64_t>(gap_ms * 1e6));
-        // Whole create-exists-delete turns only, so no node of ours outlives the loop.
-        for (long long i = 0; i < 3 * max_ops && (i % 3 != 0 || dlock_bench::now_ns() < deadline);
-             ++i) {
-            pace.wait();
-            const std::int64_t t0 = dlock_bench::now_ns();
-            const bool ok = i % 3 == 0 ? take() : i % 3 == 1 ? read() : release();
-            if (!ok) return fail(failed_op, failed_rc);
-            (i % 3 == 0   ? creates
-             : i % 3 == 1 ? reads
-                          : deletes)
-                .push_back(dlock_bench::now_ns() - t0);
-        }
+        // One turn: a create, a read and the delete of the node just made.
+        const std::array<std::function<bool()>, 3> turn{take, read, release};
+        std::array<std::vector<std::int64_t>, 3> rtt;  // zk_create, zk_exists, zk_delete
+        if (!dlock_bench::run_probe(start_at_ns, duration_s, gap_ms, max_ops, turn, rtt))
+            return fail(failed_op, failed_rc);
         zookeeper_close(zh);
         return dlock_bench::write_samples_file(
-            out, client, {{"zk_delete", &deletes}, {"zk_create", &creates}, {"zk_exists", &reads}});
+            out, client, {{"zk_delete", &rtt[2]}, {"zk_create", &rtt[0]}, {"zk_exists", &rtt[1]}});
     }
     dlock_bench::floor_samples samples;
     if (!dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples, read, take,

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -96,6 +97,30 @@ inline void print_summary(std::FILE* f, const char* event, const char* what, con
 struct floor_samples {
     std::vector<std::int64_t> read, take, release, pair;
 };
+
+/// The probe's loop (--gap-ms: the round trip under a workload's load, docs/benchmarks.md) of the
+/// floor programs floor_zk.cpp and floor_etcd.cpp: from CLOCK_MONOTONIC `start_at_ns` (at once if
+/// 0) for `duration_s` seconds, one operation every `gap_ms` on the pacer's schedule, the
+/// operations `ops` in turn, at most `max_turns` turns. Whole turns only: a turn begun runs to its
+/// end, so a node or key its first operation made is gone again after its last. The round trip of
+/// operation k goes to `out[k]`. Each operation returns false on an error, which ends the loop:
+/// then run_probe returns false.
+template <std::size_t N, class Op>
+bool run_probe(long long start_at_ns, double duration_s, double gap_ms, long long max_turns,
+               const std::array<Op, N>& ops, std::array<std::vector<std::int64_t>, N>& out) {
+    if (start_at_ns > 0) sleep_until_ns(start_at_ns);
+    const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(duration_s * 1e9);
+    pacer pace(static_cast<std::int64_t>(gap_ms * 1e6));
+    for (long long turn = 0; turn < max_turns && now_ns() < deadline; ++turn) {
+        for (std::size_t k = 0; k < N; ++k) {
+            pace.wait();
+            const std::int64_t t0 = now_ns();
+            if (!ops[k]()) return false;
+            out[k].push_back(now_ns() - t0);
+        }
+    }
+    return true;
+}
 
 /// The floor programs' loop: blocks of `block_ms` of reads only, then of write pairs only, and so
 /// on, so that both see the same machine load while a read seldom follows a write; `warmup_s`
