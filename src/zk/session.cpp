@@ -392,7 +392,7 @@ std::unique_ptr<node_op> session::finish(node_op* op) {
     return done;
 }
 
-void session::on_watch_set(int rc, const Stat*, const void* data) {
+void session::on_watch_read(int rc, const char*, int, const Stat*, const void* data) {
     auto* op = static_cast<node_op*>(const_cast<void*>(data));
     const auto done = op->owner->finish(op);
     if (!done) return;
@@ -418,10 +418,6 @@ void session::on_wake_set(int rc, const Stat*, const void* data) {
     auto* op = static_cast<node_op*>(const_cast<void*>(data));
     const auto done = op->owner->finish(op);
     if (done && retriable(rc)) done->owner->resend(node_request::wake, std::move(done->path));
-}
-
-void session::on_watch_read(int rc, const char*, int, const Stat* stat, const void* data) {
-    on_watch_set(rc, stat, data);  // our own node: always ours to read
 }
 
 void session::on_probe_read(int rc, const char*, int, const Stat*, const void* data) {

@@ -246,7 +246,6 @@ private:
     /// The watch begun on `path`, if any, counts one more event (a deletion when `deleted`).
     void fire_locked(const std::string& path, bool deleted) DLOCK_REQUIRES(mutex_);
     std::unique_ptr<node_op> finish(node_op* op);
-    static void on_watch_set(int rc, const Stat* stat, const void* data);
     static void on_wake_set(int rc, const Stat* stat, const void* data);
     static void on_watch_read(int rc, const char* value, int len, const Stat* stat,
                               const void* data);
