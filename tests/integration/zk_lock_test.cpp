@@ -541,14 +541,17 @@ TEST(ZkLock, UnreachableEnsembleFailsWithinConnectTimeout) {
     EXPECT_THROW((void)zk.acquire("x", {.wait = 0ms}), dlock::error);
 }
 
+/// A client of the shared server under `base`, with `digest` ("user:password") unless empty.
+dlock::zk::client digest_client(const std::string& base, const std::string& digest) {
+    return dlock::zk::client(
+        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = digest});
+}
+
 TEST(ZkLock, DigestProtectsNodes) {
     const std::string base = "/dlock-acl";
-    dlock::zk::client alice(
-        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:right"});
-    dlock::zk::client same(
-        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:right"});
-    dlock::zk::client mallory(
-        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:wrong"});
+    auto alice = digest_client(base, "alice:right");
+    auto same = digest_client(base, "alice:right");
+    auto mallory = digest_client(base, "alice:wrong");
     const auto name = dlock::test::unique_name("acl");
     std::error_code ec;
     auto l = take(alice, name, dlock::lock_kind::exclusive, 0ms, ec);
@@ -566,9 +569,8 @@ TEST(ZkLock, ANodeAheadOfAnotherIdentityIsAnAuthErrorNotAWaitUntilTheDeadline) {
     // read the holder's, and the server would not tell it of that node's going either. It gets
     // errc::auth_failed (docs/zookeeper.md, "Errors"), not a wait that ends at its deadline.
     const std::string base = "/dlock-acl-mixed";
-    dlock::zk::client open({.url = shared_zk().url(base), .connect_timeout = scaled(5s)});
-    dlock::zk::client alice(
-        {.url = shared_zk().url(base), .connect_timeout = scaled(5s), .digest = "alice:right"});
+    auto open = digest_client(base, "");
+    auto alice = digest_client(base, "alice:right");
     const auto name = dlock::test::unique_name("acl");
     std::error_code ec;
     {
