@@ -1055,7 +1055,7 @@ def report(run_dir, plots_dir, report_path):
                     "probe's own key `dlock-floor-etcd/probe/<pid>` outside every lock's keys, by "
                     "dlock-bench-floor-etcd (gRPC C++ sync, one channel) to the same member; the `Put` p50 is "
                     "the figure" if "etcd" in probes else "")
-                 + ("; ZooKeeper (W3, W4): a create of an ephemeral sequential node (32-byte value), a "
+                 + ("; ZooKeeper (W2-W4): a create of an ephemeral sequential node (32-byte value), a "
                     "`zoo_exists(\"/\")` and the delete of that node in turn, the probe's own node "
                     "`/dlock-floor-zk-probe-<pid>-<seq>` outside every lock's path, by dlock-bench-floor-zk "
                     "(libzookeeper_mt sync, one session) to the same server; the delete p50 is the figure (a "
