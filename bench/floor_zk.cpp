@@ -250,22 +250,21 @@ int main(int argc, char** argv) {
     };
     const auto release = [&] { return check("zoo_delete", zoo_delete(zh, created, -1)); };
     const std::string client = std::string("libzookeeper_mt ") + ZOO_VERSION + " sync";
-    if (probe) {
-        // One turn: a create, a read and the delete of the node just made.
-        const std::array<std::function<bool()>, 3> turn{take, read, release};
-        std::array<std::vector<std::int64_t>, 3> rtt;  // zk_create, zk_exists, zk_delete
-        if (!dlock_bench::run_probe(start_at_ns, duration_s, gap_ms, max_ops, turn, rtt))
-            return fail(failed_op, failed_rc);
-        zookeeper_close(zh);
-        return dlock_bench::write_samples_file(
-            out, client, {{"zk_delete", &rtt[2]}, {"zk_create", &rtt[0]}, {"zk_exists", &rtt[1]}});
-    }
+    // The probe: turns of a create, a read and the delete of the node just made. Otherwise the
+    // blocks of reads and of write pairs.
+    const std::array<std::function<bool()>, 3> turn{take, read, release};
+    std::array<std::vector<std::int64_t>, 3> rtt;  // zk_create, zk_exists, zk_delete
     dlock_bench::floor_samples samples;
-    if (!dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples, read, take,
-                                       release, [] { return true; }))
-        return fail(failed_op, failed_rc);
+    const bool ok =
+        probe ? dlock_bench::run_probe(start_at_ns, duration_s, gap_ms, max_ops, turn, rtt)
+              : dlock_bench::run_floor_blocks(warmup_s, duration_s, max_ops, block_ms, samples,
+                                              read, take, release, [] { return true; });
+    if (!ok) return fail(failed_op, failed_rc);
     const int rc = zookeeper_close(zh);  // ends the session; no node of ours is left behind
     if (rc != ZOK) std::fprintf(stderr, "dlock-bench-floor-zk: zookeeper_close: %s\n", zerror(rc));
+    if (probe)
+        return dlock_bench::write_samples_file(
+            out, client, {{"zk_delete", &rtt[2]}, {"zk_create", &rtt[0]}, {"zk_exists", &rtt[1]}});
     const char* const what[4] = {"zk_exists", "zk_create", "zk_delete", "zk_create_delete"};
     return dlock_bench::write_floor_file(out, client, what, samples);
 }
