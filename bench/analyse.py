@@ -554,6 +554,15 @@ ROWS = [
 NO_FLOOR = "no floor measured in this run"
 
 
+def zk_delete_floor(probe, zk):
+    """(p50 of one ZooKeeper delete, measured under load?): the workload's probe's delete when a
+    ZooKeeper probe ran beside it, else W0's on a quiet server (`zk`: floor_zk.jsonl's records; runs
+    from before the ZooKeeper probe)."""
+    if probe.get("kind") == "zk" and probe.get("p50"):
+        return probe["p50"], True
+    return (zk.get("zk_delete") or {}).get("p50_ns"), False
+
+
 def held_by_delete(cs_ns, goal, rt, what, handoff=None):
     """A ZooKeeper held-share row's floor: the hand-off its goal needs against one delete under the
     same load (`rt`, `what` names it). A held share of `goal` with a critical section of `cs_ns`
@@ -612,8 +621,7 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         r = results.get(f"W3-{mode}") or {}
         pr, idle = r.get("probe") or {}, r.get("floor_p50")
         if mode == "zk":
-            under_load = pr.get("kind") == "zk" and pr.get("p50")
-            d = pr["p50"] if under_load else (zk.get("zk_delete") or {}).get("p50_ns")
+            d, under_load = zk_delete_floor(pr, zk)
             if not (d and idle):
                 return NO_FLOOR
             q = d / idle
@@ -635,20 +643,19 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         r = results.get(f"W4-{mode}") or {}
         cs = (r.get("meta") or {}).get("cs_us", 0) * 1000
         pr = r.get("probe") or {}
-        if mode == "zk" and pr.get("kind") == "zk" and pr.get("p50") and cs:
-            return held_by_delete(cs, 0.90, pr["p50"], "one under this load (the probe's delete p50)",
-                                  get(r, ("handoff_other", "p50")))
-        if mode == "zk":  # runs from before the ZooKeeper probe
-            rt, what = (zk.get("zk_delete") or {}).get("p50_ns"), "the ZooKeeper delete of W0 (quiet)"
-        else:
-            rt = None if pr.get("idle_server") or pr.get("kind") != probe_kind(mode) else pr.get("p50")
-            what = f"the probe's {probe_text(pr)} p50 under this load"
+        if mode == "zk":
+            rt, under_load = zk_delete_floor(pr, zk)
+            what = "one under this load (the probe's delete p50)" if under_load else "W0's (quiet)"
+            return (held_by_delete(cs, 0.90, rt, what, get(r, ("handoff_other", "p50"))) if rt and cs
+                    else NO_FLOOR)
+        rt = None if pr.get("idle_server") or pr.get("kind") != probe_kind(mode) else pr.get("p50")
+        what = f"the probe's {probe_text(pr)} p50 under this load"
         if not (rt and cs):
             return NO_FLOOR
         bound = cs / (cs + rt)
         text = (f"with a {cs / 1e6:g} ms critical section and one round trip per hand-off ({what}: {us(rt)}) the held "
                 f"share is at most {cs / 1e6:g} ms / ({cs / 1e6:g} ms + {us(rt)}) = {pct(bound)}")
-        relayed = relay_floor(refs, cs) if mode not in ("zk", "etcd") else None
+        relayed = relay_floor(refs, cs) if mode != "etcd" else None
         if relayed:
             bound = min(bound, relayed[0])
             text += "; " + relayed[1]
@@ -822,12 +829,16 @@ def report(run_dir, plots_dir, report_path):
         if mode == "zk" and w3 and w3.get("contended"):
             # A ZooKeeper hand-off is at least the holder's delete: the probe's, under the same load.
             pr, q = w3.get("probe") or {}, w3.get("handoff_other_vs_probe")
+            if q is not None and pr.get("kind") == "zk":
+                measured = f"{us(w3['handoff_other']['p50'])} vs {us(pr['p50'])}: {q:.2f}×"
+            elif pr.get("status") != "run":
+                measured = "not measured: " + pr.get("status", "no probe")
+            elif not pr.get("p50"):
+                measured = "not measured: the probe failed"
+            else:
+                measured = "not measured: no ZooKeeper probe in this run"
             target_rows.append((mode, "W3 hand-off to another worker p50 vs a ZooKeeper `delete` under the same "
-                                "load (the probe)",
-                                f"{us(w3['handoff_other']['p50'])} vs {us(pr['p50'])}: {q:.2f}×"
-                                if q is not None and pr.get("kind") == "zk" else "not measured: "
-                                + (pr.get("status", "no probe") if pr.get("status") != "run" else "the probe failed"
-                                   if not pr.get("p50") else "no ZooKeeper probe in this run"), "reported", "—"))
+                                "load (the probe)", measured, "reported", "—"))
         put = (etcd.get("etcd_put") or {}).get("p50_ns")
         handoff = get(results.get(f"W3-{mode}"), ("handoff_other", "p50"))
         if mode == "etcd":

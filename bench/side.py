@@ -920,32 +920,35 @@ def floor_notes(res, side, run_dir):
     # on a quiet server.
     zk = analyse.floor_records(os.path.join(run_dir, "floor_zk.jsonl"))
     lab = "dlock mutex over ZooKeeper"
-    for gid, desc in (("W3-zk", "ZooKeeper hand-off to another p50"), ("W4-zk", "ZooKeeper W4 lock held")):
-        r = res.get(gid) or {}
-        f = r.get(lab) or {}
-        ld = f.get("floor_load")
-        zf = ld or (zk.get("zk_delete") or {}).get("p50_ns")
-        which = (f"one under this load (the probe's delete p50, a separate process timing one every "
-                 f"{f.get('probe_gap_ms') or '?'} ms while {lab}'s workers ran)" if ld
-                 else "W0's on a quiet server (no probe under this load)")
-        if gid == "W3-zk":
-            v = f.get("handoff_other_p50")
-            blab, bv = best_peer(r, "handoff_other_p50")
-            if not (v and bv):
-                continue
-            if not zf:
-                out[desc] = NO_FLOOR + " (no ZooKeeper delete timed in this run)"
-                continue
-            out[desc] = ((f"**below the physical floor**: the goal asks for {us(0.6 * bv)} (0.6× {blab}'s {us(bv)}); "
-                          if 0.6 * bv < zf else f"floor {us(zf)}, under the goal ({us(0.6 * bv)}): ")
-                         + "a ZooKeeper hand-off is at least the holder's delete (a write; the waiter next in line "
-                         f"needs no re-read), and {which} took {us(zf)}; dlock is {v / zf:.2f}× that floor"
-                         + (" (under 1: the probe's own wake-ups are part of its round trip)" if v < zf else "")
-                         + (own(r, blab, "handoff_other_p50") if ld else f", {blab} {bv / zf:.2f}×"))
-        elif f.get("held") is not None:
-            cs = cs_us.get(gid, 0) * 1000
-            out[desc] = (analyse.held_by_delete(cs, 0.60, zf, which, f.get("handoff_other_p50")) if zf and cs
-                         else NO_FLOOR + " (no ZooKeeper delete timed in this run)")
+
+    def zk_delete(f):
+        """(p50 of one delete, what it was) for dlock's figures `f` of a ZooKeeper workload."""
+        if f.get("floor_load"):
+            return f["floor_load"], (f"one under this load (the probe's delete p50, a separate process timing "
+                                     f"one every {f.get('probe_gap_ms') or '?'} ms while {lab}'s workers ran)")
+        return (zk.get("zk_delete") or {}).get("p50_ns"), "W0's on a quiet server (no probe under this load)"
+
+    r = res.get("W3-zk") or {}
+    f = r.get(lab) or {}
+    v = f.get("handoff_other_p50")
+    blab, bv = best_peer(r, "handoff_other_p50")
+    zf, which = zk_delete(f)
+    desc = "ZooKeeper hand-off to another p50"
+    if v and bv and not zf:
+        out[desc] = NO_FLOOR + " (no ZooKeeper delete timed in this run)"
+    elif v and bv:
+        out[desc] = ((f"**below the physical floor**: the goal asks for {us(0.6 * bv)} (0.6× {blab}'s {us(bv)}); "
+                      if 0.6 * bv < zf else f"floor {us(zf)}, under the goal ({us(0.6 * bv)}): ")
+                     + "a ZooKeeper hand-off is at least the holder's delete (a write; the waiter next in line "
+                     f"needs no re-read), and {which} took {us(zf)}; dlock is {v / zf:.2f}× that floor"
+                     + (" (under 1: the probe's own wake-ups are part of its round trip)" if v < zf else "")
+                     + (own(r, blab, "handoff_other_p50") if f.get("floor_load") else f", {blab} {bv / zf:.2f}×"))
+    f = (res.get("W4-zk") or {}).get(lab) or {}
+    if f.get("held") is not None:
+        cs = cs_us.get("W4-zk", 0) * 1000
+        zf, which = zk_delete(f)
+        out["ZooKeeper W4 lock held"] = (analyse.held_by_delete(cs, 0.60, zf, which, f.get("handoff_other_p50"))
+                                         if zf and cs else NO_FLOOR + " (no ZooKeeper delete timed in this run)")
     return out
 
 
