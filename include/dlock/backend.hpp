@@ -127,10 +127,6 @@ struct lock_info {
     /// fields are then unset).
     std::string server{};
     std::string error{};
-    /// dlock::mutex on one Redis server: the lock is free (`held` false) but reserved for this
-    /// long more for its woken head waiter, whose turn it is (docs/redis-lock.md, "Waking one
-    /// waiter"): nobody else, try_lock() included, can take it meanwhile. Unset otherwise.
-    std::optional<std::chrono::milliseconds> turn_left{};
 };
 
 /// The longest value backend::record_once stores, in bytes.

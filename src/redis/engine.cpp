@@ -656,12 +656,7 @@ std::vector<std::string> engine::keys(const lock_protocol& protocol, std::string
     std::vector<std::string> out;
     out.reserve(1 + protocol.key_suffixes.size());
     out.push_back(key(name));
-    for (const auto suffix : protocol.key_suffixes) {
-        // Redlock has no turns (docs/redlock.md, "Waiting"): a turn reserves one server's free
-        // lock, and the quorum can be won without it. Without these keys the scripts only wake.
-        if (servers_.size() > 1 && (suffix == ":mutex_turn" || suffix == ":mutex_woken")) continue;
-        out.push_back(out.front() + std::string(suffix));
-    }
+    for (const auto suffix : protocol.key_suffixes) out.push_back(out.front() + std::string(suffix));
     return out;
 }
 
@@ -681,8 +676,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
          {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
           ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
           std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry),
-          // The fence's clock floor (lib/fence.lua): one server, not Redlock's quorum.
-          single ? "1" : "0"}})};
+          clock_floor()}})};
     plan.pool_wait = deadline;
     // Counted from `connected`, not from `sent`: a wait for a free connection is no server's
     // fault. One server: its own timeouts. Several: each gets node_timeout, far below the lease,
@@ -736,11 +730,9 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
         }
     }
     const auto tally = quorum::tally_acquire(votes);
-    if (!single) {
-        out.node_tickets.reserve(votes.size());
-        for (const auto& v : votes)
-            out.node_tickets.push_back(v.what == quorum::acquire_vote::kind::held ? v.ticket : 0);
-    }
+    out.node_tickets.reserve(votes.size());
+    for (const auto& v : votes)
+        out.node_tickets.push_back(v.what == quorum::acquire_vote::kind::held ? v.ticket : 0);
     out.granting = tally.granting;
     out.holding = tally.holding;
     out.holder_ms = tally.holder_ms;
@@ -814,7 +806,7 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
             round_plan plan{one_call({protocol.leave,
                                       keys(protocol, name),
                                       {token, channel(name), ms_text(handoff_lease), "0",
-                                       ms_text(config_.idle_expiry)}})};
+                                       ms_text(config_.idle_expiry), "", "0"}})};
             plan.deadline = [&](steady::time_point, steady::time_point) { return deadline; };
             run_on_every_server(plan);
             return;
@@ -825,7 +817,8 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
             *conn.get(),
             {protocol.leave,
              keys(protocol, name),
-             {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry)}},
+             {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry),
+              "", "1"}},
             ec);
         if (ec) {
             report_error(ec, "leaving the queue of \"" + std::string(name) +
@@ -845,7 +838,7 @@ void engine::release_everywhere(const lock_protocol& protocol, std::string_view 
     round_plan plan{one_call({protocol.release,
                               keys(protocol, name),
                               {token, channel(name), ms_text(handoff_lease), "0",
-                               ms_text(config_.idle_expiry), registered}})};
+                               ms_text(config_.idle_expiry), registered, clock_floor()}})};
     plan.deadline = [&](steady::time_point, steady::time_point) { return deadline; };
     run_on_every_server(plan);
 }
@@ -1193,7 +1186,8 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         round_plan plan{one_call({protocol->release,
                                   keys(*protocol, lease.name()),
                                   {lease.token(), channel(lease.name()), ms_text(handoff_lease),
-                                   whole ? "1" : "0", ms_text(config_.idle_expiry), registered}})};
+                                   whole ? "1" : "0", ms_text(config_.idle_expiry), registered,
+                                   clock_floor()}})};
         plan.deadline = [&](steady::time_point own, steady::time_point) {
             return servers_.size() == 1 ? own : redlock_deadline;
         };

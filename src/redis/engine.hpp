@@ -194,6 +194,9 @@ private:
                      std::chrono::milliseconds node_timeout) noexcept;
     /// KEYS of every script of `protocol` for lock `name`.
     std::vector<std::string> keys(const lock_protocol& protocol, std::string_view name) const;
+    /// The fence's clock floor argument of the scripts (lib/fence.lua): "1" on one server, "0"
+    /// for Redlock's counters, which a quorum combines.
+    const char* clock_floor() const noexcept { return servers_.size() == 1 ? "1" : "0"; }
     /// Re-enters `held` (lock_request::reenter): one round trip, no waiting.
     dlock::lease reenter(const lock_protocol& protocol, std::string_view name, const lease& held,
                          const lock_options& options, std::error_code& ec);

@@ -14,11 +14,11 @@ script_call inspect_call(const std::string& lock_key, const std::string& channel
     if (!script) std::abort();  // the build embeds every src/redis/lua/*.lua
     // The suffixes of protocol.cpp's rows: fence (every kind), queue / alive (fair_mutex and
     // shared_mutex writers), readers (shared_mutex), counts / limit (counting_semaphore),
-    // mutex_alive (dlock::mutex's registered waiters), mutex_turn (its woken head's turn).
+    // mutex_alive (dlock::mutex's registered waiters).
     return {script,
             {lock_key, lock_key + ":fence", lock_key + ":queue", lock_key + ":alive",
              lock_key + ":readers", lock_key + ":counts", lock_key + ":limit",
-             lock_key + ":mutex_alive", lock_key + ":mutex_turn"},
+             lock_key + ":mutex_alive"},
             {channel}};
 }
 
@@ -59,7 +59,6 @@ bool parse_inspect_reply(const reply& r, lock_info& out, std::string& why) {
         fence,
         lease,
         detail,
-        turn,
         size
     };
     if (r.type != reply::kind::array || r.elements.size() != size) {
@@ -110,8 +109,6 @@ bool parse_inspect_reply(const reply& r, lock_info& out, std::string& why) {
     if (e[lease].integer >= 0) out.lease_left = std::chrono::milliseconds(e[lease].integer);
     if (e[detail].type != reply::kind::string) return bad("detail");
     out.detail = e[detail].text;
-    if (e[turn].type != reply::kind::integer) return bad("turn");
-    if (e[turn].integer >= 0) out.turn_left = std::chrono::milliseconds(e[turn].integer);
     return true;
 }
 

@@ -5,7 +5,8 @@
 // Calling convention (every script of a kind gets the same KEYS):
 //   KEYS     <prefix>:{name} followed by the kind's key suffixes (all in one hash slot).
 //   acquire  ARGV token, lease_ms, count, limit, liveness_ms, release_channel, reenter ("1"/"0"),
-//            ticket_floor, waiter (below), idle_ms (client_options::idle_expiry)
+//            ticket_floor, waiter (below), idle_ms (client_options::idle_expiry), clock_floor
+//            ("1": one server; "0": Redlock's counters, no clock floor)
 //            -> {1, fencing token} granted, or {0, ms}: not granted, re-check within ms at the
 //            latest (-1: unknown). Queued kinds (re)register the waiter with a liveness deadline
 //            of now + liveness_ms and are idempotent, so the same call refreshes it; they answer
@@ -14,33 +15,25 @@
 //            The semaphore adds two elements, 0 and its recorded limit, when that is not `limit`.
 //   release  ARGV token, release_channel, grant_lease_ms, whole ("1": the reentrant owner's last
 //            level after a re-entry of unknown outcome: every level goes; other kinds ignore it),
-//            idle_ms
+//            idle_ms, registered (the exclusive kind on Redlock: the waiter id the holder
+//            registered under; ''), clock_floor (as acquire's)
 //            -> 1 ours and released, 0 not ours.
-//            A hand-off (queued kinds) makes the next live waiter the owner with a lease of
-//            grant_lease_ms, removes its entry and PUBLISHes "granted <fencing token> <ticket>
-//            <waiter token>" on <release_channel>:<waiter token up to its '.'>, the waiting
-//            client's hand-off channel for the name; other releases PUBLISH on release_channel.
-//            A waiter accepts a grant only for the ticket of its latest "not yet" reply, with
-//            validity from that refresh's send time (docs/lock-family.md).
-//            The exclusive kind's release also tells the live head of its registered waiters
-//            "wake <waiter id>" on that waiter's hand-off channel (docs/redis-lock.md). If the
-//            previous wake-up went to the same head (<key>:mutex_woken names it) and it is still
-//            queued, the release first reserves the free lock for it for mutex_turn
-//            (<key>:mutex_turn = its id, PX) and also wakes the live waiter next in line;
-//            otherwise it sets <key>:mutex_woken to it (PX: its remaining liveness).
+//            A hand-off (queued kinds, and the exclusive kind's registered waiters) makes the
+//            next live waiter the owner with a lease of grant_lease_ms, removes its entry and
+//            PUBLISHes "granted <fencing token> <ticket> <waiter token>" on
+//            <release_channel>:<waiter token up to its '.'>, the waiting client's hand-off
+//            channel for the name; other releases PUBLISH on release_channel. A waiter accepts a
+//            grant only for the ticket of its latest "not yet" reply, with validity from that
+//            refresh's send time (docs/lock-family.md).
 //   renew    ARGV token, lease_ms, idle_ms -> 1 extended, 0 not ours.
 //   acquire of the exclusive kind takes ARGV[9] too: a waiter id that joins (or refreshes) its
-//            place among the mutex waiters when the lock is held ('' : none), taken off by a grant.
-//            Its KEYS are <key>, :fence, :mutex_waiters, :mutex_alive, :mutex_arrivals,
-//            :mutex_turn, :mutex_woken. While :mutex_turn exists and names another waiter id (or
-//            the caller has none: try_lock, a first attempt), the free lock counts as held: the
-//            answer is {0, the turn's PTTL} to a caller without an id and to the waiter next in
-//            line (which re-check when the turn runs out), {0, -1} to the others. A grant to waiter
-//            id X deletes :mutex_turn and :mutex_woken where they name X; a refresh of X extends
-//            :mutex_woken naming X to liveness_ms.
-//   leave    (exclusive kind) ARGV waiter id, release_channel: the registered waiter gives up;
-//            its turn and woken mark go, and if the lock is then free (no key, no turn) the
-//            next live head is woken as by a release.
+//            place among the mutex waiters when the lock is held ('' : none), taken off by a
+//            grant, and answered {0, ms, ticket}. Its KEYS are <key>, :fence, :mutex_waiters,
+//            :mutex_alive, :mutex_arrivals. A free key with a live waiter is handed to the live
+//            head (as by a release) and the caller waits behind it; a key that holds the
+//            caller's waiter id (handed to it) is taken up by an attempt with that id as token.
+//   leave    (exclusive kind) ARGV as release, the waiter id as token: the registered waiter
+//            gives up; a key handed to it goes on to the next live head, as by a release.
 //   leave    (queued kinds) ARGV as release: the waiter gives up, or its wait failed after a
 //            request may have reached the server; removes it from the queue and, if it was
 //            granted meanwhile, releases with hand-off. Returns 1 when it was granted.
@@ -64,13 +57,6 @@ namespace dlock::redis::detail {
 /// A queued waiter's liveness: it refreshes its queue entry every third of this; an entry not
 /// refreshed for this long belongs to a dead waiter, and scripts skip and purge it.
 inline constexpr std::chrono::milliseconds waiter_liveness{2000};
-/// How long a release reserves a free dlock::mutex for a woken head that is woken a second time
-/// (it lost a race to a barger, or has not run yet): its turn (docs/redis-lock.md, "Waking one
-/// waiter"). A live head needs about a millisecond (its subscriber's wake-up, its thread's, one
-/// round trip), so 100 ms is a wide margin on a loaded machine; a paused or dead head stalls the
-/// others by at most this much per release until its liveness runs out and it is purged. The
-/// scripts use dlock_mutex_turn_ms of src/redis/lua/lib/queue.lua, which must be the same value.
-inline constexpr std::chrono::milliseconds mutex_turn{100};
 /// The lease a hand-off grants: short, so a grant to a waiter that died just after its last
 /// refresh frees the lock soon; the new owner's watchdog extends it to its own lease at once.
 inline constexpr std::chrono::milliseconds handoff_lease{2000};

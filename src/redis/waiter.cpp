@@ -26,7 +26,7 @@ std::unique_ptr<waiter_strategy> make_waiter(waiter_context context, bool queued
     // server hands its key to its own live head and tells it, and a quorum of those grants at one
     // fencing token is a grant (else an attempt takes a quorum of the keys up).
     if (context.kind == lock_kind::exclusive)
-        return std::make_unique<turn_waiter>(std::move(context));
+        return std::make_unique<mutex_waiter>(std::move(context));
     return std::make_unique<broadcast_waiter>(std::move(context));
 }
 

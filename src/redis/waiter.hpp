@@ -8,13 +8,13 @@
 //   broadcast_waiter   releases publish on the lock's release channel and every waiter
 //                      re-attempts (one waiter of this client is woken where a release lets one
 //                      in): the reentrant, read and permits kinds.
-//   turn_waiter        the exclusive kind: from its first wait on, the waiter registers among
-//                      the mutex waiters, and a release wakes only their live head, which gets a
-//                      turn on one server (docs/redis-lock.md, "Waking one waiter"); on Redlock
-//                      it registers on every server, each hands its key to its own head and
-//                      tells it, no turns: a quorum of those grants at one fencing token is the
-//                      grant, else the head's attempt (its id as its token) takes a quorum of
-//                      them up (docs/redlock.md, "Waiting").
+//   mutex_waiter       the exclusive kind: from its first wait on, the waiter registers among
+//                      the mutex waiters (on Redlock on every server), and a release hands the
+//                      key to their live head (its waiter id becomes the owner token) and tells
+//                      it: that grant is the hold, with no attempt after it; else the head's
+//                      attempt (its id as its token) takes the key up (docs/redis-lock.md,
+//                      "Waking one waiter"). On Redlock a quorum of those grants at one fencing
+//                      token is the grant (docs/redlock.md, "Waiting").
 //   queued_waiter      the fair and write kinds: one queue entry for the whole call, and a
 //                      release hands the lock to the head directly (docs/lock-family.md,
 //                      "Hand-off"), checked by the ticket rule (acquire_rules.hpp).
@@ -55,9 +55,9 @@ struct waiter_context {
     std::chrono::milliseconds node_timeout{};
     dlock::detail::drift_model drift{};
     jitter_source jitter = nullptr;
-    /// How many nodes vote (Redlock: more than one). There a node hands its free key to its
-    /// head's waiter id and tells it so (lib/queue.lua, dlock_hand_mutex_head): a registered
-    /// turn_waiter attempts with that id as its token, and a quorum of such grants is a grant.
+    /// How many nodes vote (Redlock: more than one). Each hands its free key to its head's
+    /// waiter id and tells it so (lib/queue.lua, dlock_hand_mutex_head): a registered
+    /// mutex_waiter attempts with that id as its token, and a quorum of such grants is a grant.
     std::size_t nodes = 1;
 };
 
@@ -68,7 +68,7 @@ struct contended_attempt {
     std::uint64_t ticket = 0;           ///< queued kinds: our entry's ticket; 0: none reported
     steady::time_point sent;            ///< when the attempt was sent
     std::chrono::milliseconds lease{};  ///< the lease it asked for
-    /// Several nodes: each one's ticket when it answered "held" with one, else 0.
+    /// Each node's ticket when it answered "held" with one, else 0 (in node order).
     std::vector<std::uint64_t> node_tickets;
     /// The attempt was undone everywhere, its registration with it (a split, a failure).
     bool undone = false;
@@ -148,22 +148,23 @@ private:
     std::string token_;
 };
 
-/// The exclusive kind: registered among the mutex waiters (on every server) once it waits.
-class turn_waiter final : public waiter_strategy {
+/// The exclusive kind: registered among the mutex waiters (on every server) once it waits, and
+/// handed the key by a release.
+class mutex_waiter final : public waiter_strategy {
 public:
-    explicit turn_waiter(waiter_context context);
+    explicit mutex_waiter(waiter_context context);
     const std::string& next_token() override;
     const std::string& waiter_id() const noexcept override { return waiter_; }
     std::uint64_t ticket_floor() const noexcept override { return handoff_.floor(); }
     const std::string* leaves_as() const noexcept override;
-    /// Redlock: the hand-off channel, if it lingers, so that a waiter on a hot lock registers
-    /// with its first attempt (one round on every server fewer); nullopt on one server.
+    /// The hand-off channel, if it lingers, so that a waiter on a hot lock registers with its
+    /// first attempt (one round fewer).
     std::optional<wait_target> lingering() const override;
     wait_target listen_early() override;
     wait_target subscribe() override;
     steady::time_point contended(const contended_attempt& attempt, steady::time_point now) override;
-    /// Redlock: the nodes' hand-off grants (quorum_handoff).
-    bool granted_by_message() const noexcept override { return context_.nodes > 1; }
+    /// The nodes' hand-off grants (quorum_handoff; one node: its grant).
+    bool granted_by_message() const noexcept override { return true; }
     std::optional<handoff_grant> woke(const std::vector<std::string>& messages,
                                       steady::time_point now) const override;
     std::chrono::nanoseconds awaits_more(const std::vector<std::string>& messages,
@@ -174,7 +175,7 @@ private:
 
     std::string token_;
     std::string waiter_;             // "mutex:<client>.<random>", from the first wait on
-    quorum_handoff handoff_;         // Redlock: one ticket per node
+    quorum_handoff handoff_;         // one ticket per node
     steady::duration last_round_{};  // Redlock: our last attempt's round trip
 };
 

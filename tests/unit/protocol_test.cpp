@@ -47,30 +47,15 @@ TEST(RedisProtocol, OnlyTheFairAndWriteKindsQueue) {
 }
 
 // acquire.lua, release.lua and mutex_leave.lua address the mutex waiters' keys by position
-// (KEYS[3..7]); the turn and the woken mark come last (docs/redis-lock.md, "Waking one waiter").
-TEST(RedisProtocol, TheMutexKeysEndWithTheTurnAndTheWokenMark) {
+// (KEYS[3..5]; docs/redis-lock.md, "Waking one waiter").
+TEST(RedisProtocol, TheMutexKeysAreTheFenceAndTheWaitersQueue) {
     const auto* p = protocol_for(lock_kind::exclusive);
     ASSERT_NE(p, nullptr);
-    const std::vector<std::string_view> expected{":fence",       ":mutex_waiters",
-                                                 ":mutex_alive", ":mutex_arrivals",
-                                                 ":mutex_turn",  ":mutex_woken"};
+    const std::vector<std::string_view> expected{":fence", ":mutex_waiters", ":mutex_alive",
+                                                 ":mutex_arrivals"};
     EXPECT_EQ(p->key_suffixes, expected);
     ASSERT_NE(p->leave, nullptr);
     EXPECT_EQ(p->leave->name, "mutex_leave");
-}
-
-// The turn's window is one value: the scripts' dlock_mutex_turn_ms (lib/queue.lua, composed into
-// release.lua and mutex_leave.lua) and the C++ constant the docs and tests use.
-TEST(RedisProtocol, TheTurnWindowOfTheScriptsIsTheDocumentedOne) {
-    const auto* p = protocol_for(lock_kind::exclusive);
-    ASSERT_NE(p, nullptr);
-    const std::string line =
-        "local dlock_mutex_turn_ms = " + std::to_string(dlock::redis::detail::mutex_turn.count());
-    for (const auto* s : {p->release, p->leave}) {
-        SCOPED_TRACE(s->name);
-        EXPECT_NE(s->source.find(line + "\n"), std::string_view::npos);
-    }
-    EXPECT_NE(p->acquire->source.find("mutex_turn"), std::string_view::npos);
 }
 
 TEST(RedisProtocol, UnknownKindHasNoProtocol) {

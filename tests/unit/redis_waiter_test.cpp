@@ -18,7 +18,7 @@ using dlock::redis::detail::broadcast_waiter;
 using dlock::redis::detail::contended_attempt;
 using dlock::redis::detail::make_waiter;
 using dlock::redis::detail::queued_waiter;
-using dlock::redis::detail::turn_waiter;
+using dlock::redis::detail::mutex_waiter;
 using dlock::redis::detail::waiter_context;
 using dlock::redis::detail::waiter_liveness;
 using dlock::redis::detail::waiter_strategy;
@@ -43,7 +43,7 @@ contended_attempt held(std::int64_t holder_ms, std::uint64_t ticket = 0) {
 
 TEST(RedisWaiter, EachKindGetsItsStrategy) {
     // One server and Redlock alike: Redlock registers on every server.
-    EXPECT_TRUE(dynamic_cast<turn_waiter*>(waiter(lock_kind::exclusive).get()));
+    EXPECT_TRUE(dynamic_cast<mutex_waiter*>(waiter(lock_kind::exclusive).get()));
     for (const auto kind : {lock_kind::reentrant, lock_kind::read, lock_kind::permits})
         EXPECT_TRUE(dynamic_cast<broadcast_waiter*>(waiter(kind).get()));
     for (const auto kind : {lock_kind::fair, lock_kind::write})
@@ -71,7 +71,7 @@ TEST(RedisWaiter, BroadcastSendsAFreshTokenAndWakesOneWhereOneGetsIn) {
     }
 }
 
-TEST(RedisWaiter, TheMutexTurnRegistersOnceItWaits) {
+TEST(RedisWaiter, TheMutexWaiterRegistersOnceItWaitsAndIsGrantedByTheRelease) {
     auto w = waiter(lock_kind::exclusive);
     const auto first = w->next_token();  // a copy: next_token() returns the waiter's own
     EXPECT_NE(w->next_token(), first);
@@ -79,18 +79,37 @@ TEST(RedisWaiter, TheMutexTurnRegistersOnceItWaits) {
     EXPECT_TRUE(w->waiter_id().empty());
     EXPECT_EQ(w->leaves_as(), nullptr);
     EXPECT_EQ(w->contended(held(30'000), t0), t0 + 30s);
+    EXPECT_FALSE(w->woke({"granted 9 1 " + first}, t0)) << "unregistered: no grant is its";
     const auto target = w->subscribe();
     EXPECT_EQ(target.channel, "p:{orders}:released:mutex:c1");
     EXPECT_FALSE(target.wake_one);
     EXPECT_TRUE(target.key.starts_with("mutex:c1."));
     EXPECT_EQ(w->waiter_id(), target.key);
+    EXPECT_EQ(w->next_token(), target.key) << "registered: a key handed to it holds its id";
     ASSERT_NE(w->leaves_as(), nullptr);
     EXPECT_EQ(*w->leaves_as(), target.key);
-    // Registered: it refreshes its entry's liveness; a turn's shorter remaining time comes first.
-    EXPECT_EQ(w->contended(held(30'000), t0), t0 + waiter_liveness / 3);
+    // Registered: it refreshes its entry's liveness; a holder's shorter remaining lease first.
+    contended_attempt attempt{{30'000, 0}, 1, 0, t0, 10s, {5}, false};
+    EXPECT_EQ(w->contended(attempt, t0), t0 + waiter_liveness / 3);
     EXPECT_EQ(w->contended(held(80), t0), t0 + 80ms);
-    EXPECT_FALSE(w->granted_by_message());  // a wake-up is a turn, not a grant: attempt again
-    EXPECT_EQ(w->ticket_floor(), 0u);
+    EXPECT_EQ(w->contended(attempt, t0), t0 + waiter_liveness / 3);
+    EXPECT_EQ(w->ticket_floor(), 5u);
+    // One server: the release's grant for the entry its latest attempt was told is the hold.
+    EXPECT_TRUE(w->granted_by_message());
+    const auto grant = [&](int fence, int ticket) {
+        return "granted " + std::to_string(fence) + " " + std::to_string(ticket) + " " + target.key;
+    };
+    const auto g = w->woke({grant(9, 5)}, t0 + 1ms);
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->fence, 9u);
+    EXPECT_EQ(g->sent, t0);
+    EXPECT_LE(g->valid_until, t0 + dlock::redis::detail::handoff_lease);
+    EXPECT_EQ(w->awaits_more({grant(9, 5)}, t0 + 1ms), std::chrono::nanoseconds::zero());
+    EXPECT_FALSE(w->woke({grant(9, 4)}, t0 + 1ms)) << "an older entry's grant";
+    EXPECT_FALSE(w->woke({"granted 9 5 mutex:c1.other"}, t0 + 1ms)) << "another waiter's";
+    EXPECT_FALSE(w->woke({"wake " + target.key}, t0 + 1ms)) << "a wake-up of earlier versions";
+    EXPECT_FALSE(w->woke({grant(9, 5)}, t0 + dlock::redis::detail::handoff_lease))
+        << "past the hand-off lease";
 }
 
 // Redlock (docs/redlock.md, "Waiting"): each node hands its key to its own head and tells it

@@ -88,11 +88,6 @@ std::string state_text(const dlock::lock_info& info, const char* session) {
                    : fmt::format("{} permits in use", info.permits_in_use);
     };
     if (!info.held) {
-        if (info.turn_left) {
-            // Free, but only its woken head waiter may take it for now (docs/redis-lock.md).
-            return fmt::format("reserved for its woken head waiter (its turn), {} left",
-                               format_duration(*info.turn_left));
-        }
         if (info.type == dlock::lock_type::counting_semaphore) {
             return fmt::format("free ({})", permits());
         }
@@ -137,7 +132,6 @@ void view_json(nlohmann::json& j, const dlock::lock_info& info) {
     j["permit_limit"] = optional_json(info.permit_limit);
     j["waiters"] = info.waiters;
     j["subscribed_clients"] = info.subscribers;
-    if (info.turn_left) j["turn_remaining_ms"] = info.turn_left->count();
     if (!info.detail.empty()) j["detail"] = info.detail;
 }
 
@@ -338,7 +332,6 @@ std::string line_view(const view_context& c, const dlock::lock_info& info) {
 /// equal are one state, printed once.
 nlohmann::json state_key(const view_context& c, dlock::lock_info info) {
     info.lease_left.reset();
-    if (info.turn_left) info.turn_left = std::chrono::milliseconds(0);  // reserved or not
     for (auto& s : info.servers) s.lease_left.reset();
     return json_view(c, info);
 }
@@ -363,8 +356,6 @@ int watch_status(const view_context& c) {
             read_at = clock::now();
             changed_at = clock_text();
             expires = info.lease_left ? read_at + *info.lease_left : clock::time_point::max();
-            // A turn ends by itself too (nothing is published then).
-            if (info.turn_left) expires = std::min(expires, read_at + *info.turn_left);
             stale = false;
             if (!tty) {
                 auto key = state_key(c, info);

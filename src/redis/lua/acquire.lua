@@ -1,19 +1,18 @@
 -- Take the lock in one round trip (docs/redis-lock.md).
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3..5] the mutex waiters' queue, liveness and
--- arrival counter (lib/queue.lua, dlock_wake_mutex_head), KEYS[6] the turn (the waiter id the
--- free lock is reserved for), KEYS[7] the waiter id the latest wake-up went to (KEYS[3..7] may
--- be absent); ARGV[1] owner token, ARGV[2] lease in ms, ARGV[5] waiter liveness ms, ARGV[9]
--- waiter id (<kind>:<client>.<random>; empty or absent: the caller does not register, e.g. a
--- first attempt, try_lock() or Redlock), ARGV[10] the fence counter's idle period in ms,
--- ARGV[11] '0' when the token must not take the server's clock as a floor (Redlock; lib/fence.lua),
--- ARGV[8] (Redlock) the highest ticket the waiter was told on any node.
--- Returns {1, fencing token} when granted, {0, ms} when not: held (ms: the holder's remaining
--- lease, -1: no expiry), or free but reserved as another waiter's turn (the turn counts as held
--- for everyone but its waiter, try_lock() included; ms: the turn's remaining time for a caller
--- without an id and for the waiter next in line, which re-check when it runs out in case its
--- waiter never comes; -1 for the others, which keep their periodic re-check).
+-- arrival counter (lib/queue.lua, dlock_hand_mutex_head; KEYS[3..5] may be absent); ARGV[1] owner
+-- token, ARGV[2] lease in ms, ARGV[5] waiter liveness ms (also the lease of a key handed to a
+-- waiter here), ARGV[6] release channel, ARGV[8] the highest ticket the waiter was told on any
+-- node, ARGV[9] waiter id (<kind>:<client>.<random>; empty or absent: the caller does not
+-- register, e.g. a first attempt or try_lock()), ARGV[10] the fence counter's idle period in ms,
+-- ARGV[11] '0' when the token must not take the server's clock as a floor (Redlock; lib/fence.lua).
+-- Returns {1, fencing token} when granted, {0, ms, ticket} when not (ms: the holder's remaining
+-- lease, -1: no expiry; ticket: a registered waiter's entry's arrival number, named by the grant
+-- a release hands it).
 -- When not granted, a waiter id joins the mutex waiters (or refreshes its liveness: the call is
--- idempotent); a grant takes it off, and ends its turn and its woken mark.
+-- idempotent); a grant takes it off. A free key with a live waiter first goes to that waiter, as
+-- a release would hand it (lib/queue.lua, dlock_hand_mutex_head): nobody barges past a live
+-- registered waiter. A key handed to the caller's waiter id is taken up with the lease asked for.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 -- The uncontended path comes first and returns before the waiter functions are even defined
 -- (docs/redis-lock.md, "Acquire in one round trip": each function a script defines is made anew
@@ -34,7 +33,7 @@ local function take()
   return fence
 end
 
--- A free name (no holder, no turn: dlock_kind_guard checked both) and a caller that is not a
+-- A free name (no holder, no waiters: dlock_kind_guard checked both) and a caller that is not a
 -- registered waiter (nothing of it to take off the waiters): granted.
 if free and not waiter then
   local fence, bad = take()
@@ -44,21 +43,15 @@ end
 
 --@include lib/notify.lua
 --@include lib/queue.lua
-local turn_key, woken_key = KEYS[6], KEYS[7]
-if not woken_key then turn_key = nil end
 
--- Not granted: register (or refresh) the waiter, and keep its woken mark as long as its entry.
--- Redlock (no turns): the reply also carries the entry's ticket, above ARGV[8] (every ticket the
--- waiter had on any node), which the node's hand-off grant names (dlock_hand_mutex_head).
+-- Not granted: register (or refresh) the waiter. The reply also carries the entry's ticket,
+-- above ARGV[8] (every ticket the waiter had on any node), which a hand-off grant names
+-- (dlock_hand_mutex_head).
 local function wait_with(ms)
   if waiter then
-    local floor = turn_key and 0 or ARGV[8]
-    local ticket = dlock_join_queue(KEYS[3], KEYS[4], KEYS[5], waiter, floor, dlock_now_ms(),
+    local ticket = dlock_join_queue(KEYS[3], KEYS[4], KEYS[5], waiter, ARGV[8], dlock_now_ms(),
                                     tonumber(ARGV[5]))
-    if woken_key and dlock_get_string(woken_key) == waiter then
-      redis.call('PEXPIRE', woken_key, ARGV[5])
-    end
-    if not turn_key then return {0, ms, ticket} end
+    return {0, ms, ticket}
   end
   return {0, ms}
 end
@@ -70,8 +63,9 @@ if held ~= 'none' then
     return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
   end
   if waiter and dlock_guard_read.value == waiter and ARGV[1] == waiter then
-    -- Redlock: this node handed its free key to us, the head of its waiters
-    -- (lib/queue.lua, dlock_hand_mutex_head); our attempt, whose token is our waiter id, takes it
+    -- A release (or an earlier attempt) handed the free key to us, the head of the waiters
+    -- (lib/queue.lua, dlock_hand_mutex_head), and its message did not reach us (or the WAIT
+    -- safeguard asks for a grant by attempt); our attempt, whose token is our waiter id, takes it
     -- up with the lease asked for.
     -- Only grants move the counter, and the key has held our id since that hand-off's grant, so
     -- the counter holds its token; it is kept as long as the lease, as a grant keeps it.
@@ -90,27 +84,18 @@ if held ~= 'none' then
   end
   return wait_with(redis.call('PTTL', KEYS[1]))
 end
--- Redlock (no turns): a free key with a live waiter first is handed to that head (as a release
--- would; lib/queue.lua, dlock_hand_mutex_head), and we wait behind it.
-if not turn_key and KEYS[4] then
+-- A free key with a live waiter first is handed to that head (as a release would; lib/queue.lua,
+-- dlock_hand_mutex_head), and we wait behind it.
+if KEYS[4] then
   local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], ARGV[5], ARGV[10],
-                                    waiter)
+                                    ARGV[11], waiter)
   if bad then return bad end
   if redis.call('EXISTS', KEYS[1]) == 1 then return wait_with(redis.call('PTTL', KEYS[1])) end
-end
--- Free, but maybe reserved for a woken head that lost a race (lib/queue.lua, the turn).
-local turn = turn_key and dlock_get_string(turn_key)
-if turn and turn ~= waiter then
-  local reply = wait_with(redis.call('PTTL', turn_key))
-  if waiter and (redis.call('ZRANK', KEYS[3], waiter) or 0) > 1 then reply[2] = -1 end
-  return reply
 end
 local fence, bad = take()
 if not fence then return bad end
 if waiter then
   redis.call('ZREM', KEYS[3], waiter)
   redis.call('ZREM', KEYS[4], waiter)
-  if turn then redis.call('DEL', turn_key) end
-  if woken_key and dlock_get_string(woken_key) == waiter then redis.call('DEL', woken_key) end
 end
 return {1, fence}

@@ -4,12 +4,10 @@
 -- not purged.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] waiter queue, KEYS[4] waiter liveness,
 -- KEYS[5] readers, KEYS[6] semaphore counts, KEYS[7] semaphore limit, KEYS[8] the liveness of
--- dlock::mutex's registered waiters (absent: not read), KEYS[9] a dlock::mutex's turn (absent:
--- not read); ARGV[1] release channel.
+-- dlock::mutex's registered waiters (absent: not read); ARGV[1] release channel.
 -- Returns {type, held, holders, readers, writer, depth, permits in use, limit (-1: none set),
 -- live waiters, subscribers, fence counter ('': none), lease left ms (-1: not held, -2: held
--- without expiry), detail, turn left ms (-1: none: a free dlock::mutex reserved for its woken
--- head, docs/redis-lock.md "Waking one waiter")}. type is mutex, recursive_mutex, fair_mutex, shared_mutex,
+-- without expiry), detail}. type is mutex, recursive_mutex, fair_mutex, shared_mutex,
 -- counting_semaphore, none or foreign (detail says what was found).
 --@include lib/kind_guard.lua
 --@include lib/notify.lua
@@ -121,20 +119,11 @@ if t == 'none' then
 end
 if kind == 'fair_mutex' or kind == 'shared_mutex' then waiters = live_waiters() end
 
--- dlock::mutex waiters registered for a wake-up (docs/redis-lock.md, "Waking one waiter"); a free
--- name with live ones is a mutex's (its head was woken and has not taken it yet).
+-- dlock::mutex's registered waiters (docs/redis-lock.md, "Waking one waiter"); a free name with
+-- live ones is a mutex's (a key handed to a waiter that left is handed on at the next attempt).
 if KEYS[8] and (kind == 'mutex' or kind == 'none') and redis.call('TYPE', KEYS[8]).ok == 'zset' then
   waiters = redis.call('ZCOUNT', KEYS[8], now, '+inf')
   if kind == 'none' and waiters > 0 then kind = 'mutex' end
-end
-
--- A free dlock::mutex reserved for its woken head (lib/queue.lua, the turn): not held, not free.
-local turn = -1
-if KEYS[9] and t == 'none' and (kind == 'mutex' or kind == 'none') and
-   redis.call('TYPE', KEYS[9]).ok == 'string' then
-  turn = redis.call('PTTL', KEYS[9])
-  if turn < 0 then turn = -1 end
-  kind = 'mutex'
 end
 
 -- A semaphore's number of permits outlives its grants.
@@ -163,4 +152,4 @@ end
 local subscribers = redis.call('PUBSUB', 'NUMSUB', ARGV[1])[2]
 
 return {kind, held, holders, readers, writer, depth, permits, limit, waiters, subscribers, fence,
-        lease, detail, turn}
+        lease, detail}

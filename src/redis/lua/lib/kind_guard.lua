@@ -4,8 +4,7 @@
 -- Owner and waiter tokens carry their kind where the key's type cannot tell it: fair_mutex tokens
 -- start with "fair:", shared_mutex writer tokens with "write:", and a plain string owner is a
 -- dlock::mutex. A recursive_mutex is a hash at the lock key, a counting_semaphore a zset there,
--- and shared_mutex readers are the live members of <lock key>:readers. A dlock::mutex whose free
--- lock is reserved for a woken waiter has <lock key>:mutex_turn.
+-- and shared_mutex readers are the live members of <lock key>:readers.
 local function dlock_token_kind(token)
   if string.sub(token, 1, 5) == 'fair:' then return 'dlock::fair_mutex' end
   if string.sub(token, 1, 6) == 'write:' then return 'dlock::shared_mutex' end
@@ -19,16 +18,16 @@ local dlock_guard_read = {}
 
 -- The kind that holds the name of lock key `base` (or has a live waiter queued on it) and how,
 -- or nil when none does. A key of a type no lock uses is left to the script's own type check.
--- A third value, true, says more: the name is free (neither `base` nor its :readers, :mutex_turn,
--- :queue, :alive and :mutex_waiters exist), so the caller may skip its own checks of those keys
--- (a dlock::mutex on Redlock hands a free key to a live waiter: acquire.lua).
+-- A third value, true, says more: the name is free (neither `base` nor its :readers, :queue,
+-- :alive and :mutex_waiters exist), so the caller may skip its own checks of those keys (a
+-- dlock::mutex hands a free key to a live waiter: acquire.lua).
 local function dlock_name_kind(base)
   -- A free name (the common case) in one call: none of the keys below exists, so every check
   -- below would find nothing (:alive is read only with :queue; it is asked here for the callers'
   -- sake). Each call counts: a Redlock acquire runs this on every server, and servers sharing
   -- cores answer one after another.
-  if redis.call('EXISTS', base, base .. ':readers', base .. ':mutex_turn', base .. ':queue',
-                base .. ':alive', base .. ':mutex_waiters') == 0 then
+  if redis.call('EXISTS', base, base .. ':readers', base .. ':queue', base .. ':alive',
+                base .. ':mutex_waiters') == 0 then
     return nil, nil, true
   end
   local t = redis.call('TYPE', base).ok
@@ -45,10 +44,6 @@ local function dlock_name_kind(base)
   local readers = base .. ':readers'
   if redis.call('TYPE', readers).ok == 'zset' and redis.call('ZCOUNT', readers, now, '+inf') > 0 then
     return 'dlock::shared_mutex', 'has readers on'
-  end
-  -- A free dlock::mutex reserved for its woken head (lib/queue.lua, the turn) counts as held.
-  if redis.call('EXISTS', base .. ':mutex_turn') == 1 then
-    return 'dlock::mutex', 'has a turn reserved on'
   end
   local queue = base .. ':queue'
   if redis.call('TYPE', queue).ok ~= 'zset' then return nil end

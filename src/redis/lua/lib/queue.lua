@@ -82,29 +82,6 @@ local function dlock_publish_grant(channel, token, fence, ticket)
                'granted ' .. dlock_fence_text(fence) .. ' ' .. ticket .. ' ' .. token)
 end
 
--- dlock::mutex waiters (docs/redis-lock.md, "Waking one waiter"): they join their own queue with
--- dlock_join_queue (keys <lock key>:mutex_waiters, :mutex_alive, :mutex_arrivals) and, on one
--- server, are never granted the lock by a release: the live head is only told "wake <its id>" on its client's
--- hand-off channel, stays queued, and takes the lock with its own acquire (a barger may beat it;
--- it keeps its place then). Dead waiters are purged first, so the one woken is live.
---
--- The turn (docs/redis-lock.md, "Waking one waiter", the bound): `woken` (<lock key>:mutex_woken)
--- names the head the previous wake-up went to. If the head is woken again while it is still
--- queued, it lost a race to a barger (or has not run yet): this time `turn`
--- (<lock key>:mutex_turn) reserves the free lock for it for dlock_mutex_turn_ms, so acquire.lua
--- refuses everyone else meanwhile and a woken head waits out at most one barged hold. The live
--- waiter next in line is woken too: refused, it re-checks when the turn runs out (acquire.lua),
--- so a head that never comes (paused, dead) stalls the others by the window, not by their
--- periodic re-check; the others re-check as usual. One server only: Redlock's servers hand their
--- key to their head instead (dlock_hand_mutex_head).
-
--- How long a turn reserves the lock for its head: its subscriber's wake-up, its thread's and one
--- round trip take about a millisecond, so 100 ms leaves a wide margin on a loaded machine, and
--- a paused or dead head stalls the others by at most this much per release until its liveness
--- (2 s) runs out and it is purged. dlock::redis::detail::mutex_turn (src/redis/protocol.hpp) is
--- the same value; tests/unit/protocol_test.cpp checks that they agree.
-local dlock_mutex_turn_ms = 100
-
 -- The value of string key `key`, or nil when it is absent (or not a string: nobody's).
 local function dlock_get_string(key)
   if redis.call('TYPE', key).ok ~= 'string' then return nil end
@@ -112,60 +89,47 @@ local function dlock_get_string(key)
 end
 
 -- The live head of the mutex waiters `queue` (liveness `alive`), once the dead ones are purged and
--- any entry without a liveness deadline is dropped, with its deadline and the server's time (ms);
--- nil when none is left (or the keys are not the waiters' zsets).
+-- any entry without a liveness deadline is dropped; nil when none is left (or the keys are not the
+-- waiters' zsets).
 local function dlock_live_mutex_head(queue, alive)
   if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
     return nil
   end
-  local now = dlock_now_ms()
-  dlock_purge_dead(queue, alive, now)
+  dlock_purge_dead(queue, alive, dlock_now_ms())
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then return nil end
-    local deadline = tonumber(redis.call('ZSCORE', alive, head))
-    if deadline then return head, deadline, now end
+    if redis.call('ZSCORE', alive, head) then return head end
     redis.call('ZREM', queue, head)  -- no liveness deadline: not a live waiter
   end
 end
 
-local function dlock_wake_mutex_head(queue, alive, channel, turn, woken)
-  local head, deadline, now = dlock_live_mutex_head(queue, alive)
-  if not head then return end
-  if dlock_get_string(woken) == head then
-    redis.call('SET', turn, head, 'PX', dlock_mutex_turn_ms)
-    local next = redis.call('ZRANGE', queue, 1, 1)[1]
-    if next and redis.call('ZSCORE', alive, next) then
-      dlock_notify(dlock_waiter_channel(channel, next), 'wake ' .. next)
-    end
-  else
-    -- Kept as long as the head's liveness (acquire.lua extends it with each refresh).
-    redis.call('SET', woken, head, 'PX', math.max(1, deadline - now))
-  end
-  dlock_notify(dlock_waiter_channel(channel, head), 'wake ' .. head)
-end
-
--- Redlock's dlock::mutex waiters (docs/redlock.md, "Waiting"): a node whose lock key is free hands
--- it to its own live head at once instead of waking it, as a fair_mutex release does on one server:
--- the key becomes the head's waiter id (its owner token from its registration on) with a fresh
--- fencing token (no clock floor: Redlock's counters, lib/fence.lua) and a lease of `lease_ms`, the
--- head leaves the queue, and it is told "granted <fence> <ticket> <its id>" on its client's
--- hand-off channel (dlock_publish_grant; the ticket is its entry's arrival number there). The head
--- holds once such grants from a quorum of nodes, at one fencing token, reached it, each for the
--- entry its latest attempt there was told "held" with (the ticket rule, one ticket per node); else
--- its own attempt finds the nodes where the key is its id (acquire.lua answers "granted" there).
--- Where the nodes' queues disagree, that attempt is a split and is undone, which hands each node
--- on (models/redlock_grant.pml). So nobody barges past a live waiter, and a head never races its
--- releaser. `lease_ms` is never above the hand-off lease the waiter counts a grant's validity with
+-- dlock::mutex waiters (docs/redis-lock.md, "Waking one waiter"; Redlock: docs/redlock.md,
+-- "Waiting") join their own queue with dlock_join_queue (keys <lock key>:mutex_waiters,
+-- :mutex_alive, :mutex_arrivals). A free lock key with a live waiter is handed to the live head
+-- at once, as a fair_mutex release does: the key becomes the head's waiter id (its owner token
+-- from its registration on) with a fresh fencing token (dlock_next_fence with `clock_floor`: '0'
+-- for Redlock's counters, else the server's clock is a floor) and a lease of `lease_ms`, the head
+-- leaves the queue, and it is told "granted <fence> <ticket> <its id>" on its client's hand-off
+-- channel (dlock_publish_grant; the ticket is its entry's arrival number). That grant is the hold
+-- on one server; on Redlock the head holds once such grants from a quorum of nodes, at one fencing
+-- token, reached it, each for the entry its latest attempt there was told "held" with (the ticket
+-- rule, one ticket per node). A head whose message was lost, or that waits for replicas, takes
+-- the key up with its own attempt (acquire.lua answers "granted" where the key is its id); on
+-- Redlock, where the nodes' queues disagree, that attempt is a split and is undone, which hands
+-- each node on (models/redlock_grant.pml). Dead waiters are purged first, so the head is live. So
+-- nobody barges past a live waiter, and a head never races its releaser. `lease_ms` is never
+-- above the hand-off lease the waiter counts a grant's validity with
 -- (dlock::redis::detail::handoff_lease). A live head that is `except` (the calling waiter itself;
 -- nil: none) is not handed anything. Returns an error reply when the fence counter is unusable,
 -- else nil.
 local function dlock_hand_mutex_head(owner, fence_key, queue, alive, channel, lease_ms, idle_ms,
-                                    except)
+                                    clock_floor, except)
   local head = dlock_live_mutex_head(queue, alive)
   if not head or head == except then return nil end
   local ticket = redis.call('ZSCORE', queue, head)
-  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms, '0')
+  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms,
+                                 clock_floor)
   if not fence then return bad end
   dlock_publish_grant(channel, head, fence, ticket)
   return nil
