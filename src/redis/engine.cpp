@@ -656,7 +656,8 @@ std::vector<std::string> engine::keys(const lock_protocol& protocol, std::string
     std::vector<std::string> out;
     out.reserve(1 + protocol.key_suffixes.size());
     out.push_back(key(name));
-    for (const auto suffix : protocol.key_suffixes) out.push_back(out.front() + std::string(suffix));
+    for (const auto suffix : protocol.key_suffixes)
+        out.push_back(out.front() + std::string(suffix));
     return out;
 }
 
@@ -675,8 +676,7 @@ engine::attempt_outcome engine::attempt(const lock_protocol& protocol, std::stri
          keys(protocol, name),
          {token, ms_text(lease), std::to_string(request.count), std::to_string(request.limit),
           ms_text(waiter_liveness), channel(name), request.reenter ? "1" : "0",
-          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry),
-          clock_floor()}})};
+          std::to_string(ticket_floor), waiter, ms_text(config_.idle_expiry), clock_floor()}})};
     plan.pool_wait = deadline;
     // Counted from `connected`, not from `sent`: a wait for a free connection is no server's
     // fault. One server: its own timeouts. Several: each gets node_timeout, far below the lease,
@@ -813,13 +813,12 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
         }
         node::pooled conn(*servers_.front()->at);
         std::error_code ec;
-        const auto r = run_script(
-            *conn.get(),
-            {protocol.leave,
-             keys(protocol, name),
-             {token, channel(name), ms_text(handoff_lease), "0", ms_text(config_.idle_expiry),
-              "", "1"}},
-            ec);
+        const auto r = run_script(*conn.get(),
+                                  {protocol.leave,
+                                   keys(protocol, name),
+                                   {token, channel(name), ms_text(handoff_lease), "0",
+                                    ms_text(config_.idle_expiry), "", "1"}},
+                                  ec);
         if (ec) {
             report_error(ec, "leaving the queue of \"" + std::string(name) +
                                  "\" failed; the entry expires with its liveness deadline: " +
@@ -1183,11 +1182,11 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
                 registered_as_.erase(it);
             }
         }
-        round_plan plan{one_call({protocol->release,
-                                  keys(*protocol, lease.name()),
-                                  {lease.token(), channel(lease.name()), ms_text(handoff_lease),
-                                   whole ? "1" : "0", ms_text(config_.idle_expiry), registered,
-                                   clock_floor()}})};
+        round_plan plan{one_call(
+            {protocol->release,
+             keys(*protocol, lease.name()),
+             {lease.token(), channel(lease.name()), ms_text(handoff_lease), whole ? "1" : "0",
+              ms_text(config_.idle_expiry), registered, clock_floor()}})};
         plan.deadline = [&](steady::time_point own, steady::time_point) {
             return servers_.size() == 1 ? own : redlock_deadline;
         };

@@ -281,8 +281,8 @@ TEST(RedisWakeOne, AWaiterThatGivesUpLeavesTheRegistry) {
 
 // A waiter whose hand-off channel's SUBSCRIBE has not reached the server when wait_subscribed()
 // gives up (command_timeout: a slow or reconnecting subscriber connection) registers anyway, and
-// the release hands it the key and publishes its grant to nobody. The SUBSCRIBE's confirmation, when it comes,
-// makes it attempt again at once, and the attempt takes up the key handed to it
+// the release hands it the key and publishes its grant to nobody. The SUBSCRIBE's confirmation,
+// when it comes, makes it attempt again at once, and the attempt takes up the key handed to it
 // (docs/handoff-model.md, "What spin found"); without that it slept until its periodic re-check.
 //
 // Not a timing race: after a failed registered attempt the waiter's next timed attempt comes no
