@@ -44,7 +44,7 @@
 // quietest series (print_cost):
 //   bare_scripts    two scripts written here (kBareAcquire, kBareRelease) that run exactly the 8
 //                   commands dlock's safety rules need and nothing else, with the KEYS and ARGV
-//                   counts dlock's mutex sends (7 keys; 11 and 5 ARGV): the least any protocol that
+//                   counts dlock's mutex sends (5 keys; 11 and 7 ARGV): the least any protocol that
 //                   runs those commands in scripts can cost (EVALSHA itself, KEYS/ARGV made into
 //                   Lua strings, each redis.call's bridge, the commands' own work)
 //   dlock_scripts   dlock's own acquire and release (embedded, as above) with the same keys and
@@ -197,7 +197,7 @@ void print_summary(std::FILE* f, const char* event, const char* what, const summ
 // to the clock in microseconds with GET: the replaced value is what a rising token checks against),
 // the lock. The release: compare (GET), delete, wake (PUBLISH), and whether waiters are queued.
 constexpr std::string_view kBareAcquire = R"lua(local base = KEYS[1]
-redis.call('EXISTS', base, base .. ':readers', base .. ':mutex_turn', base .. ':queue', base .. ':alive')
+redis.call('EXISTS', base, base .. ':readers', base .. ':queue', base .. ':alive', base .. ':mutex_waiters')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('SET', KEYS[2], string.format('%d', now), 'PX', ARGV[10], 'GET')
@@ -292,8 +292,7 @@ std::pair<std::vector<std::string>, std::vector<std::string>> mutex_script_calls
     const std::string& acquire_sha, const std::string& release_sha, const std::string& lock,
     const std::string& token) {
     std::vector<std::string> keys;
-    for (const auto s : {"", ":fence", ":mutex_waiters", ":mutex_alive", ":mutex_arrivals",
-                         ":mutex_turn", ":mutex_woken"})
+    for (const auto s : {"", ":fence", ":mutex_waiters", ":mutex_alive", ":mutex_arrivals"})
         keys.push_back(lock + s);
     const std::string channel = lock + ":released";
     std::vector<std::string> a{"EVALSHA", acquire_sha, std::to_string(keys.size())};
@@ -303,8 +302,9 @@ std::pair<std::vector<std::string>, std::vector<std::string>> mutex_script_calls
     a.insert(a.end(), {token, "10000", "1", "0", "2000", channel, "0", "0", "", "86400000", "1"});
     std::vector<std::string> r{"EVALSHA", release_sha, std::to_string(keys.size())};
     r.insert(r.end(), keys.begin(), keys.end());
-    // engine::release_everywhere: token, channel, hand-off lease, "0", fence idle period.
-    r.insert(r.end(), {token, channel, "2000", "0", "86400000"});
+    // engine::release_everywhere: token, channel, hand-off lease, "0", fence idle period, the
+    // waiter id it registered under (none), clock floor.
+    r.insert(r.end(), {token, channel, "2000", "0", "86400000", "", "1"});
     return {std::move(a), std::move(r)};
 }
 
