@@ -9,33 +9,14 @@
 #   3. two negative controls that must each FAIL, so the checker is shown able to fail:
 #      STALE_GRANT_BUG (a waiter trusting any "granted" message, the protocol before tickets) and
 #      ARRIVALS_EXPIRE (the expiring counter without the floor, so a ticket can come back).
-# Then the wake-one model of dlock::mutex (models/wake.pml), with the re-check timer off:
-#   4. as built (the turn, and the confirmation wake-up), and as built with crashing waiters
-#      (CRASH; the barger makes one try_lock: 15 M states instead of 44.5 M, see WAKE_FULL):
-#      exhaustive, no error, complete; both check the bound (a woken head gets the lock before a
-#      second grant to anyone else, unless it gives up or crashes) besides the absence of
-#      stranded waiters; with SLOW_TURN (a turn may run out before its head comes; one session per
-#      waiter: 0.5 M states instead of 23 M) no waiter is stranded either;
-#   5. as built with late SUBSCRIBEs (REGISTER_BEFORE_SUBSCRIBE: wait_subscribed gave up at
-#      command_timeout) and a reconnect (RECONNECT), where a SUBSCRIBE's confirmation wakes the
-#      waiters: one session per waiter, also with CRASH, and two sessions of two waiters; each
-#      exhaustive, no error, complete (the bound checked too);
-#   6. WITNESS and TURN_WITNESS must fail (a woken head finds a barger's lock and keeps its place;
-#      a free lock is refused for another's turn: not vacuous), and at the bounds of the CRASH
-#      search of 4 so must CRASH_TURN_WITNESS (a crashed head's turn runs out unused);
-#   7. negative controls LEAVE_NO_WAKE and NO_PURGE (with CRASH) must each fail, NO_TURN (the
-#      protocol before the turn) must violate the bound, as built and at the bounds of the CRASH
-#      search of 4, and OLD_NO_CONFIRM_WAKE (the code before the confirmation woke anyone) must
-#      fail with late SUBSCRIBEs and with a reconnect, at the bounds of 5: the strandings spin
-#      found (docs/handoff-model.md, "What spin found"), which only the re-check timer ended.
 # Then the model of registered mutex waiters on Redlock before each server handed its key to its
 # head (models/redlock_wake.pml: woken heads attempted, bargers could pass them), re-check off:
-#   8. as it was built (one acquire_until call per waiter; REDLOCK_FULL=1: two, 10 M states): exhaustive,
+#   4. as it was built (one acquire_until call per waiter; REDLOCK_FULL=1: two, 10 M states): exhaustive,
 #      no error, complete; SPLIT_WITNESS must fail (a registered attempt ends in a split vote);
 #      NO_RELEASE_LEAVE (a holder's release without its waiter id, what spin found) and
 #      NO_SPLIT_RETRY (no quick retry after a split vote) must each strand a waiter.
 # Then Redlock's grant from each server (models/redlock_grant.pml), re-check off:
-#   9. as built (two waiters, two acquire_until calls each; REDLOCK_GRANT_FULL=1: three waiters,
+#   5. as built (two waiters, two acquire_until calls each; REDLOCK_GRANT_FULL=1: three waiters,
 #      one call each, 50 M states, about 3 minutes): a quorum of grant messages is the hold, some
 #      grants short of one lead to an attempt on every server: exhaustive, no error, complete.
 #      With ATTEMPT_AFTER_GRANT (every grant message followed by an attempt, the way a waiter
@@ -46,9 +27,18 @@
 #      LEAVE_KEEPS (a waiter gives up without handing on a grant made to it) must strand a key,
 #      and NO_PARTIAL_ATTEMPT (a waiter with some grants only waits for more) must strand three
 #      waiters that each hold one server.
+# Then the same model with one server (-DNS=1 -DQUORUM=1): dlock::mutex on one Redis server, whose
+# release hands the key to the live head of its registered waiters and tells it:
+#   6. as built (three waiters, two acquire_until calls each): the grant message is the hold, and
+#      with ATTEMPT_AFTER_GRANT the head's own attempt takes up the key handed to it: exhaustive,
+#      no error, complete. Negative controls: LEAVE_KEEPS, as built and with ATTEMPT_AFTER_GRANT,
+#      must strand the key (owner[0]==NONE violated at quiescence), and STALE_GRANT (two calls per
+#      waiter: a grant made to an earlier call accepted) must break the holder's count (a holder
+#      that does not own the key). A split, or some grants short of a quorum, cannot happen on one
+#      server: GRANT_SPLIT_WITNESS and NO_PARTIAL_ATTEMPT are not run there.
 # Then the ZooKeeper lock recipe's wait (models/zk_queue.pml: a waiter further back watches the
 # node before its predecessor and looks again when it goes; docs/zookeeper.md, steps 4 and 5):
-#   10. as built, three sessions, up to two waits ending by giving up (ZK_FULL=1 also: four
+#   7. as built, three sessions, up to two waits ending by giving up (ZK_FULL=1 also: four
 #       sessions, none giving up, 65 M states, about 1.5 minutes): exhaustive, no error (one
 #       holder at a time, no waiter left waiting), complete; LOOKAGAIN_WITNESS must fail (a grant by the predecessor's deletion
 #       after a look again found it last: the new path is reached); ALSO_GRANTS (the going of the
@@ -61,23 +51,17 @@
 # in a directory of its own, and their results are read in the order above.
 # Environment: SPIN_JOBS, SPIN_MAXT (clock bound, default 3), SPIN_FLAGS (more spin -D options, e.g.
 # "-DLIVE=2 -DLEASE=3" with SPIN_MAXT=4 for the longer durations), SPIN_MEMLIM (MB, default 3000)
-# for handoff.pml; WAKE_FLAGS (more spin -D options for wake.pml, e.g. "-DSESSIONS=3");
-# WAKE_FULL=1 runs the CRASH search of 4 with the barger's two try_locks, as the other wake.pml
-# searches (44.5 M states, about a minute on two quiet cores, twice the rest of wake.pml).
+# for handoff.pml; REDLOCK_FULL, REDLOCK_GRANT_FULL and ZK_FULL as above.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 maxt=${SPIN_MAXT:-3}
 memlim=${SPIN_MEMLIM:-3000}
 read -r -a flags <<<"${SPIN_FLAGS:-}"
-read -r -a wflags <<<"${WAKE_FLAGS:-}"
-# The bounds of the wake.pml search with crashing waiters (see WAKE_FULL above).
-crash=(-DCRASH -DBARGES=1)
-[[ ${WAKE_FULL:-0} == 1 ]] && crash=(-DCRASH)
 work=$(mktemp -d /tmp/dlock-spin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cp "$here/handoff.pml" "$here/wake.pml" "$here/redlock_wake.pml" "$here/redlock_grant.pml" \
-  "$here/zk_queue.pml" "$work/"
+cp "$here/handoff.pml" "$here/redlock_wake.pml" "$here/redlock_grant.pml" "$here/zk_queue.pml" \
+  "$work/"
 cd "$work"
 
 for tool in spin gcc; do
@@ -117,13 +101,8 @@ hstart() {
   shift
   pan_start "$name" handoff.pml "$@" ${flags[@]+"${flags[@]}"} -DMAXT="$maxt"
 }
-# wstart NAME DEFINES...: for wake.pml, with WAKE_FLAGS; rstart NAME DEFINES...: for
-# redlock_wake.pml (REDLOCK_FULL=1: two acquire_until calls per waiter).
-wstart() {
-  local name=$1
-  shift
-  pan_start "$name" wake.pml "$@" ${wflags[@]+"${wflags[@]}"}
-}
+# rstart NAME DEFINES...: for redlock_wake.pml (REDLOCK_FULL=1: two acquire_until calls per
+# waiter).
 rwake=(-DSESSIONS=1)
 [[ ${REDLOCK_FULL:-0} == 1 ]] && rwake=()
 rstart() {
@@ -140,38 +119,30 @@ gstart() {
   shift
   pan_start "$name" redlock_grant.pml "$@"
 }
+# The same model with one server: dlock::mutex on one Redis server.
+one=(-DNS=1 -DQUORUM=1)
 
 # Every search, the longest first (they are read below in the order of the header).
-wstart wake_CRASH "${crash[@]}"
-wstart wake
+gstart redlock_grant_attempt -DATTEMPT_AFTER_GRANT "${gwaiters[@]}"
 hstart fixed
-wstart LATE_RECONNECT_NW2 -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DNW=2
-wstart LATE_RECONNECT_CRASH -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1 -DCRASH
+gstart redlock_grant "${gwaiters[@]}"
 rstart redlock_wake
+gstart mutex_one_attempt "${one[@]}" -DATTEMPT_AFTER_GRANT -DNW=3 -DSESSIONS=2
+gstart mutex_one "${one[@]}" -DNW=3 -DSESSIONS=2
 hstart FLOOR_WITNESS -DFLOOR_WITNESS
 hstart STALE_GRANT_BUG -DSTALE_GRANT_BUG
 hstart ARRIVALS_EXPIRE -DARRIVALS_EXPIRE
-wstart SLOW_TURN -DSLOW_TURN -DSESSIONS=1
-wstart LATE_RECONNECT -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1
-wstart WITNESS -DWITNESS
-wstart TURN_WITNESS -DTURN_WITNESS
-wstart NO_TURN -DNO_TURN
-wstart CRASH_TURN_WITNESS "${crash[@]}" -DCRASH_TURN_WITNESS
-wstart NO_TURN_CRASH "${crash[@]}" -DNO_TURN
-wstart LEAVE_NO_WAKE -DLEAVE_NO_WAKE
-wstart NO_PURGE -DCRASH -DNO_PURGE
-wstart OLD_NO_CONFIRM_WAKE_LATE -DOLD_NO_CONFIRM_WAKE -DREGISTER_BEFORE_SUBSCRIBE -DSESSIONS=1
-wstart OLD_NO_CONFIRM_WAKE_RECONNECT -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSIONS=1
 rstart SPLIT_WITNESS -DSPLIT_WITNESS
 rstart NO_RELEASE_LEAVE -DNO_RELEASE_LEAVE
 rstart NO_SPLIT_RETRY -DNO_SPLIT_RETRY
-gstart redlock_grant_attempt -DATTEMPT_AFTER_GRANT "${gwaiters[@]}"
-gstart redlock_grant "${gwaiters[@]}"
 gstart LEAVE_KEEPS_ATTEMPT -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
 gstart GRANT_SPLIT_WITNESS -DSPLIT_WITNESS
 gstart STALE_GRANT -DSTALE_GRANT
 gstart LEAVE_KEEPS -DLEAVE_KEEPS
 gstart NO_PARTIAL_ATTEMPT -DNW=3 -DNO_PARTIAL_ATTEMPT
+gstart LEAVE_KEEPS_ONE "${one[@]}" -DLEAVE_KEEPS
+gstart LEAVE_KEEPS_ATTEMPT_ONE "${one[@]}" -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
+gstart STALE_GRANT_ONE "${one[@]}" -DSTALE_GRANT -DSESSIONS=2
 zstart() {
   local name=$1
   shift
@@ -230,14 +201,9 @@ for bug in STALE_GRANT_BUG ARRIVALS_EXPIRE; do
     rc=1
   fi
 done
-# The wake-one model. wsummary NAME DEFINES...: the trail of NAME's error as the model's event
-# lines (those printed with "@").
-wsummary() {
-  local name=$1
-  shift
-  (cd "$name" && spin "$@" ${wflags[@]+"${wflags[@]}"} -t wake.pml 2>&1) |
-    grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | head -40
-}
+# The models that print their events with "@". wpass and wfail show a failing search's trail
+# with wsummary NAME DEFINES..., which each model's checks below define: the trail of NAME's error
+# as the model's event lines.
 
 # wpass NAME WHAT DEFINES...: an exhaustive search that must find no error and be complete.
 wpass() {
@@ -255,7 +221,7 @@ wpass() {
     grep -E 'too small|MEMLIM|not completed|memory' "$name.out"
     rc=1
   else
-    echo "ok: no error in $what (exhaustive${wflags[*]+, ${wflags[*]}})"
+    echo "ok: no error in $what (exhaustive)"
     grep -E 'State-vector|depth reached|states, stored|transitions|elapsed' "$name.out" |
       sed 's/^/    /'
   fi
@@ -277,32 +243,6 @@ wfail() {
     rc=1
   fi
 }
-
-wpass wake "the wake-one protocol as built (no re-check timer)"
-wpass wake_CRASH "the wake-one protocol as built with crashing waiters (${crash[*]})" "${crash[@]}"
-wpass SLOW_TURN "the wake-one protocol with turns that run out early (no stranded waiter, one \
-session)" -DSLOW_TURN -DSESSIONS=1
-wpass LATE_RECONNECT "the protocol as built with late SUBSCRIBEs and a reconnect (one session)" \
-  -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1
-wpass LATE_RECONNECT_CRASH "the same with crashing waiters" \
-  -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DSESSIONS=1 -DCRASH
-wpass LATE_RECONNECT_NW2 "the same without crashes, two waiters of two sessions each" \
-  -DREGISTER_BEFORE_SUBSCRIBE -DRECONNECT -DNW=2
-wfail WITNESS "no woken head meets a barger's lock: the model is too small" -DWITNESS
-wfail TURN_WITNESS "no free lock is refused for another's turn: the model is too small" \
-  -DTURN_WITNESS
-WFAIL_ASSERT='passed[' wfail NO_TURN "without the turn a woken head is not barged past twice: \
-the bound is vacuous" -DNO_TURN
-wfail CRASH_TURN_WITNESS "no crashed head's turn runs out: the CRASH search is too small" \
-  "${crash[@]}" -DCRASH_TURN_WITNESS
-WFAIL_ASSERT='passed[' wfail NO_TURN_CRASH "without the turn a woken head is not barged past \
-twice at the bounds of the CRASH search: the bound is vacuous there" "${crash[@]}" -DNO_TURN
-wfail LEAVE_NO_WAKE "the model cannot see a wake-up lost with a leaving waiter" -DLEAVE_NO_WAKE
-wfail NO_PURGE "the model cannot see a dead head woken" -DCRASH -DNO_PURGE
-wfail OLD_NO_CONFIRM_WAKE_LATE "the model cannot see a wake-up published into the void" \
-  -DOLD_NO_CONFIRM_WAKE -DREGISTER_BEFORE_SUBSCRIBE -DSESSIONS=1
-wfail OLD_NO_CONFIRM_WAKE_RECONNECT "the model cannot see a wake-up lost to a re-SUBSCRIBE" \
-  -DOLD_NO_CONFIRM_WAKE -DRECONNECT -DSESSIONS=1
 
 # The Redlock model: the same checks, over redlock_wake.pml.
 wsummary() {
@@ -338,6 +278,21 @@ wfail STALE_GRANT "the model cannot see a grant of an undone registration" -DSTA
 wfail LEAVE_KEEPS "the model cannot see a grant kept by a waiter that gave up" -DLEAVE_KEEPS
 wfail NO_PARTIAL_ATTEMPT "the model cannot see waiters that each hold one server" \
   -DNW=3 -DNO_PARTIAL_ATTEMPT
+
+# dlock::mutex on one Redis server: redlock_grant.pml with one server.
+wpass mutex_one "dlock::mutex on one server as built: the grant message holds (${one[*]} -DNW=3 -DSESSIONS=2)" \
+  "${one[@]}" -DNW=3 -DSESSIONS=2
+wpass mutex_one_attempt "dlock::mutex on one server, every grant message followed by an attempt, as lost messages leave it (${one[*]} -DNW=3 -DSESSIONS=2)" \
+  "${one[@]}" -DATTEMPT_AFTER_GRANT -DNW=3 -DSESSIONS=2
+WFAIL_ASSERT='owner[0]==255'
+wfail LEAVE_KEEPS_ONE "the model of one server cannot see a key kept by a waiter that gave up" \
+  "${one[@]}" -DLEAVE_KEEPS
+wfail LEAVE_KEEPS_ATTEMPT_ONE "the model of one server with an attempt after each grant cannot see a key kept by a waiter that gave up" \
+  "${one[@]}" -DATTEMPT_AFTER_GRANT -DLEAVE_KEEPS
+WFAIL_ASSERT='owner[0]==me'
+wfail STALE_GRANT_ONE "the model of one server cannot see a grant made to an earlier call accepted" \
+  "${one[@]}" -DSTALE_GRANT -DSESSIONS=2
+unset WFAIL_ASSERT
 
 # The ZooKeeper line: the same checks, over zk_queue.pml.
 wsummary() {

@@ -1,6 +1,7 @@
 /*
  * Redlock with the grant delivered by each server (docs/handoff-model.md, "Redlock: the grant from
- * each server"). Three independent servers, quorum two, for spin (models/check.sh runs it).
+ * each server"), for spin (models/check.sh runs it): NS independent servers (default three),
+ * quorum QUORUM (default a majority, NS / 2 + 1).
  * As built: each server's release hands its key to its own head, whose id becomes the key's
  * owner token (lib/queue.lua, dlock_hand_mutex_head), and tells it; a quorum of such grant
  * messages is itself the hold, with no round trip after the notification. With
@@ -8,6 +9,16 @@
  * and holds by that attempt's votes (a server whose key holds its id answers "granted"): the way
  * a waiter whose messages were lost still gets the lock (and the protocol before the grant by
  * message).
+ *
+ * With -DNS=1 -DQUORUM=1 it is also the model of dlock::mutex on one Redis server
+ * (docs/handoff-model.md, "The single-server dlock::mutex"), which runs the same scripts with one
+ * node: a release hands the key to the live head of the registered waiters and publishes
+ * "granted" to it, and that one message is the hold; a lost message (or the WAIT safeguard) falls
+ * back to the head's own attempt, which finds the key holding its id and takes it up; a free key
+ * with a live waiter goes to the head whoever attempts (acquire.lua: nobody barges past a live
+ * registered waiter); a waiter that gives up (mutex_leave.lua) passes a key handed to it on to
+ * the next head. One server never grants short of a quorum, so the partial-grant and split
+ * branches below are never taken there, and SPLIT_WITNESS and NO_PARTIAL_ATTEMPT cannot fail.
  *
  * Each server keeps its own FIFO of registered waiter ids. A release there (compare-and-delete)
  * makes that server's live head the owner of the key at once and publishes "granted" to it, as a
@@ -39,7 +50,8 @@
  * Compile-time switches (spin -D...):
  *   negative controls, must fail:
  *   STALE_GRANT      a grant message of an undone registration is still accepted (no ticket
- *                    rule): a waiter counts a server that went on to someone else
+ *                    rule): a waiter counts a server that went on to someone else (with NS=1
+ *                    the registration of an earlier acquire_until call: it takes SESSIONS=2)
  *   LEAVE_KEEPS      a waiter that gives up only takes its id off; a grant made to it meanwhile
  *                    stays with it (the key is stranded)
  *   NO_PARTIAL_ATTEMPT  a waiter that heard some grants only waits for more
@@ -50,6 +62,7 @@
  *   ATTEMPT_AFTER_GRANT  a grant message only wakes its waiter, which attempts on every server
  *                    (and counts only that attempt's votes)
  *   NW, SESSIONS, BARGES   waiters (2 or 3), acquire_until calls of each, try_locks of the barger
+ *   NS, QUORUM       servers (1 to 3) and the quorum (default NS / 2 + 1)
  */
 
 #ifndef NW
@@ -62,8 +75,15 @@
 #define BARGES 1
 #endif
 
+#ifndef NS
 #define NS 3
-#define QUORUM 2
+#endif
+#if NS < 1 || NS > 3
+#error "NS: one to three servers (each server's steps are written out below)"
+#endif
+#ifndef QUORUM
+#define QUORUM (NS / 2 + 1)
+#endif
 #define NONE 255
 
 #define IDLE 0
@@ -215,7 +235,14 @@ inline release(s, c) {
     fi
 }
 
+/* The servers waiter c counts as granted to it. */
+#if NS == 1
+#define GOT(c) (got[AT(0, c)])
+#elif NS == 2
+#define GOT(c) (got[AT(0, c)] + got[AT(1, c)])
+#else
 #define GOT(c) (got[AT(0, c)] + got[AT(1, c)] + got[AT(2, c)])
+#endif
 
 inline count_got(c, g) {
     g = GOT(c)
@@ -227,8 +254,12 @@ inline hold(c, g) {
         count_got(c, g);
         assert(g >= QUORUM);
         assert(!got[AT(0, c)] || owner[0] == c);
+#if NS > 1
         assert(!got[AT(1, c)] || owner[1] == c);
+#endif
+#if NS > 2
         assert(!got[AT(2, c)] || owner[2] == c);
+#endif
         holders++;
         assert(holders == 1);
         ws[c] = HELD;
@@ -238,16 +269,32 @@ inline hold(c, g) {
 
 inline attempt_all(c, reg, g) {
     atomic { acquire(0, c, reg) };
+#if NS > 1
     atomic { acquire(1, c, reg) };
+#endif
+#if NS > 2
     atomic { acquire(2, c, reg) };
+#endif
     count_got(c, g)
 }
 
 inline release_all(c) {
     atomic { release(0, c) };
+#if NS > 1
     atomic { release(1, c) };
-    atomic { release(2, c) }
+#endif
+#if NS > 2
+    atomic { release(2, c) };
+#endif
 }
+
+/* A waiter's first attempt on server s: unregistered. */
+inline first_attempt(s, c) {
+    atomic { acquire(s, c, false); if :: owner[s] == c -> got[AT(s, c)] = true :: else -> skip fi }
+}
+
+/* Waiter c stops counting server s. */
+#define FORGET(s, c) got[AT(s, c)] = false
 
 proctype waiter(byte me) {
     byte g;
@@ -255,9 +302,13 @@ proctype waiter(byte me) {
 
 acquire_until:
     /* The first attempt: no id, so nothing queues it. */
-    atomic { acquire(0, me, false); if :: owner[0] == me -> got[AT(0, me)] = true :: else -> skip fi };
-    atomic { acquire(1, me, false); if :: owner[1] == me -> got[AT(1, me)] = true :: else -> skip fi };
-    atomic { acquire(2, me, false); if :: owner[2] == me -> got[AT(2, me)] = true :: else -> skip fi };
+    first_attempt(0, me);
+#if NS > 1
+    first_attempt(1, me);
+#endif
+#if NS > 2
+    first_attempt(2, me);
+#endif
     count_got(me, g);
     if
     :: g >= QUORUM -> goto held
@@ -266,7 +317,16 @@ acquire_until:
 
 attempt:
 #ifdef ATTEMPT_AFTER_GRANT
-    atomic { woken[me] = false; got[AT(0, me)] = false; got[AT(1, me)] = false; got[AT(2, me)] = false };
+    atomic {
+        woken[me] = false;
+        FORGET(0, me);
+#if NS > 1
+        FORGET(1, me);
+#endif
+#if NS > 2
+        FORGET(2, me);
+#endif
+    };
 #endif
     attempt_all(me, true, g);
     if
@@ -294,13 +354,17 @@ end_wait:
     od;
 
 leave:  /* gives up: the release on every server */
-    ws[me] = GONE;
+    atomic { ws[me] = GONE; printf("@ %d gives up\n", me) };
 #ifndef LEAVE_KEEPS
     release_all(me);
 #else
     atomic { dequeue(0, me); msg[AT(0, me)] = false; got[AT(0, me)] = false };
+#if NS > 1
     atomic { dequeue(1, me); msg[AT(1, me)] = false; got[AT(1, me)] = false };
+#endif
+#if NS > 2
     atomic { dequeue(2, me); msg[AT(2, me)] = false; got[AT(2, me)] = false };
+#endif
 #endif
     goto next;
 
@@ -311,7 +375,13 @@ held:
     release_all(me);
 next:
     atomic {
-        got[AT(0, me)] = false; got[AT(1, me)] = false; got[AT(2, me)] = false;
+        FORGET(0, me);
+#if NS > 1
+        FORGET(1, me);
+#endif
+#if NS > 2
+        FORGET(2, me);
+#endif
 #ifdef ATTEMPT_AFTER_GRANT
         woken[me] = false;
 #endif
@@ -324,6 +394,10 @@ next:
 }
 
 /* try_lock(): unregistered attempts; an attempt short of a quorum is undone at once. */
+inline barge(s, g) {
+    atomic { acquire(s, NW, false); if :: owner[s] == NW -> g++ :: else -> skip fi }
+}
+
 proctype barger() {
     byte n = 0;
     byte g;
@@ -331,9 +405,13 @@ proctype barger() {
     :: n < BARGES ->
         n++;
         g = 0;
-        atomic { acquire(0, NW, false); if :: owner[0] == NW -> g++ :: else -> skip fi };
-        atomic { acquire(1, NW, false); if :: owner[1] == NW -> g++ :: else -> skip fi };
-        atomic { acquire(2, NW, false); if :: owner[2] == NW -> g++ :: else -> skip fi };
+        barge(0, g);
+#if NS > 1
+        barge(1, g);
+#endif
+#if NS > 2
+        barge(2, g);
+#endif
         if
         :: g >= QUORUM -> atomic { holders++; assert(holders == 1) }; atomic { holders-- }
         :: else -> skip
@@ -346,6 +424,8 @@ proctype barger() {
 /* Each server's subscriber connection of client i: a grant reaches a waiting client, which
  * counts it; one for a client that does not wait any more is dropped (its release or leave on
  * that server hands the key on). */
+#define OTHERS(s, i) (owner[s] < NW && owner[s] != i)  /* server s granted to another waiter */
+
 inline deliver(s, i) {
     atomic {
         msg[AT(s, i)] ->
@@ -358,9 +438,14 @@ inline deliver(s, i) {
             got[AT(s, i)] = true;
 #endif
 #ifdef SPLIT_WITNESS
-            assert(!(GOT(i) == 1 && ((owner[0] < NW && owner[0] != i) ||
-                                     (owner[1] < NW && owner[1] != i) ||
-                                     (owner[2] < NW && owner[2] != i))));
+            assert(!(GOT(i) > 0 && GOT(i) < QUORUM && (OTHERS(0, i)
+#if NS > 1
+                                                       || OTHERS(1, i)
+#endif
+#if NS > 2
+                                                       || OTHERS(2, i)
+#endif
+                                                       )));
 #endif
             skip
         :: else -> skip
@@ -368,19 +453,22 @@ inline deliver(s, i) {
     }
 }
 
+/* The options of the subscribers' loop for client i: a message from each server. */
+#if NS == 1
+#define DELIVER(i) :: deliver(0, i)
+#elif NS == 2
+#define DELIVER(i) :: deliver(0, i) :: deliver(1, i)
+#else
+#define DELIVER(i) :: deliver(0, i) :: deliver(1, i) :: deliver(2, i)
+#endif
+
 active proctype subscribers() {
 end_sub:
     do
-    :: deliver(0, 0)
-    :: deliver(1, 0)
-    :: deliver(2, 0)
-    :: deliver(0, 1)
-    :: deliver(1, 1)
-    :: deliver(2, 1)
+    DELIVER(0)
+    DELIVER(1)
 #if NW > 2
-    :: deliver(0, 2)
-    :: deliver(1, 2)
-    :: deliver(2, 2)
+    DELIVER(2)
 #endif
     od
 }
@@ -388,7 +476,13 @@ end_sub:
 init {
     byte i = 0;
     atomic {
-        owner[0] = NONE; owner[1] = NONE; owner[2] = NONE;
+        owner[0] = NONE;
+#if NS > 1
+        owner[1] = NONE;
+#endif
+#if NS > 2
+        owner[2] = NONE;
+#endif
         do
         :: i < NW -> run waiter(i); i++
         :: else -> break
@@ -403,7 +497,13 @@ active proctype monitor() {
     frozen = true;
     atomic {
         timeout ->
-        assert(owner[0] == NONE && owner[1] == NONE && owner[2] == NONE);
+        assert(owner[0] == NONE);
+#if NS > 1
+        assert(owner[1] == NONE);
+#endif
+#if NS > 2
+        assert(owner[2] == NONE);
+#endif
         assert(!STRANDED)
     }
 }

@@ -5,16 +5,16 @@
  * retries at once).
  * Registered dlock::mutex waiters on Redlock (three independent servers, quorum two), for spin
  * (docs/handoff-model.md, "Registered waiters on Redlock"; models/check.sh runs it). Each server
- * runs the scripts of models/wake.pml without turns (Redlock passes no :mutex_turn and
- * :mutex_woken keys): acquire.lua registers a waiter id or refreshes it when the lock is held
- * there, a grant there takes the id off that server's waiters, release.lua and mutex_leave.lua
- * wake that server's live head. An attempt, an undo, a release and a leave run on every server,
+ * runs the single-server scripts of that time: acquire.lua registers a waiter id or refreshes it
+ * when the lock is held there, a grant there takes the id off that server's waiters, release.lua
+ * and mutex_leave.lua wake that server's live head ("wake <head>"; the head stays queued until
+ * its own attempt takes the key). An attempt, an undo, a release and a leave run on every server,
  * each server's script atomic, the servers in any interleaving with other clients' scripts
  * (engine::attempt, release_everywhere, engine::release, engine::leave_queue). Every client's
  * subscriber listens on server 0 (its one pub/sub connection): the wake-ups the other servers
  * publish are lost.
  *
- * As in wake.pml the periodic re-check is OFF (a waiter attempts again only when a wake-up
+ * The periodic re-check is OFF (a waiter attempts again only when a wake-up
  * reaches it), with one exception that the code has and this model keeps: after a split vote
  * (some servers granted, fewer than a quorum; the grants were undone) the waiter attempts again
  * within 2 x node_timeout (acquire_rules.cpp, retry_at with found.granting > 0). A grant on
@@ -102,7 +102,7 @@ inline dequeue(s, c) {
     arr[AT(s, c)] = 0
 }
 
-/* dlock_wake_mutex_head without turn and woken keys: PUBLISH "wake <head>" on the head's
+/* dlock_wake_mutex_head as it was then: PUBLISH "wake <head>" on the head's
  * hand-off channel of server s; only server 0's reach a subscriber. */
 inline wake_mutex_head(s) {
     h = NONE;

@@ -34,7 +34,7 @@ import time
 import urllib.request
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
-HANDOFF_LEASE_S = 2.0  # the Redis fair and write kinds' hand-off lease and waiter liveness
+HANDOFF_LEASE_S = 2.0  # the Redis hand-off lease (fair, write, mutex) and waiter liveness
 
 
 def mono_ns():
@@ -622,8 +622,8 @@ class RedisPhase(Phase):
             # A waiter of a hand-off kind paused past the hand-off lease: the lock is handed to
             # it while it sleeps, the hand-off expires, another client takes the lock, and the
             # sleeper wakes up to an old grant message.
-            waiters = [c for c in self.clients if c.kind in ("fair", "write") and not c.stopped
-                       and c.proc.poll() is None and not c.holding()]
+            waiters = [c for c in self.clients if c.kind in ("fair", "write", "mutex")
+                       and not c.stopped and c.proc.poll() is None and not c.holding()]
             if not waiters:
                 return None
             c = self.rng.choice(waiters)
