@@ -478,10 +478,10 @@ void subscriber::dispatch(const reply& r) {
     auto& ch = it->second;
     if (kind == "message") {
         const auto& text = r.elements[2].text;
-        if (!ch.keyed.empty() || text.starts_with("granted ") || text.starts_with("wake ")) {
-            // A hand-off channel: "granted <fence> <ticket> <token>" (or a mutex waiter's
-            // "wake <id>") is for that token's waiter only; one for a token nobody here waits
-            // with (any more) is dropped.
+        if (!ch.keyed.empty() || text.starts_with("granted ")) {
+            // A hand-off channel: "granted <fence> <ticket> <token>" is for that token's waiter
+            // only (any message's last word names it); one for a token nobody here waits with
+            // (any more) is dropped.
             const auto space = text.rfind(' ');
             const auto it = ch.keyed.find(text.substr(space + 1));
             if (it != ch.keyed.end()) {

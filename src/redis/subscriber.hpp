@@ -11,9 +11,10 @@
 // one per client and lock name, shared by that client's queued waiters and subscribed once: a
 // waiter registers there with its token as `key`, and a message "granted <fence> <ticket> <token>"
 // goes to the waiter of that token only (its own latest message, its own generation), as if each
-// waiter had a channel of its own; so does "wake <id>" to a registered dlock::mutex waiter. A woken
-// waiter that gives up without the lock passes its wake-up to the next; one whose attempt found the
-// lock taken drops it, because that holder's release publishes again.
+// waiter had a channel of its own (the fair and write kinds, and registered dlock::mutex waiters).
+// A waiter woken by a wake_mode::one message that gives up without the lock passes its wake-up to
+// the next; one whose attempt found the lock taken drops it, because that holder's release
+// publishes again.
 //
 // The client's background thread owns the connection: it sends (UN)SUBSCRIBE, reads messages,
 // reconnects with backoff and, after a reconnect, wakes every waiter (messages may have been lost).

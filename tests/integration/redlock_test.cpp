@@ -130,7 +130,7 @@ TEST(Redlock, WaitersRegisterOnEveryServer) {
 
 // A waiter granted by a quorum while another server still answered "held" stays queued there;
 // its release takes its id off every server, or the stale id would head that server's queue and
-// take the wake-ups meant for the next waiter (models/redlock_wake.pml, NO_RELEASE_LEAVE).
+// take the grants meant for the next waiter (models/redlock_wake.pml, NO_RELEASE_LEAVE).
 TEST(Redlock, AHolderStillQueuedOnAServerLeavesThatQueueOnRelease) {
     auto holder = make_redlock();
     dlock::redis::client probe({.url = fleet()[0].url()});
