@@ -51,8 +51,8 @@ public:
 
     /// One attempt. false when another thread of this process owns the object or someone else
     /// holds the lock; throws when it cannot tell, and like lock() when the caller owns it. On
-    /// one Redis server a free lock reserved for a waiter that lost a race (its turn, at most
-    /// 100 ms: docs/redis-lock.md, "Waking one waiter") counts as held.
+    /// Redis a free lock with a live registered waiter is handed to that waiter, so it counts as
+    /// held (docs/redis-lock.md, "Waking one waiter": nobody barges past a registered waiter).
     [[nodiscard]] bool try_lock();
 
     /// Waits at most `timeout` (negative counts as zero), for another thread of this process to

@@ -123,8 +123,8 @@ using jitter_source = long long (*)(long long bound_ns) noexcept;
 
 /// What a contended attempt found, as far as the re-check time goes.
 struct contention {
-    /// The holder's smallest remaining lease among the servers that hold, or the remaining time
-    /// of another waiter's mutex turn; -1: unknown (a key set without an expiry).
+    /// The holder's smallest remaining lease among the servers that hold (a key handed to a
+    /// waiter: its hand-off lease); -1: unknown (a key set without an expiry).
     std::int64_t holder_ms = -1;
     /// Servers whose grant to us landed although no quorum did (a split vote).
     std::size_t granting = 0;
@@ -132,13 +132,12 @@ struct contention {
 
 /// When a contended waiter attempts again even without a notification. Pub/sub is lossy and a
 /// crashed holder sends nothing: the holder's remaining lease bounds the sleep (unknown: our own
-/// `lease`). A free mutex reserved as another waiter's turn answers the turn's remaining time
-/// (docs/redis-lock.md, "Waking one waiter"): a turn that runs out publishes nothing.
-/// `keeps_entry_alive` (a queued waiter, a registered mutex waiter): also by waiter_liveness / 3,
-/// the refresh of its entry's liveness, which is also the bounded re-check for a missed
-/// hand-off and bounds how long a woken head that never takes the lock delays the others. Plus
-/// up to 2 ms of jitter. A split vote (`granting` > 0) retries after a random delay of up to
-/// 2 * node_timeout instead, if sooner, so contenders do not split again in lock step.
+/// `lease`). A key handed to a waiter that never takes it up runs out with the hand-off lease and
+/// publishes nothing either. `keeps_entry_alive` (a queued waiter, a registered mutex waiter):
+/// also by waiter_liveness / 3, the refresh of its entry's liveness, which is also the bounded
+/// re-check for a missed hand-off. Plus up to 2 ms of jitter. A split vote (`granting` > 0) retries
+/// after a random delay of up to 2 * node_timeout instead, if sooner, so contenders do not split
+/// again in lock step.
 steady::time_point retry_at(steady::time_point now, const contention& found,
                             std::chrono::milliseconds lease, bool keeps_entry_alive,
                             std::chrono::milliseconds node_timeout, jitter_source jitter);
