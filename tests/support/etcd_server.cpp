@@ -105,7 +105,8 @@ etcd_cluster::etcd_cluster(std::size_t members, etcd_cluster_options options)
         throw std::runtime_error(std::string("etcd_cluster: mkdtemp: ") + std::strerror(errno));
     dir_ = tmpl.data();
     token_ = "dlock-" + std::filesystem::path(dir_).filename().string();
-    try {
+    members_.resize(members);
+    const auto start = [&] {
         std::set<std::uint16_t> used;
         const auto fresh = [&] {
             for (;;) {
@@ -113,7 +114,6 @@ etcd_cluster::etcd_cluster(std::size_t members, etcd_cluster_options options)
                 if (used.insert(p).second) return p;
             }
         };
-        members_.resize(members);
         for (std::size_t i = 0; i < members; ++i) {
             auto& m = members_[i];
             if (i < options.addresses.size()) m.address = options.addresses[i];
@@ -126,13 +126,29 @@ etcd_cluster::etcd_cluster(std::size_t members, etcd_cluster_options options)
         }
         for (std::size_t i = 0; i < members; ++i) spawn(i);
         for (std::size_t i = 0; i < members; ++i) wait_healthy(i);
-    } catch (...) {
+    };
+    // Another process may bind a port between free_port() and the member's own bind.
+    const auto port_taken = [&] {
+        for (const auto& m : members_) {
+            const auto log = read_tail(m.dir + "/etcd.log", 64 * 1024);
+            if (log.find("address already in use") != std::string::npos) return true;
+        }
+        return false;
+    };
+    const auto clean_up = [&] {
         for (auto& m : members_) {
             if (m.pid > 0) {
                 ::kill(m.pid, SIGKILL);
                 detail::wait_blocking(m.pid);
+                m.pid = -1;
             }
+            std::error_code ec;
+            if (!m.dir.empty()) std::filesystem::remove_all(m.dir, ec);
         }
+    };
+    try {
+        start_on_free_ports(start, port_taken, clean_up);
+    } catch (...) {
         std::error_code ec;
         std::filesystem::remove_all(dir_, ec);
         throw;

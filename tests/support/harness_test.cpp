@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include "child_process.hpp"
@@ -167,6 +168,40 @@ TEST(Harness, ScaledAndUniqueNames) {
     EXPECT_EQ(a.rfind("Harness.ScaledAndUniqueNames/x/", 0), 0u) << a;
     EXPECT_NE(dt::unique_name().find("/" + std::to_string(::getpid()) + "."), std::string::npos);
     EXPECT_GT(dt::free_port(), 0);
+}
+
+// A server whose port another process bound first is started again on new ports; any other
+// failure is not retried (the ZooKeeper and etcd harnesses start through this).
+TEST(Harness, StartOnFreePortsRetriesOnlyATakenPort) {
+    int starts = 0, clean_ups = 0;
+    bool taken = true;
+    const auto fail_twice = [&] {
+        if (++starts <= 2) throw std::runtime_error("bind: address already in use");
+    };
+    dt::start_on_free_ports(
+        fail_twice, [&] { return taken; }, [&] { ++clean_ups; });
+    EXPECT_EQ(starts, 3);
+    EXPECT_EQ(clean_ups, 2);
+
+    starts = clean_ups = 0;
+    taken = false;
+    EXPECT_THROW(dt::start_on_free_ports(
+                     fail_twice, [&] { return taken; }, [&] { ++clean_ups; }),
+                 std::runtime_error);
+    EXPECT_EQ(starts, 1) << "a failure that is not a taken port is not retried";
+    EXPECT_EQ(clean_ups, 1);
+
+    starts = clean_ups = 0;
+    taken = true;
+    const auto always = [&] {
+        ++starts;
+        throw std::runtime_error("bind: address already in use");
+    };
+    EXPECT_THROW(dt::start_on_free_ports(
+                     always, [&] { return taken; }, [&] { ++clean_ups; }, 3),
+                 std::runtime_error);
+    EXPECT_EQ(starts, 3);
+    EXPECT_EQ(clean_ups, 3);
 }
 
 TEST(Harness, ChildRoleExitCodeAndArgs) {

@@ -91,4 +91,19 @@ std::uint16_t free_port() {
     return ntohs(addr.sin_port);
 }
 
+void start_on_free_ports(const std::function<void()>& start,
+                         const std::function<bool()>& port_taken,
+                         const std::function<void()>& clean_up, int attempts) {
+    for (int attempt = 1;; ++attempt) {
+        try {
+            start();
+            return;
+        } catch (...) {
+            const bool again = attempt < attempts && port_taken();
+            clean_up();
+            if (!again) throw;
+        }
+    }
+}
+
 }  // namespace dlock::test

@@ -34,4 +34,13 @@ std::string unique_name(std::string_view hint = "");
 /// Throws std::runtime_error if no socket can be bound.
 std::uint16_t free_port();
 
+/// Runs `start` (it picks ports with free_port() and starts servers on them, and throws when one
+/// fails) until it returns. When it throws and `port_taken()` says another process bound one of
+/// its ports first (the race free_port() leaves open), `clean_up()` undoes the attempt and `start`
+/// runs again on new ports, up to `attempts` times in all; any other failure, or the last one, is
+/// rethrown after `clean_up()`.
+void start_on_free_ports(const std::function<void()>& start,
+                         const std::function<bool()>& port_taken,
+                         const std::function<void()>& clean_up, int attempts = 5);
+
 }  // namespace dlock::test

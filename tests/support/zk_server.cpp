@@ -91,7 +91,9 @@ zk_ensemble::zk_ensemble(std::size_t servers, zk_ensemble_options options)
     if (::mkdtemp(tmpl) == nullptr)
         throw std::runtime_error(std::string("zk_ensemble: mkdtemp: ") + std::strerror(errno));
     dir_ = tmpl;
-    try {
+    servers_.resize(servers);
+    bool foreign = false;  // a port answered as another process's ZooKeeper
+    const auto start = [&] {
         std::set<std::uint16_t> used;
         const auto fresh = [&] {
             for (;;) {
@@ -99,7 +101,6 @@ zk_ensemble::zk_ensemble(std::size_t servers, zk_ensemble_options options)
                 if (used.insert(p).second) return p;
             }
         };
-        servers_.resize(servers);
         for (std::size_t i = 0; i < servers; ++i) {
             auto& s = servers_[i];
             s.client_port = fresh();
@@ -114,14 +115,37 @@ zk_ensemble::zk_ensemble(std::size_t servers, zk_ensemble_options options)
             write_config(i);
             spawn(i);
         }
-        for (std::size_t i = 0; i < servers; ++i) wait_serving(i);
-    } catch (...) {
+        try {
+            for (std::size_t i = 0; i < servers; ++i) wait_serving(i);
+        } catch (const std::runtime_error& e) {
+            foreign = std::string(e.what()).find("served by another process") != std::string::npos;
+            throw;
+        }
+    };
+    // Another process may bind a port between free_port() and the server's own bind.
+    const auto port_taken = [&] {
+        if (foreign) return true;
+        for (const auto& s : servers_) {
+            const auto log = read_tail(s.dir + "/zk.log", 64 * 1024);
+            if (log.find("Address already in use") != std::string::npos) return true;
+        }
+        return false;
+    };
+    const auto clean_up = [&] {
         for (auto& s : servers_) {
             if (s.pid > 0) {
                 ::kill(s.pid, SIGKILL);
                 detail::wait_blocking(s.pid);
+                s.pid = -1;
             }
+            std::error_code ec;
+            if (!s.dir.empty()) std::filesystem::remove_all(s.dir, ec);
         }
+        foreign = false;
+    };
+    try {
+        start_on_free_ports(start, port_taken, clean_up);
+    } catch (...) {
         std::error_code ec;
         std::filesystem::remove_all(dir_, ec);
         throw;
