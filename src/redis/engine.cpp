@@ -798,27 +798,25 @@ void engine::leave_queue(const lock_protocol& protocol, std::string_view name,
                          const std::string& token,
                          std::chrono::milliseconds node_timeout) noexcept {
     try {
+        // The leave script takes the release's arguments (protocol.hpp): no registered id of its
+        // own, the fence's clock floor for a key it hands on.
+        const script_call call{protocol.leave,
+                               keys(protocol, name),
+                               {token, channel(name), ms_text(handoff_lease), "0",
+                                ms_text(config_.idle_expiry), "", clock_floor()}};
         if (servers_.size() > 1) {
             // Redlock's registered mutex waiter (the only kind it queues): off every server at
             // once, each within node_timeout like an undo; a server that misses it purges the
             // entry when its liveness runs out.
             const auto deadline = deadline_after(steady::now(), node_timeout);
-            round_plan plan{one_call({protocol.leave,
-                                      keys(protocol, name),
-                                      {token, channel(name), ms_text(handoff_lease), "0",
-                                       ms_text(config_.idle_expiry), "", "0"}})};
+            round_plan plan{one_call(call)};
             plan.deadline = [&](steady::time_point, steady::time_point) { return deadline; };
             run_on_every_server(plan);
             return;
         }
         node::pooled conn(*servers_.front()->at);
         std::error_code ec;
-        const auto r = run_script(*conn.get(),
-                                  {protocol.leave,
-                                   keys(protocol, name),
-                                   {token, channel(name), ms_text(handoff_lease), "0",
-                                    ms_text(config_.idle_expiry), "", "1"}},
-                                  ec);
+        const auto r = run_script(*conn.get(), call, ec);
         if (ec) {
             report_error(ec, "leaving the queue of \"" + std::string(name) +
                                  "\" failed; the entry expires with its liveness deadline: " +
