@@ -8,7 +8,8 @@ namespace dlock::detail {
 
 lease_core::lease_core(std::shared_ptr<lease_owner> owner, std::string name, std::string token,
                        std::uint64_t fencing_token, const lock_options& options,
-                       steady::time_point granted, steady::time_point valid_until, lock_kind kind)
+                       steady::time_point granted, steady::time_point valid_until, lock_kind kind,
+                       bool after_wait)
     : owner_(std::move(owner)),
       name_(std::move(name)),
       token_(std::move(token)),
@@ -16,6 +17,7 @@ lease_core::lease_core(std::shared_ptr<lease_owner> owner, std::string name, std
       kind_(kind),
       plan_(make_renewal_plan(options)),
       granted_(granted),
+      after_wait_(after_wait),
       on_lost_(options.on_lost),
       valid_until_(valid_until.time_since_epoch().count()) {}
 

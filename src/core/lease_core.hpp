@@ -48,7 +48,8 @@ class lease_core {
 public:
     lease_core(std::shared_ptr<lease_owner> owner, std::string name, std::string token,
                std::uint64_t fencing_token, const lock_options& options, steady::time_point granted,
-               steady::time_point valid_until, lock_kind kind = lock_kind::exclusive);
+               steady::time_point valid_until, lock_kind kind = lock_kind::exclusive,
+               bool after_wait = false);
 
     const std::string& name() const noexcept { return name_; }
     const std::string& token() const noexcept { return token_; }
@@ -56,6 +57,9 @@ public:
     lock_kind kind() const noexcept { return kind_; }
     const renewal_plan& plan() const noexcept { return plan_; }
     steady::time_point granted_at() const noexcept { return granted_; }
+    /// The grant came after its caller waited for another holder (a hand-off, or an attempt after
+    /// a release): others likely wait behind it too.
+    bool after_wait() const noexcept { return after_wait_; }
     lease_owner& owner() const noexcept { return *owner_; }
 
     steady::time_point valid_until() const noexcept;
@@ -103,6 +107,7 @@ private:
     const lock_kind kind_;
     const renewal_plan plan_;
     const steady::time_point granted_;
+    const bool after_wait_;
     const fork_witness born_in_;
     std::function<void(std::error_code)> on_lost_;
     std::atomic<steady::rep> valid_until_;

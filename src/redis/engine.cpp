@@ -430,8 +430,9 @@ engine::round engine::run_on_every_server(const round_plan& plan) {
     const auto connected = steady::now();
     run.batches.reserve(servers_.size());
     for (std::size_t i = 0; i < servers_.size(); ++i) {
-        run.batches.push_back(
-            {conns[i], plan.calls, plan.deadline ? plan.deadline(own[i], connected) : own[i]});
+        run.batches.push_back({conns[i], plan.calls,
+                               plan.deadline ? plan.deadline(own[i], connected) : own[i],
+                               plan.messages_first});
     }
     run_everywhere(run.batches);
     suspect_failures(run.batches);
@@ -842,9 +843,9 @@ void engine::release_everywhere(const lock_protocol& protocol, std::string_view 
 
 dlock::lease engine::grant(std::string_view name, const std::string& token, std::uint64_t fence,
                            const lock_options& options, lock_kind kind, steady::time_point sent,
-                           steady::time_point valid_until, bool handed_off) {
+                           steady::time_point valid_until, bool handed_off, bool after_wait) {
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token, fence,
-                                             options, sent, valid_until, kind);
+                                             options, sent, valid_until, kind, after_wait);
     track(core, handed_off);
     lock_event acquired{event_kind::acquired, name, fence, {}, steady::now()};
     acquired.handed_off = handed_off;
@@ -869,8 +870,9 @@ dlock::lease engine::reenter(const lock_protocol& protocol, std::string_view nam
     const auto result =
         attempt(protocol, name, core->token(), lease_ms, request, node_timeout_for(lease_ms));
     if (result.granted) {
-        auto level = grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant,
-                           sent, dlock::detail::valid_until(sent, lease_ms, config_.drift), false);
+        auto level =
+            grant(name, core->token(), result.fencing_token, options, lock_kind::reentrant, sent,
+                  dlock::detail::valid_until(sent, lease_ms, config_.drift), false, false);
         dlock::detail::lock_guard lock(reentrant_mutex_);
         ++reentrant_[core->token()].extra_levels;
         return level;
@@ -982,7 +984,7 @@ struct engine::acquire_run {
                 waiting->granted();
                 registered_as();
                 granted = self.grant(name, token, handed->fence, options, request.kind,
-                                     handed->sent, handed->valid_until, true);
+                                     handed->sent, handed->valid_until, true, true);
                 leave_armed = false;
                 return policy.next(steady::now(), report::granted());
             }
@@ -1051,9 +1053,9 @@ struct engine::acquire_run {
         if (result.granted) {
             if (waiting) waiting->granted();
             registered_as();
-            granted =
-                self.grant(name, token, result.fencing_token, options, request.kind, sent,
-                           dlock::detail::valid_until(sent, lease_ms, self.config_.drift), false);
+            granted = self.grant(name, token, result.fencing_token, options, request.kind, sent,
+                                 dlock::detail::valid_until(sent, lease_ms, self.config_.drift),
+                                 false, policy.attempts() > 0);
             leave_armed = false;
             return policy.next(steady::now(), report::granted());
         }
@@ -1188,6 +1190,8 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
         plan.deadline = [&](steady::time_point own, steady::time_point) {
             return servers_.size() == 1 ? own : redlock_deadline;
         };
+        // A holder that waited likely has a waiter behind it, whom the release hands the lock.
+        plan.messages_first = lease.after_wait();
         auto run = run_on_every_server(plan);
         auto& batches = run.batches;
         lease.mark_released();

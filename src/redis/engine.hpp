@@ -142,6 +142,8 @@ private:
         /// now + identity_within, or (unset) by the latest default deadline of their connections.
         bool check_identities = false;
         std::optional<std::chrono::milliseconds> identity_within{};
+        /// script_batch::messages_first on every server.
+        bool messages_first = false;
     };
     /// A round's outcome: batches[i] is server i's, over conns[i] (pooled rounds).
     struct round {
@@ -200,9 +202,11 @@ private:
     /// Re-enters `held` (lock_request::reenter): one round trip, no waiting.
     dlock::lease reenter(const lock_protocol& protocol, std::string_view name, const lease& held,
                          const lock_options& options, std::error_code& ec);
+    /// A new lease of `name`. `handed_off`: granted by a hand-off message (see track());
+    /// `after_wait`: granted after waiting for another holder (lease_core::after_wait).
     dlock::lease grant(std::string_view name, const std::string& token, std::uint64_t fence,
                        const lock_options& options, lock_kind kind, steady::time_point sent,
-                       steady::time_point valid_until, bool handed_off);
+                       steady::time_point valid_until, bool handed_off, bool after_wait);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
     /// Several servers: learns the run_id (INFO server) of every server whose identity is not
     /// known yet, over conns[i] (one per server), by `deadline`. Two URLs that reach one

@@ -42,6 +42,12 @@ struct script_batch {
     /// Shared, because every server of a fan-out runs the same calls (10,000 renewals x N).
     std::shared_ptr<const std::vector<script_call>> calls{};
     steady::time_point deadline{};
+    /// Have the server write the messages the calls publish before their replies: a PING goes
+    /// ahead of them (its reply is dropped). redis-server writes, after each pass of its event
+    /// loop, the client that got output last first; a client that already has output (the PING's
+    /// reply) keeps its place behind the subscribers the calls published to. A release hands the
+    /// lock on: the next holder's grant is then on its way before the releaser hears back.
+    bool messages_first = false;
     std::vector<reply> replies{};  ///< one per call, on success
     std::error_code ec{};          ///< transport/protocol/auth failure
     std::string error{};           ///< its message, naming the server
