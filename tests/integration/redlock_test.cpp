@@ -254,6 +254,47 @@ TEST(Redlock, AWaiterThatGivesUpHandsOnAKeyHandedToIt) {
     forget(probe, name);
 }
 
+// A key found free goes on to the next mutex waiter only while no other kind holds the name.
+// Registered mutex waiters do not keep other kinds out (lib/kind_guard.lua): once a mutex key ran
+// out, shared_mutex readers may take the name while mutex waiters stay registered. A waiter that
+// gives up then (mutex_leave.lua), or a Redlock holder whose release finds its key gone
+// (release.lua with its registered id), must hand the key to nobody: the next waiter would hold
+// beside the readers (seen in the torture run: a mutex granted inside a reader's claim, after a
+// waiter's acquire failed on the readers and it left).
+TEST(Redlock, AFreeKeyIsNotHandedToAWaiterWhileReadersHoldTheName) {
+    dlock::redis::client probe({.url = fleet()[0].url()});
+    for (const char* script : {"mutex_leave", "release"}) {
+        SCOPED_TRACE(script);
+        const auto name = unique_name();
+        const auto key = probe.lock_key(name);
+        const std::string gone = "mutex:phantom-client.r1", next = "mutex:phantom-client.r2";
+        queue_phantom(probe, name, gone, 1);
+        queue_phantom(probe, name, next, 2);
+        const auto* run = dlock::redis::detail::find_script(script);
+        ASSERT_NE(run, nullptr);
+        for (std::size_t i = 0; i < fleet().size(); ++i) {
+            const auto time = fleet()[i].command({"TIME"});
+            const auto now_ms = std::stoll(time.substr(0, time.find('\n'))) * 1000;
+            fleet()[i].command({"ZADD", key + ":readers", std::to_string(now_ms + 60000), "reader"});
+            // KEYS as Redlock's acquire; ARGV as the release's: owner token (the leave's: its
+            // id), channel, hand-off lease, whole, idle, registered id, clock floor.
+            const std::string owner = std::string(script) == "release" ? "write-never-held" : gone;
+            fleet()[i].command({"EVAL", std::string(run->source), "5", key, probe.fence_key(name),
+                                key + ":mutex_waiters", key + ":mutex_alive",
+                                key + ":mutex_arrivals", owner, probe.release_channel(name), "2000",
+                                "0", "60000", gone, "0"});
+        }
+        EXPECT_EQ(keys_holding(probe, name, next), 0) << "the key went to a waiter beside readers";
+        for (std::size_t i = 0; i < fleet().size(); ++i) {
+            EXPECT_EQ(fleet()[i].command({"EXISTS", key}), "0") << "server " << i;
+            EXPECT_EQ(fleet()[i].command({"ZSCORE", key + ":mutex_waiters", next}), "2")
+                << "server " << i << ": the waiter stays registered";
+            fleet()[i].command({"DEL", key + ":readers"});
+        }
+        forget(probe, name);
+    }
+}
+
 /// A process of its own that waits for `name` (lease 60 s) and holds it until release(); it
 /// records its fencing token and whether the grant was a hand-off (lock_event::handed_off).
 struct waiting_holder {

@@ -15,6 +15,8 @@
 -- every server, and where the key is already gone (our grant missed that server) it goes to the
 -- next live head as by a release (docs/redlock.md, "Waiting"). On one server a grant takes the id
 -- off, so ARGV[6] is ''.
+-- A key found free is handed on only while no other kind holds the name (readers may have come
+-- once it ran out: registered mutex waiters do not keep them out).
 -- Without registered waiters (no KEYS[3]) the waiter functions are never defined: each function a
 -- script defines is made anew on every call (docs/redis-lock.md, "Release").
 --@include lib/notify.lua
@@ -30,6 +32,10 @@ if holder ~= ARGV[1] then
   redis.call('ZREM', KEYS[4], id)
   if holder then return -1 end
   if redis.call('EXISTS', KEYS[3]) == 1 then
+    -- The key is free, and registered mutex waiters do not keep other kinds out: shared_mutex
+    -- readers may hold the name now (lib/kind_guard.lua). Then nobody is handed the key.
+    --@include lib/kind_guard.lua
+    if dlock_name_kind(KEYS[1]) then return 0 end
     --@include lib/fence.lua
     --@include lib/queue.lua
     local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[5],
