@@ -275,7 +275,8 @@ TEST(Redlock, AFreeKeyIsNotHandedToAWaiterWhileReadersHoldTheName) {
         for (std::size_t i = 0; i < fleet().size(); ++i) {
             const auto time = fleet()[i].command({"TIME"});
             const auto now_ms = std::stoll(time.substr(0, time.find('\n'))) * 1000;
-            fleet()[i].command({"ZADD", key + ":readers", std::to_string(now_ms + 60000), "reader"});
+            fleet()[i].command(
+                {"ZADD", key + ":readers", std::to_string(now_ms + 60000), "reader"});
             // KEYS as Redlock's acquire; ARGV as the release's: owner token (the leave's: its
             // id), channel, hand-off lease, whole, idle, registered id, clock floor.
             const std::string owner = std::string(script) == "release" ? "write-never-held" : gone;
