@@ -1061,14 +1061,20 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
     auto& e = *endpoints_[current_.load() % endpoints_.size()];
     call->stream = e.watch->Watch(&ctx);
     auto& stream = call->stream;
-    // Watches start right after the revision our queue was read at, so nothing in between is
-    // missed. Only what decides our turn is watched (no herd): the key we queue behind, deleted
-    // (a semaphore's also put: it holds now, so we may be first in line); or, first in a
-    // semaphore's line, every deletion under the prefix and a new number of permits.
+    // Only what decides our turn is watched (no herd): the key we queue behind, deleted (a
+    // semaphore's also put: it holds now, so we may be first in line); or, first in a semaphore's
+    // line, every deletion under the prefix and a new number of permits. Nothing since our read
+    // may be missed:
+    // - The key we queue behind is watched from now: etcd serves a watch that starts at or below
+    //   its current revision from a loop that runs every 100 ms, and under contention another
+    //   waiter's write often lands between our read and the watch. What changed in between,
+    //   the key itself says (watch_changed_meanwhile).
+    // - The first semaphore waiter's watches start right after our read's revision (a deletion
+    //   under the prefix leaves nothing to read back).
     std::vector<pb::WatchRequest> watches(1);
     auto* create = watches[0].mutable_create_request();
-    create->set_start_revision(a.seen + 1);
     if (a.where.watch_all) {
+        create->set_start_revision(a.seen + 1);
         create->set_key(a.prefix);
         create->set_range_end(prefix_range_end(a.prefix));
         create->add_filters(pb::WatchCreateRequest_FilterType_NOPUT);
@@ -1086,6 +1092,9 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
         pb::WatchResponse resp;
         while (stream->Read(&resp)) {
             if (resp.canceled() || resp.compact_revision() != 0 || resp.events_size() > 0) break;
+            if (resp.created() && !a.where.watch_all &&
+                watch_changed_meanwhile(a, resp.header().revision(), bound))
+                break;
         }
     }
     // Done with: the background thread cancels and finishes it (end_watches). The cancel callback
@@ -1099,6 +1108,22 @@ void engine::wait_turn(attempt_state& a, steady::time_point until) {
         }
     }
     worker_cv_.notify_all();
+}
+
+bool engine::watch_changed_meanwhile(const attempt_state& a, std::int64_t created,
+                                     steady::time_point bound) {
+    // The watch reports changes after `created` (at most the store's revision when it was made);
+    // nothing happened after our read if that is our read's revision.
+    if (created <= a.seen) return false;
+    // Read after the watch was made: a change up to the read shows here, one after `created`
+    // in the watch (both, in between).
+    pb::RangeRequest r;
+    r.set_key(a.where.watch);
+    pb::RangeResponse got;
+    const auto st =
+        rpc(std::min(bound, dlock::detail::deadline_after(steady::now(), options_.command_timeout)),
+            [&](stubs& e, grpc::ClientContext& ctx) { return e.kv->Range(&ctx, r, &got); });
+    return !st.ok() || got.kvs_size() == 0 || got.kvs(0).mod_revision() > a.seen;
 }
 
 void engine::end_watches() {

@@ -138,10 +138,15 @@ private:
     /// there with its create revision and our lease; nullopt when it is not (or the permits key
     /// is not a number): the put of attempt() then handles it as before.
     std::optional<dlock::detail::attempt_report> look_again(attempt_state& a);
-    /// Waits, with a watch from `a.seen`, for what `a.where` says decides our turn: the deletion
-    /// of the key we queue behind (or, for a semaphore, also its put), or, first in a
-    /// semaphore's line, any deletion under the prefix and a put of the permits key.
+    /// Waits, with a watch that misses nothing after `a.seen`, for what `a.where` says decides our
+    /// turn: the deletion of the key we queue behind (or, for a semaphore, also its put), or,
+    /// first in a semaphore's line, any deletion under the prefix and a put of the permits key.
     void wait_turn(attempt_state& a, steady::time_point until);
+    /// wait_turn's watch of a.where.watch, from now, was made at revision `created`: whether that
+    /// key changed (went, or was put again) after our read (a.seen) and by then, which the watch
+    /// does not report. Then, or if the read fails, the wait ends and the attempt looks again.
+    bool watch_changed_meanwhile(const attempt_state& a, std::int64_t created,
+                                 steady::time_point bound);
     /// recursive_mutex: one more level of a live reentrant grant of this client (no request).
     dlock::lease reenter(std::string_view name, const lock_request& request,
                          const lock_options& options, std::error_code& ec);

@@ -377,28 +377,39 @@ std::size_t etcd_cluster::count(const std::string& prefix) const {
     throw std::runtime_error("etcd_cluster::count: no member answered");
 }
 
-std::uint64_t etcd_cluster::grpc_started(std::size_t i, std::string_view method) const {
+std::string etcd_cluster::metrics_text(std::size_t i, std::string_view must_have,
+                                       const char* who) const {
     const auto deadline = clock::now() + scaled(std::chrono::seconds(10));
     while (clock::now() < deadline) {
-        const auto answer = http(members_.at(i).address, members_.at(i).http_port, "GET",
-                                 "/metrics", "", std::chrono::milliseconds(2000));
-        if (answer.find("grpc_server_started_total") != std::string::npos) {
-            // grpc_server_started_total{grpc_method="M",grpc_service="...",grpc_type="..."} N
-            const std::string label = "grpc_method=\"" + std::string(method) + "\"";
-            std::uint64_t total = 0;
-            std::istringstream in(answer);
-            for (std::string line; std::getline(in, line);) {
-                if (line.rfind("grpc_server_started_total{", 0) != 0 ||
-                    line.find(label) == std::string::npos)
-                    continue;
-                total += std::stoull(line.substr(line.rfind(' ') + 1));
-            }
-            return total;
-        }
+        auto answer = http(members_.at(i).address, members_.at(i).http_port, "GET", "/metrics", "",
+                           std::chrono::milliseconds(2000));
+        if (answer.find(must_have) != std::string::npos) return answer;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    throw std::runtime_error("etcd_cluster::grpc_started: member " + std::to_string(i + 1) +
-                             " did not serve /metrics");
+    throw std::runtime_error(std::string("etcd_cluster::") + who + ": member " +
+                             std::to_string(i + 1) + " did not serve /metrics with " +
+                             std::string(must_have));
+}
+
+std::uint64_t etcd_cluster::grpc_started(std::size_t i, std::string_view method) const {
+    // grpc_server_started_total{grpc_method="M",grpc_service="...",grpc_type="..."} N
+    std::istringstream in(metrics_text(i, "grpc_server_started_total", "grpc_started"));
+    const std::string label = "grpc_method=\"" + std::string(method) + "\"";
+    std::uint64_t total = 0;
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("grpc_server_started_total{", 0) != 0 ||
+            line.find(label) == std::string::npos)
+            continue;
+        total += std::stoull(line.substr(line.rfind(' ') + 1));
+    }
+    return total;
+}
+
+double etcd_cluster::metric(std::size_t i, std::string_view name) const {
+    const std::string line_start = "\n" + std::string(name) + " ";
+    const auto text = metrics_text(i, line_start, "metric");
+    const auto at = text.find(line_start) + line_start.size();
+    return std::stod(text.substr(at, text.find('\n', at) - at));
 }
 
 std::vector<std::string> etcd_cluster::etcdctl_argv(const std::vector<std::string>& args) const {

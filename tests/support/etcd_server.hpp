@@ -94,6 +94,10 @@ public:
     /// (re)started: etcd's grpc_server_started_total counter from its /metrics. Throws
     /// std::runtime_error if the member does not answer within scaled(10s).
     std::uint64_t grpc_started(std::size_t i, std::string_view method) const;
+    /// The value of the unlabelled metric `name` (e.g. etcd_debugging_mvcc_slow_watcher_total) on
+    /// member i's /metrics. Throws std::runtime_error if the member does not answer within
+    /// scaled(10s) or does not report it.
+    double metric(std::size_t i, std::string_view name) const;
 
     /// How many keys start with `prefix` (a count-only range over the JSON gateway of the first
     /// running member). Throws std::runtime_error if no member answers within scaled(10s).
@@ -112,6 +116,10 @@ public:
     std::vector<std::string> etcdctl_argv(const std::vector<std::string>& args) const;
 
 private:
+    /// Member i's /metrics once it contains `must_have` (scaled(10s)); `who` names the caller in
+    /// the error.
+    std::string metrics_text(std::size_t i, std::string_view must_have, const char* who) const;
+
     struct member {
         std::string address = "127.0.0.1";
         std::vector<std::string> wrapper;
