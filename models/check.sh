@@ -45,6 +45,12 @@
 #       node looked again on taken as the grant), ANY_DELETE_GRANTS (the predecessor's deletion
 #       grants though it was not the last one ahead) and STALE_LAST (four sessions, two give-ups:
 #       a look again that does not check the listing) must each break mutual exclusion.
+# Then one name, one lock kind with registered mutex waiters (models/kind_guard.pml: a free key
+# handed to the head of the mutex waiters while shared_mutex readers may hold the name;
+# docs/lock-family.md, "One name, one lock kind"):
+#   8. as built: exhaustive, no error (never a mutex holder beside a reader), complete;
+#      LEAVE_NO_GUARD (mutex_leave.lua without the kind guard's read, the code before the fix)
+#      must grant a mutex beside a reader.
 # Exit status 0 only if all of these come out as expected and every search that must pass was
 # complete.
 # The searches are independent: they run SPIN_JOBS at a time (default: the number of cores), each
@@ -61,7 +67,7 @@ read -r -a flags <<<"${SPIN_FLAGS:-}"
 work=$(mktemp -d /tmp/dlock-spin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$here/handoff.pml" "$here/redlock_wake.pml" "$here/redlock_grant.pml" "$here/zk_queue.pml" \
-  "$work/"
+  "$here/kind_guard.pml" "$work/"
 cd "$work"
 
 for tool in spin gcc; do
@@ -156,6 +162,8 @@ zstart LOOKAGAIN_WITNESS -DLOOKAGAIN_WITNESS
 zstart ALSO_GRANTS -DALSO_GRANTS
 zstart ANY_DELETE_GRANTS -DANY_DELETE_GRANTS
 zstart STALE_LAST -DSTALE_LAST -DNW=4 -DLEAVES=2
+pan_start kind_guard kind_guard.pml
+pan_start LEAVE_NO_GUARD kind_guard.pml -DLEAVE_NO_GUARD
 
 # summary NAME DEFINES...: the trail of NAME's error, as the model's own event lines.
 summary() {
@@ -311,5 +319,18 @@ wfail ALSO_GRANTS "the model cannot see a look-again wake taken as the grant" -D
 wfail ANY_DELETE_GRANTS "the model cannot see a deletion that was no grant" -DANY_DELETE_GRANTS
 wfail STALE_LAST "the model cannot see a look again that ignores the listing" \
   -DSTALE_LAST -DNW=4 -DLEAVES=2
+unset WFAIL_ASSERT
+
+# One name, one lock kind: the same checks, over kind_guard.pml.
+wsummary() {
+  local name=$1
+  shift
+  (cd "$name" && spin "$@" -t kind_guard.pml 2>&1) |
+    grep -E '@ |violated' | sed 's/^ *@ /    /; s/^ *spin: /    spin: /' | tail -24
+}
+wpass kind_guard "one name, one lock kind with registered mutex waiters as built"
+WFAIL_ASSERT='mstate[0]!=2'
+wfail LEAVE_NO_GUARD "the model cannot see a free key handed to a mutex waiter beside a reader" \
+  -DLEAVE_NO_GUARD
 unset WFAIL_ASSERT
 exit $rc
