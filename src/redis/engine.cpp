@@ -1276,6 +1276,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
     struct due_lease {
         std::shared_ptr<lease_core> lease;
         std::chrono::milliseconds request;
+        bool extend_once;  // a hand-off grant's first extension (track())
     };
     std::vector<due_lease> due;
     dlock::detail::lease_registry::due_batch batch;
@@ -1289,7 +1290,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
             const auto& plan = d.lease->plan();
             const auto request = dlock::detail::lease_to_request(plan, d.lease->granted_at(), now);
             if (request && (plan.renew || d.extend_once)) {
-                due.push_back({std::move(d.lease), *request});
+                due.push_back({std::move(d.lease), *request, d.extend_once});
             } else {
                 registry_.schedule(d.lease.get(), d.lease->valid_until());  // let it run out
             }
@@ -1365,15 +1366,24 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     why = "renewed, but " + unacked;
                 }
                 switch (verdict) {
-                    case quorum::renew_verdict::renewed:
+                    case quorum::renew_verdict::renewed: {
                         lease->renewed(
                             dlock::detail::valid_until(sent, due[i].request, config_.drift));
+                        // A hand-off grant held on a quorum, extended on fewer than every server:
+                        // a straggler's release may still hand its key to us there, with the
+                        // short hand-off lease. Extend again soon while that lease could run, so
+                        // that key is kept too.
+                        const bool straggler = due[i].extend_once && tally.ours < servers_.size() &&
+                                               sent < lease->granted_at() + handoff_lease;
                         registry_.schedule(lease.get(),
-                                           dlock::detail::next_renewal_at(
-                                               lease->plan(), lease->granted_at(), sent),
-                                           /*renewed=*/true);
+                                           straggler
+                                               ? sent + handoff_lease / 4
+                                               : dlock::detail::next_renewal_at(
+                                                     lease->plan(), lease->granted_at(), sent),
+                                           /*renewed=*/!straggler);
                         renewed.push_back(lease);
                         break;
+                    }
                     case quorum::renew_verdict::lost:
                         // gone or another token on enough servers: no quorum can hold it
                         lost.emplace_back(lease, tally.taken > 0 ? lost_reason::taken_over
