@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <ostream>
@@ -57,9 +58,18 @@ struct loss_log {
             if (e.kind == dlock::event_kind::released) released.push_back(e.reason);
         };
     }
+    /// The reasons of the lost events, once there is one (or after 10 s): the event is emitted
+    /// after lost_token() fires, from the thread that found the loss, so a test that saw the token
+    /// may ask before it came.
     std::vector<lost_reason> lost() {
-        std::lock_guard lock(mutex);
-        return reasons;
+        const auto until = std::chrono::steady_clock::now() + dlock::test::scaled(10s);
+        for (;;) {
+            {
+                std::lock_guard lock(mutex);
+                if (!reasons.empty() || std::chrono::steady_clock::now() >= until) return reasons;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
     }
 };
 
