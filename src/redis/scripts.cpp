@@ -81,12 +81,6 @@ void run_everywhere(std::span<script_batch> batches) {
         }
     }
     exchange_all(first);
-    for (std::size_t b = 0; b < batches.size(); ++b) {
-        // The PING's reply, whatever it is (an ACL without +ping refuses it): the calls count.
-        auto& replies = first[b].replies;
-        if (batches[b].messages_first && !first[b].ec && !replies.empty())
-            replies.erase(replies.begin());
-    }
 
     // The server forgot a script (SCRIPT FLUSH, restart, failover): EVAL caches it again.
     std::vector<exchange> second;
@@ -97,6 +91,8 @@ void run_everywhere(std::span<script_batch> batches) {
         batch.error = std::move(first[b].error);
         batch.replies = std::move(first[b].replies);
         if (batch.ec) continue;
+        // The PING's reply, whatever it is (an ACL without +ping refuses it): the calls count.
+        if (batch.messages_first) batch.replies.erase(batch.replies.begin());
         std::vector<std::size_t> missing;
         for (std::size_t i = 0; i < batch.replies.size(); ++i) {
             if (is_noscript(batch.replies[i])) missing.push_back(i);
