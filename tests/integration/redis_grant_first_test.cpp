@@ -25,6 +25,8 @@
 
 namespace {
 
+using dlock::test::runs_script;
+
 using namespace std::chrono_literals;
 using dlock::test::eventually;
 using dlock::test::unique_name;
@@ -123,13 +125,6 @@ TEST(RedisGrantFirst, RedisWritesThePublishedMessageFirstWhenAPingWentAhead) {
             }
         }
     }
-}
-
-/// Whether MONITOR line `line` runs script `sha` on `key` (not a command inside a script).
-bool runs_script(const std::string& line, std::string_view sha, const std::string& key) {
-    return line.find("[0 lua]") == std::string::npos &&
-           line.find("\"EVALSHA\" \"" + std::string(sha) + "\"") != std::string::npos &&
-           line.find("\"" + key + "\"") != std::string::npos;
 }
 
 /// The "[<db> <address>]" of a MONITOR line: who sent it.

@@ -26,6 +26,8 @@
 
 namespace {
 
+using dlock::test::runs_script;
+
 using namespace std::chrono_literals;
 using dlock::test::eventually;
 using dlock::test::redis_server;
@@ -44,13 +46,6 @@ long long registered_waiters(dlock::redis::client& redis, const std::string& nam
 /// Waiters subscribed to the release channel (how waiters waited before they registered).
 long long release_subscribers(dlock::redis::client& redis, const std::string& name) {
     return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).elements.at(1).integer;
-}
-
-/// Whether MONITOR line `line` runs script `sha` on lock key `key` (not a command inside it).
-bool runs_script(const std::string& line, std::string_view sha, const std::string& key) {
-    return line.find("[0 lua]") == std::string::npos &&
-           line.find("\"EVALSHA\" \"" + std::string(sha) + "\"") != std::string::npos &&
-           line.find("\"" + key + "\"") != std::string::npos;
 }
 
 /// The runs of script `sha` on `key` by a registered mutex waiter (its id, "mutex:...", among the

@@ -11,7 +11,8 @@
 //                   (e.g. a SUBSCRIBE that must land late). Replies, and every other connection,
 //                   pass as is.
 //   monitor_tap   a MONITOR connection that collects the commands the server runs (scripts'
-//                 commands included, as `[0 lua] "CMD" "arg" ...` lines).
+//                 commands included, as `[0 lua] "CMD" "arg" ...` lines); runs_script() tells
+//                 a line that runs a script on a lock key.
 //
 // Header-only, POSIX sockets, 127.0.0.1 only. Each object runs its own threads and stops them in
 // its destructor.
@@ -243,6 +244,13 @@ private:
     std::unordered_map<int, std::string> held_;  // server socket -> request bytes held back
     tap_detail::relay relay_;  // last: stops and joins the pipes before the members they use go
 };
+
+/// Whether MONITOR line `line` runs script `sha` on lock key `key` (not a command inside it).
+inline bool runs_script(const std::string& line, std::string_view sha, const std::string& key) {
+    return line.find("[0 lua]") == std::string::npos &&
+           line.find("\"EVALSHA\" \"" + std::string(sha) + "\"") != std::string::npos &&
+           line.find("\"" + key + "\"") != std::string::npos;
+}
 
 class monitor_tap {
 public:
