@@ -1,8 +1,11 @@
 #include "core/token.hpp"
 
+#include <pthread.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <random>
@@ -10,23 +13,59 @@
 
 namespace dlock::detail {
 
-std::string random_token() {
-    std::array<unsigned char, 16> bytes{};
+namespace {
+
+void fill_random(unsigned char* bytes, std::size_t size) {
     std::size_t filled = 0;
-    while (filled < bytes.size()) {
-        const ssize_t n = ::getrandom(bytes.data() + filled, bytes.size() - filled, 0);
+    while (filled < size) {
+        const ssize_t n = ::getrandom(bytes + filled, size - filled, 0);
         if (n < 0) {
             if (errno == EINTR) continue;
             throw std::system_error(errno, std::generic_category(), "getrandom");
         }
         filled += static_cast<std::size_t>(n);
     }
+}
+
+// Raised in a child right after fork(2): the child's copy of its thread's random bytes is the
+// parent's too, so they must not be used there.
+std::atomic<std::uint64_t> fork_generation{0};
+
+// The kernel's random bytes for 32 tokens at a time, per thread: one getrandom(2) per 32 grants
+// instead of one per grant. Bytes are taken once and never shared between threads or across a
+// fork, so each token is still 128 bits nobody else has.
+struct random_pool {
+    std::array<unsigned char, 512> bytes{};
+    std::size_t used = bytes.size();
+    std::uint64_t generation = 0;
+};
+
+}  // namespace
+
+std::string random_token() {
+    static const bool forks_watched = [] {
+        ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1); });
+        return true;
+    }();
+    (void)forks_watched;
+    thread_local random_pool pool;
+    constexpr std::size_t size = 16;
+    const auto generation = fork_generation.load();
+    if (pool.used + size > pool.bytes.size() || pool.generation != generation) {
+        fill_random(pool.bytes.data(), pool.bytes.size());
+        pool.used = 0;
+        pool.generation = generation;
+    }
+    const unsigned char* bytes = pool.bytes.data() + pool.used;
     static constexpr char digits[] = "0123456789abcdef";
-    std::string token(bytes.size() * 2, '0');
-    for (std::size_t i = 0; i < bytes.size(); ++i) {
+    std::string token(size * 2, '0');
+    for (std::size_t i = 0; i < size; ++i) {
         token[2 * i] = digits[bytes[i] >> 4];
         token[2 * i + 1] = digits[bytes[i] & 0xf];
     }
+    // Wiped once given out: the pool holds only bytes no token has used yet.
+    std::fill_n(pool.bytes.data() + pool.used, size, 0);
+    pool.used += size;
     return token;
 }
 

@@ -1,5 +1,6 @@
 // Owner tokens: 128 bits from getrandom(2), as 32 lowercase hex digits. Unguessable, so no other
-// client can forge our token to release or extend our lock. Fresh for every grant.
+// client can forge our token to release or extend our lock. Fresh for every grant. The bytes come
+// 32 tokens at a time per thread (one system call per 32 grants), never reused across fork(2).
 #pragma once
 
 #include <string>
