@@ -124,6 +124,10 @@ bool connection::flush(std::error_code& ec) {
 
 bool connection::read_available(std::error_code& ec) {
     std::array<char, std::size_t{16} * 1024> buffer;
+    // A read that did not fill the buffer emptied the socket (and the transport holds nothing
+    // more): what came is decoded, and no recv() follows just to hear EAGAIN. Bytes that arrive
+    // later make the socket readable again for the caller's poll(2).
+    bool drained = false;
     for (;;) {
         reply r;
         while (decoder_.next(r, ec)) {
@@ -157,12 +161,13 @@ bool connection::read_available(std::error_code& ec) {
             return false;
         }
         // An exchange is complete once its replies are in: no recv() just to hear EAGAIN.
-        if (!streaming_ && expected_ == 0 && handshake_left_ == 0) return true;
+        if (drained || (!streaming_ && expected_ == 0 && handshake_left_ == 0)) return true;
         const auto n = transport_->read_some(buffer.data(), buffer.size(), ec);
         if (ec) return false;
         if (n == 0) return true;
         decoder_.feed({buffer.data(), n}, ec);
         if (ec) return false;
+        drained = n < buffer.size() && !transport_->buffered();
     }
 }
 
@@ -375,22 +380,28 @@ void connection::send(const command_args& command, std::error_code& ec, steady::
     }
 }
 
+bool connection::read_ready(std::error_code& ec) {
+    if (!is_open()) {
+        fail(ec, errc::connection_failed,
+             "redis " + settings_.endpoint.describe() + ": not connected");
+        return false;
+    }
+    if (read_available(ec)) return true;
+    close();
+    return false;
+}
+
+bool connection::next_read(reply& out) {
+    if (replies_.empty()) return false;
+    out = std::move(replies_.front());
+    replies_.erase(replies_.begin());
+    return true;
+}
+
 bool connection::receive(reply& out, steady::time_point deadline, std::error_code& ec) {
     for (;;) {
-        if (!replies_.empty()) {
-            out = std::move(replies_.front());
-            replies_.erase(replies_.begin());
-            return true;
-        }
-        if (!is_open()) {
-            fail(ec, errc::connection_failed,
-                 "redis " + settings_.endpoint.describe() + ": not connected");
-            return false;
-        }
-        if (!read_available(ec)) {
-            close();
-            return false;
-        }
+        if (next_read(out)) return true;
+        if (!read_ready(ec)) return false;
         if (!replies_.empty()) continue;
         const auto now = steady::now();
         if (now >= deadline) return false;

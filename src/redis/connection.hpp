@@ -81,6 +81,11 @@ public:
     /// true and `out` set when a reply is available before `deadline`; false at the deadline (the
     /// connection stays open) or on failure (ec set, connection closed).
     bool receive(reply& out, steady::time_point deadline, std::error_code& ec);
+    /// Subscriber use, for a reader that poll(2) found readable: reads what has arrived, without
+    /// waiting; take the replies with next_read(). false on failure (ec set, connection closed).
+    bool read_ready(std::error_code& ec);
+    /// A reply already read, without reading: false when none is left.
+    bool next_read(reply& out);
 
 private:
     enum class phase { closed, connecting, handshaking, ready };

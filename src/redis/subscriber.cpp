@@ -457,15 +457,15 @@ void subscriber::on_readable() {
 }
 
 void subscriber::read_available() {
-    for (;;) {
-        reply r;
-        std::error_code ec;
-        if (!conn_->receive(r, steady::now(), ec)) {
-            if (ec) reset_connection();
-            return;
-        }
-        dispatch(r);
+    // One read of what arrived, then its messages: reading again only to hear EAGAIN would cost a
+    // system call per message.
+    std::error_code ec;
+    if (!conn_->read_ready(ec)) {
+        reset_connection();
+        return;
     }
+    reply r;
+    while (conn_->next_read(r)) dispatch(r);
 }
 
 void subscriber::dispatch(const reply& r) {
