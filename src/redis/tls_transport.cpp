@@ -205,6 +205,7 @@ public:
         const int r = SSL_read_ex(ssl_, buffer, size, &read);
         if (r == 1) {
             answered_ = true;
+            read_wants_ = POLLIN;  // a read that wanted to write first (a key update) is past
             return read;
         }
         const int error = SSL_get_error(ssl_, r);
