@@ -843,10 +843,11 @@ void engine::release_everywhere(const lock_protocol& protocol, std::string_view 
 
 dlock::lease engine::grant(std::string_view name, const std::string& token, std::uint64_t fence,
                            const lock_options& options, lock_kind kind, steady::time_point sent,
-                           steady::time_point valid_until, bool handed_off, bool after_wait) {
+                           steady::time_point valid_until, bool handed_off, bool after_wait,
+                           bool partial) {
     auto core = std::make_shared<lease_core>(shared_from_this(), std::string(name), token, fence,
                                              options, sent, valid_until, kind, after_wait);
-    track(core, handed_off);
+    track(core, handed_off || partial);
     lock_event acquired{event_kind::acquired, name, fence, {}, steady::now()};
     acquired.handed_off = handed_off;
     notify(acquired);
@@ -1053,9 +1054,13 @@ struct engine::acquire_run {
         if (result.granted) {
             if (waiting) waiting->granted();
             registered_as();
+            // Held on fewer than every node as a registered waiter: a node where it is queued
+            // may still hand it the key (grant(), `partial`).
+            const bool partial = self.servers_.size() > 1 && !waiter->waiter_id().empty() &&
+                                 result.granting < self.servers_.size();
             granted = self.grant(name, token, result.fencing_token, options, request.kind, sent,
                                  dlock::detail::valid_until(sent, lease_ms, self.config_.drift),
-                                 false, policy.attempts() > 0);
+                                 false, policy.attempts() > 0, partial);
             leave_armed = false;
             return policy.next(steady::now(), report::granted());
         }
@@ -1258,16 +1263,16 @@ void engine::release(lease_core& lease, std::error_code& ec) noexcept {
     }
 }
 
-void engine::track(const std::shared_ptr<lease_core>& lease, bool handed_off) {
+void engine::track(const std::shared_ptr<lease_core>& lease, bool extend_soon) {
     auto next = std::min(
         dlock::detail::next_renewal_at(lease->plan(), lease->granted_at(), lease->granted_at()),
         lease->valid_until());
     // A hand-off grant carries the short hand-off lease: extend it to the owner's own lease soon,
     // but not on the hand-off's critical path (a short critical section releases before that).
-    if (handed_off) next = std::min(next, steady::now() + handoff_lease / 4);
+    if (extend_soon) next = std::min(next, steady::now() + handoff_lease / 4);
     {
         dlock::detail::lock_guard lock(registry_mutex_);
-        registry_.track(lease, next, handed_off);
+        registry_.track(lease, next, extend_soon);
     }
     wake_by(next);
 }
@@ -1369,12 +1374,16 @@ steady::time_point engine::renew_due(steady::time_point now) {
                     case quorum::renew_verdict::renewed: {
                         lease->renewed(
                             dlock::detail::valid_until(sent, due[i].request, config_.drift));
-                        // A hand-off grant held on a quorum, extended on fewer than every server:
-                        // a straggler's release may still hand its key to us there, with the
-                        // short hand-off lease. Extend again soon while that lease could run, so
-                        // that key is kept too.
-                        const bool straggler = due[i].extend_once && tally.ours < servers_.size() &&
-                                               sent < lease->granted_at() + handoff_lease;
+                        // A hand-off or partial grant (track()), extended on fewer than every
+                        // server: a straggler's release may still hand its key to us there, with
+                        // the short hand-off lease, while our queue entry there is live: until
+                        // waiter_liveness after the attempt the grant counts from, which
+                        // refreshed it last. Extend again every handoff_lease / 4 until one round
+                        // has gone after that, so that key is kept too.
+                        const auto queued_until = lease->granted_at() + waiter_liveness;
+                        const bool straggler = due[i].extend_once &&
+                                               tally.ours < servers_.size() &&
+                                               sent < queued_until + handoff_lease / 4;
                         registry_.schedule(lease.get(),
                                            straggler
                                                ? sent + handoff_lease / 4

@@ -203,10 +203,14 @@ private:
     dlock::lease reenter(const lock_protocol& protocol, std::string_view name, const lease& held,
                          const lock_options& options, std::error_code& ec);
     /// A new lease of `name`. `handed_off`: granted by a hand-off message (see track());
-    /// `after_wait`: granted after waiting for another holder (lease_core::after_wait).
+    /// `after_wait`: granted after waiting for another holder (lease_core::after_wait);
+    /// `partial`: Redlock, granted by an attempt that a registered waiter made, on fewer than
+    /// every node: it may still be queued on the others, whose late releases hand it their keys
+    /// with the hand-off lease (track() keeps those as it keeps a hand-off grant's).
     dlock::lease grant(std::string_view name, const std::string& token, std::uint64_t fence,
                        const lock_options& options, lock_kind kind, steady::time_point sent,
-                       steady::time_point valid_until, bool handed_off, bool after_wait);
+                       steady::time_point valid_until, bool handed_off, bool after_wait,
+                       bool partial = false);
     std::chrono::milliseconds node_timeout_for(std::chrono::milliseconds lease) const noexcept;
     /// Several servers: learns the run_id (INFO server) of every server whose identity is not
     /// known yet, over conns[i] (one per server), by `deadline`. Two URLs that reach one
@@ -222,10 +226,11 @@ private:
     /// failed or carried a READONLY reply (node::suspect; a fixed address ignores it).
     void suspect_failures(const std::vector<script_batch>& batches) noexcept;
 
-    /// Registers `lease` with the watchdog; `handed_off`: a hand-off grant, which carries only the
-    /// short hand-off lease, is extended to its own lease within handoff_lease / 4 (also a fixed
-    /// lease, once).
-    void track(const std::shared_ptr<dlock::detail::lease_core>& lease, bool handed_off = false);
+    /// Registers `lease` with the watchdog; `extend_soon`: a hand-off grant, which carries only
+    /// the short hand-off lease, or a partial one (grant()) is extended within handoff_lease / 4
+    /// (also a fixed lease), then again while a straggler node could still hand it its key
+    /// (renew_due()).
+    void track(const std::shared_ptr<dlock::detail::lease_core>& lease, bool extend_soon = false);
     void wake() noexcept;
     /// Whether `channel` is subscribed now on a quorum of subscribers (a hot lock's lingers).
     bool subscribed(const std::string& channel) const;
