@@ -1381,8 +1381,7 @@ steady::time_point engine::renew_due(steady::time_point now) {
                         // refreshed it last. Extend again every handoff_lease / 4 until one round
                         // has gone after that, so that key is kept too.
                         const auto queued_until = lease->granted_at() + waiter_liveness;
-                        const bool straggler = due[i].extend_once &&
-                                               tally.ours < servers_.size() &&
+                        const bool straggler = due[i].extend_once && tally.ours < servers_.size() &&
                                                sent < queued_until + handoff_lease / 4;
                         registry_.schedule(lease.get(),
                                            straggler
