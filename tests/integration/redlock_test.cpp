@@ -163,6 +163,18 @@ TEST(Redlock, AHolderStillQueuedOnAServerLeavesThatQueueOnRelease) {
     grant.release(ignored);
 }
 
+/// Server i hands lock `name`'s key to waiter `id` at fencing token `fence` (a 2 s hand-off
+/// lease) as a release would, but sends no message: both writes in one script, so no attempt of
+/// the waiter sees one without the other.
+void hand_key(std::size_t i, dlock::redis::client& probe, const std::string& name,
+              const std::string& id, std::uint64_t fence) {
+    fleet()[i].command({"EVAL",
+                        "redis.call('SET', KEYS[1], ARGV[1], 'PX', 2000) "
+                        "redis.call('SET', KEYS[2], ARGV[2])",
+                        "2", probe.lock_key(name), probe.fence_key(name), id,
+                        std::to_string(fence)});
+}
+
 /// A registered mutex waiter that is not a process: id `id` queued and alive for a minute on
 /// every server (its client's hand-off channel has nobody subscribed).
 void queue_phantom(dlock::redis::client& probe, const std::string& name, const std::string& id,
@@ -297,28 +309,39 @@ TEST(Redlock, AFreeKeyIsNotHandedToAWaiterWhileReadersHoldTheName) {
     }
 }
 
-/// A process of its own that waits for `name` (lease 60 s) and holds it until release(); it
-/// records its fencing token and whether the grant was a hand-off (lock_event::handed_off).
+/// A process of its own that waits for `name` (lease 60 s; someone else holds it now) and holds
+/// it until release(); it records its fencing token and whether the grant was a hand-off
+/// (lock_event::handed_off). It waits as on a hot lock, its hand-off channel still subscribed on
+/// every server from a wait just before (it lingers 2 s): a server's late confirmation of a new
+/// subscription wakes a waiter to attempt once more (subscriber.cpp), and such an attempt, right
+/// when a test hands it the keys, would take them up itself.
 struct waiting_holder {
-    std::atomic<bool> acquired{false}, handed_off{false};
+    std::atomic<bool> warmed{false}, acquired{false}, handed_off{false};
     std::atomic<std::uint64_t> fence{0};
     std::jthread thread;
 
-    explicit waiting_holder(const std::string& name)
-        : thread([this, name](const std::stop_token& release) {
-              dlock::redlock::client own({.urls = fleet().urls(),
+    /// `urls`: how it reaches the servers (default: directly).
+    explicit waiting_holder(const std::string& name, std::vector<std::string> urls = fleet().urls())
+        : thread([this, name, urls = std::move(urls)](const std::stop_token& release) {
+              dlock::redlock::client own({.urls = urls,
                                           .node_timeout = scaled(2s),
                                           .observer = [this](const dlock::lock_event& e) {
                                               if (e.kind == dlock::event_kind::acquired)
                                                   handed_off = e.handed_off;
                                           }});
               std::error_code ec;  // canceled: the test failed before the release
+              const auto warm = own.acquire(name, {.wait = scaled(500ms), .cancel = release}, ec);
+              warmed = true;
+              if (!ec || ec == dlock::errc::canceled) return;  // should have timed out
               auto mine = own.acquire(name, {.lease = 60s, .cancel = release}, ec);
               if (ec) return;
               fence = mine.fencing_token();
               acquired = true;
               while (!release.stop_requested()) std::this_thread::sleep_for(1ms);
-          }) {}
+          }) {
+        // The wait before it left the queues again: the test sees only the wait that follows.
+        eventually([&] { return warmed.load(); }, scaled(10s));
+    }
     void release() {
         thread.request_stop();
         thread.join();
@@ -339,10 +362,7 @@ TEST(Redlock, AWokenHeadTakesUpTheKeysHandedToIt) {
     const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
     const auto handed = grant.fencing_token() + 1;
     // Every server hands its key to the waiter, and no grant message reaches it (lost).
-    for (std::size_t i = 0; i < fleet().size(); ++i) {
-        fleet()[i].command({"SET", key, id, "PX", "2000"});
-        fleet()[i].command({"SET", probe.fence_key(name), std::to_string(handed)});
-    }
+    for (std::size_t i = 0; i < fleet().size(); ++i) hand_key(i, probe, name, id, handed);
     // A wake-up without a grant (as the re-check after a lost message): it attempts.
     fleet()[0].command(
         {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
@@ -367,7 +387,15 @@ TEST(Redlock, AHeadHoldsOnAQuorumOfHandOffsWithoutAnotherAttempt) {
     dlock::redis::client probe({.url = fleet()[0].url()});
     const auto name = unique_name();
     auto grant = holder.acquire(name, {.lease = 60s});
-    waiting_holder waiter(name);
+    // The waiter reaches the last server 100 ms away. Its rounds then take that long, and it
+    // waits for the rest of a quorum's grants after the first for twice its last round
+    // (mutex_waiter::awaits_more), longer than a loaded machine's scheduling delay between the
+    // messages. With every server near, that wait can be 1 ms; then the attempt that follows,
+    // which takes up the keys handed to it, is the grant: correct, but not the path under test.
+    dlock::test::reply_delayer distant(fleet()[4].port(), 100ms);
+    auto urls = fleet().urls();
+    urls[4] = distant.url();
+    waiting_holder waiter(name, urls);
     ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
     const auto id =
         fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
@@ -456,10 +484,7 @@ TEST(Redlock, APartialGrantKeepsAStragglersHandOffToo) {
     const auto handed = grant.fencing_token() + 1;
     // Four servers hand their keys to the waiter, and no grant message reaches it (lost); the
     // fifth still holds the holder's key.
-    for (std::size_t i = 0; i < 4; ++i) {
-        fleet()[i].command({"SET", key, id, "PX", "2000"});
-        fleet()[i].command({"SET", probe.fence_key(name), std::to_string(handed)});
-    }
+    for (std::size_t i = 0; i < 4; ++i) hand_key(i, probe, name, id, handed);
     fleet()[0].command(
         {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
     ASSERT_TRUE(eventually([&] { return waiter.acquired.load(); }, 10s));

@@ -1,4 +1,4 @@
-// Three small taps on a Redis server for tests that need to see or break the wire:
+// Small taps on a Redis server for tests that need to see, slow or break the wire:
 //
 //   reply_cutter    a TCP proxy in front of a server. The first connection whose request bytes
 //                   contain `trigger` is cut (both sockets closed) when the server's answer to it
@@ -10,6 +10,9 @@
 //                   let_through(): the server has certainly not run that request before then
 //                   (e.g. a SUBSCRIBE that must land late). Replies, and every other connection,
 //                   pass as is.
+//   reply_delayer   a TCP proxy in front of a server that forwards the server's bytes `delay`
+//                   after they arrived (requests at once, order kept): every round trip through
+//                   it takes at least `delay`, as to a distant server.
 //   monitor_tap   a MONITOR connection that collects the commands the server runs (scripts'
 //                 commands included, as `[0 lua] "CMD" "arg" ...` lines); runs_script() tells
 //                 a line that runs a script on a lock key.
@@ -28,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
@@ -177,6 +181,58 @@ private:
 
     std::string trigger_;
     std::atomic<bool> cut_{false};
+    tap_detail::relay relay_;  // last: stops and joins the pipes before the members they use go
+};
+
+class reply_delayer {
+public:
+    reply_delayer(std::uint16_t upstream_port, std::chrono::milliseconds delay)
+        : delay_(delay),
+          relay_(upstream_port, [this](int client, int server) { pipe(client, server); }) {}
+
+    reply_delayer(const reply_delayer&) = delete;
+    reply_delayer& operator=(const reply_delayer&) = delete;
+
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(relay_.port()); }
+
+private:
+    void pipe(int client, int server) {
+        using clock = std::chrono::steady_clock;
+        std::deque<std::pair<clock::time_point, std::string>> due;  // the server's bytes, by when
+        char buf[16384];
+        while (!relay_.stopping()) {
+            const auto now = clock::now();
+            bool open = true;
+            while (open && !due.empty() && due.front().first <= now) {
+                const auto& [at, bytes] = due.front();
+                open = tap_detail::write_all(client, bytes.data(), bytes.size());
+                due.pop_front();
+            }
+            if (!open) break;
+            auto wait = std::chrono::milliseconds(20);
+            if (!due.empty()) {
+                wait = std::min(
+                    wait, std::chrono::ceil<std::chrono::milliseconds>(due.front().first - now));
+            }
+            pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+            if (::poll(p, 2, static_cast<int>(wait.count())) <= 0) continue;
+            if (p[0].revents) {
+                const auto n = ::recv(client, buf, sizeof buf, 0);
+                if (n <= 0 || !tap_detail::write_all(server, buf, static_cast<std::size_t>(n)))
+                    break;
+            }
+            if (p[1].revents) {
+                const auto n = ::recv(server, buf, sizeof buf, 0);
+                if (n <= 0) break;
+                due.emplace_back(clock::now() + delay_,
+                                 std::string(buf, static_cast<std::size_t>(n)));
+            }
+        }
+        ::close(client);
+        ::close(server);
+    }
+
+    std::chrono::milliseconds delay_;
     tap_detail::relay relay_;  // last: stops and joins the pipes before the members they use go
 };
 
