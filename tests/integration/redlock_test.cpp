@@ -309,6 +309,13 @@ TEST(Redlock, AFreeKeyIsNotHandedToAWaiterWhileReadersHoldTheName) {
     }
 }
 
+/// The waiter id of the one registered mutex waiter of `name`, once every server queues it
+/// (within 10 s); empty if they do not.
+std::string queued_id(dlock::redis::client& probe, const std::string& name) {
+    if (!eventually([&] { return queueing(probe, name, 1) == 5; }, 10s)) return {};
+    return fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
+}
+
 /// A process of its own that waits for `name` (lease 60 s; someone else holds it now) and holds
 /// it until release(); it records its fencing token and whether the grant was a hand-off
 /// (lock_event::handed_off). It waits as on a hot lock, its hand-off channel still subscribed on
@@ -357,9 +364,9 @@ TEST(Redlock, AWokenHeadTakesUpTheKeysHandedToIt) {
     const auto name = unique_name();
     auto grant = holder.acquire(name, {.lease = 60s});
     waiting_holder waiter(name);
-    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
+    const auto id = queued_id(probe, name);
+    ASSERT_FALSE(id.empty()) << "queued on every server";
     const auto key = probe.lock_key(name);
-    const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
     const auto handed = grant.fencing_token() + 1;
     // Every server hands its key to the waiter, and no grant message reaches it (lost).
     for (std::size_t i = 0; i < fleet().size(); ++i) hand_key(i, probe, name, id, handed);
@@ -396,9 +403,8 @@ TEST(Redlock, AHeadHoldsOnAQuorumOfHandOffsWithoutAnotherAttempt) {
     auto urls = fleet().urls();
     urls[4] = distant.url();
     waiting_holder waiter(name, urls);
-    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
-    const auto id =
-        fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
+    const auto id = queued_id(probe, name);
+    ASSERT_FALSE(id.empty()) << "queued on every server";
     const auto before = grant.fencing_token();
     grant.release();
     ASSERT_TRUE(eventually([&] { return waiter.acquired.load(); }, 10s));
@@ -420,6 +426,22 @@ TEST(Redlock, AHeadHoldsOnAQuorumOfHandOffsWithoutAnotherAttempt) {
     EXPECT_EQ(holders(probe.lock_key(name)), 0) << "released everywhere";
 }
 
+/// The last server's key of `name`, handed to `id` by a late release with the 2 s hand-off lease,
+/// is extended by the head's watchdog to the lease it asked for (60 s), and every server holds it.
+void expect_straggler_kept(dlock::redis::client& probe, const std::string& name,
+                           const std::string& id) {
+    const auto key = probe.lock_key(name);
+    EXPECT_TRUE(eventually(
+        [&] {
+            return fleet()[4].command({"GET", key}) == id &&
+                   std::stoll(fleet()[4].command({"PTTL", key})) > 30000;
+        },
+        10s))
+        << "the straggler's hand-off ran out: " << fleet()[4].command({"GET", key}) << ", PTTL "
+        << fleet()[4].command({"PTTL", key});
+    EXPECT_EQ(keys_holding(probe, name, id), 5);
+}
+
 // A straggler server: the holder's release reaches it only after the head, holding on the other
 // servers' hand-offs, extended its keys once. That server then hands its key to the head too, with
 // the 2 s hand-off lease; the watchdog extends again while that lease could run, so the key stays
@@ -437,8 +459,8 @@ TEST(Redlock, AStragglersHandOffIsExtendedToo) {
     const auto key = probe.lock_key(name);
     auto grant = holder.acquire(name, {.lease = 60s});
     waiting_holder waiter(name);
-    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
-    const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
+    const auto id = queued_id(probe, name);
+    ASSERT_FALSE(id.empty()) << "queued on every server";
     std::jthread releasing([&] { grant.release(); });
     ASSERT_TRUE(eventually([&] { return waiter.acquired.load(); }, 10s));
     // The head holds on the four other servers' hand-offs; the release to the fifth, sent beside
@@ -455,15 +477,7 @@ TEST(Redlock, AStragglersHandOffIsExtendedToo) {
         10s));
     late.let_through();  // the straggler's release: its key goes to the head, for 2 s
     releasing.join();
-    EXPECT_TRUE(eventually(
-        [&] {
-            return fleet()[4].command({"GET", key}) == id &&
-                   std::stoll(fleet()[4].command({"PTTL", key})) > 30000;
-        },
-        10s))
-        << "the straggler's hand-off ran out: " << fleet()[4].command({"GET", key}) << ", PTTL "
-        << fleet()[4].command({"PTTL", key});
-    EXPECT_EQ(keys_holding(probe, name, id), 5);
+    expect_straggler_kept(probe, name, id);
     waiter.release();
     EXPECT_EQ(holders(key), 0) << "released everywhere";
 }
@@ -479,8 +493,8 @@ TEST(Redlock, APartialGrantKeepsAStragglersHandOffToo) {
     const auto key = probe.lock_key(name);
     auto grant = holder.acquire(name, {.lease = 60s});
     waiting_holder waiter(name);
-    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
-    const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
+    const auto id = queued_id(probe, name);
+    ASSERT_FALSE(id.empty()) << "queued on every server";
     const auto handed = grant.fencing_token() + 1;
     // Four servers hand their keys to the waiter, and no grant message reaches it (lost); the
     // fifth still holds the holder's key.
@@ -494,15 +508,7 @@ TEST(Redlock, APartialGrantKeepsAStragglersHandOffToo) {
     std::error_code ignored;  // the holder's keys on four servers were taken from it above
     grant.release(ignored);
     EXPECT_EQ(fleet()[4].command({"GET", key}), id) << "the straggler handed its key on";
-    EXPECT_TRUE(eventually(
-        [&] {
-            return fleet()[4].command({"GET", key}) == id &&
-                   std::stoll(fleet()[4].command({"PTTL", key})) > 30000;
-        },
-        10s))
-        << "the straggler's hand-off ran out: " << fleet()[4].command({"GET", key}) << ", PTTL "
-        << fleet()[4].command({"PTTL", key});
-    EXPECT_EQ(keys_holding(probe, name, id), 5);
+    expect_straggler_kept(probe, name, id);
     EXPECT_EQ(waiter.fence.load(), handed);
     waiter.release();
     EXPECT_EQ(holders(key), 0) << "released everywhere";
