@@ -104,6 +104,18 @@ TEST(RedisGrantFirst, RedisWritesThePublishedMessageFirstWhenAPingWentAhead) {
                            channel + "\r\n:1\r\n";
     ASSERT_EQ(subscriber.read(confirmed.size()).first, confirmed);
 
+    // The kernel turns receive timestamps on for the whole system a little after the first
+    // socket asks (net_enable_timestamp defers it to a work queue); until then reads carry none.
+    // On a busy machine that can outlast the rounds below: wait until a reply is stamped.
+    ASSERT_TRUE(eventually(
+        [&] {
+            caller.send(resp({"PING"}));
+            const auto [pong, at] = caller.read(7);
+            return pong == "+PONG\r\n" && at != 0;
+        },
+        10s))
+        << "no receive timestamps";
+
     const auto publish =
         resp({"EVAL", "redis.call('PUBLISH', KEYS[1], 'granted'); return 1", "1", channel});
     const auto message = "*3\r\n$7\r\nmessage\r\n$" + std::to_string(channel.size()) + "\r\n" +
