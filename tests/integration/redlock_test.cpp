@@ -106,6 +106,20 @@ int queueing(dlock::redis::client& probe, const std::string& name, int n) {
     return count;
 }
 
+/// The waiter id of the one registered mutex waiter of `name`, once every server queues it
+/// (within 10 s); empty if they do not.
+std::string queued_id(dlock::redis::client& probe, const std::string& name) {
+    if (!eventually([&] { return queueing(probe, name, 1) == 5; }, 10s)) return {};
+    return fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
+}
+
+/// Server 0 tells waiter `id` of `name` "wake" on its client's hand-off channel: a wake-up without
+/// a grant (as the re-check after a lost message), on which it attempts.
+void wake(dlock::redis::client& probe, const std::string& name, const std::string& id) {
+    fleet()[0].command(
+        {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
+}
+
 // A waiting dlock::mutex registers on every server, so that a release wakes one waiting process,
 // not every one (docs/redlock.md, "Waiting").
 TEST(Redlock, WaitersRegisterOnEveryServer) {
@@ -145,14 +159,13 @@ TEST(Redlock, AHolderStillQueuedOnAServerLeavesThatQueueOnRelease) {
         acquired = true;
         while (!release) std::this_thread::sleep_for(1ms);
     });
-    ASSERT_TRUE(eventually([&] { return queueing(probe, name, 1) == 5; }, 10s));
-    const auto id = fleet()[0].command({"ZRANGE", key + ":mutex_waiters", "0", "0"});
+    const auto id = queued_id(probe, name);
+    ASSERT_FALSE(id.empty()) << "queued on every server";
     // The holder's keys go from servers 2-4 (no message); another owner holds servers 0 and 1.
     for (std::size_t i = 0; i < 2; ++i) fleet()[i].command({"SET", key, "another", "PX", "60000"});
     for (std::size_t i = 2; i < fleet().size(); ++i) fleet()[i].command({"DEL", key});
     // Server 0 wakes the waiter (its subscriber listens there): granted by servers 2-4.
-    fleet()[0].command(
-        {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
+    wake(probe, name, id);
     ASSERT_TRUE(eventually([&] { return acquired.load(); }, 10s));
     EXPECT_EQ(queueing(probe, name, 1), 2) << "still queued where the lock was held";
     release = true;
@@ -309,13 +322,6 @@ TEST(Redlock, AFreeKeyIsNotHandedToAWaiterWhileReadersHoldTheName) {
     }
 }
 
-/// The waiter id of the one registered mutex waiter of `name`, once every server queues it
-/// (within 10 s); empty if they do not.
-std::string queued_id(dlock::redis::client& probe, const std::string& name) {
-    if (!eventually([&] { return queueing(probe, name, 1) == 5; }, 10s)) return {};
-    return fleet()[0].command({"ZRANGE", probe.lock_key(name) + ":mutex_waiters", "0", "0"});
-}
-
 /// A process of its own that waits for `name` (lease 60 s; someone else holds it now) and holds
 /// it until release(); it records its fencing token and whether the grant was a hand-off
 /// (lock_event::handed_off). It waits as on a hot lock, its hand-off channel still subscribed on
@@ -371,8 +377,7 @@ TEST(Redlock, AWokenHeadTakesUpTheKeysHandedToIt) {
     // Every server hands its key to the waiter, and no grant message reaches it (lost).
     for (std::size_t i = 0; i < fleet().size(); ++i) hand_key(i, probe, name, id, handed);
     // A wake-up without a grant (as the re-check after a lost message): it attempts.
-    fleet()[0].command(
-        {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
+    wake(probe, name, id);
     ASSERT_TRUE(eventually([&] { return waiter.acquired.load(); }, 10s));
     EXPECT_EQ(keys_holding(probe, name, id), 5) << "held under its waiter id";
     EXPECT_EQ(waiter.fence.load(), handed) << "the hand-offs' token";
@@ -499,8 +504,7 @@ TEST(Redlock, APartialGrantKeepsAStragglersHandOffToo) {
     // Four servers hand their keys to the waiter, and no grant message reaches it (lost); the
     // fifth still holds the holder's key.
     for (std::size_t i = 0; i < 4; ++i) hand_key(i, probe, name, id, handed);
-    fleet()[0].command(
-        {"PUBLISH", probe.release_channel(name) + ":" + id.substr(0, id.find('.')), "wake " + id});
+    wake(probe, name, id);
     ASSERT_TRUE(eventually([&] { return waiter.acquired.load(); }, 10s));
     EXPECT_FALSE(waiter.handed_off.load()) << "held by its own attempt, on four servers";
     EXPECT_EQ(keys_holding(probe, name, id), 4);
