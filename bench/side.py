@@ -718,11 +718,24 @@ def floor_notes(res, side, run_dir):
         if not (h and ld and bv):
             out[desc] = NO_FLOOR + (" (no round trip under this load: the probe did not run)" if h and bv else "")
             continue
+        goal = lim * bv
+        relay = ref50("relay_handoff_1of1") if gid == "W3-redis" else None
+        if h < ld and relay:
+            # The probe's round trip carries its own client's wake-up, as a hand-off carries the
+            # waiter's, and is above the hand-off here: W0's relay is the floor then (bare threads
+            # passing a turn by PUBLISH on one server: the release reaching Redis, Redis' message
+            # reaching the next one, its wake-up; on a quiet server, without a lock's scripts).
+            out[desc] = ((f"**below the physical floor**: the goal asks for {us(goal)} ({lim:g}× {blab}'s {us(bv)}); "
+                          if relay > goal else f"floor {us(relay)}, under the goal ({us(goal)}): ")
+                         + f"8 bare hiredis threads passing a turn by PUBLISH on one server (W0's relay, empty "
+                           f"critical section, a quiet server) took {us(relay)} per hand-off p50 (the probe's {op} "
+                           f"p50 under this load, {us(ld)}, is above dlock's hand-off: its own wake-up is part of "
+                           f"its round trip); dlock is {h / relay:.2f}× that floor, {blab} {bv / relay:.2f}×")
+            continue
         if h < ld:
             out[desc] = (f"{NO_FLOOR} under dlock's hand-off: the probe's {op} p50 under this load ({us(ld)}) is above "
                          f"it ({us(h)}); the probe's own wake-up is part of its round trip")
             continue
-        goal = lim * bv
         gap = f.get("probe_gap_ms")
         what = (f"one round trip under this load (the probe's {op} p50, a separate process timing one "
                 f"{'every %g ms' % gap if gap else 'every few ms'} while {lab}'s {gid.split('-')[0]} workers ran)")
