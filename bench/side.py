@@ -648,6 +648,14 @@ def count_summary(res):
 NO_FLOOR = "no floor measured in this run"
 
 
+def floor_verdict(floor, goal, asks):
+    """The opening of a floor note: the goal (`goal` ns, `asks` says of what) below the `floor`
+    measured, or the floor under it."""
+    if floor > goal:
+        return f"**below the physical floor**: the goal asks for {us(goal)} ({asks}); "
+    return f"floor {us(floor)}, under the goal ({us(goal)}): "
+
+
 def w2_floor_text(lab, f, blab, peer, bare, own_w0=None):
     """The floor of "W2 <lock type> Redis CPU per lock/unlock pair" and why (docs/benchmarks.md,
     "Floors"): `f` and `peer` are W2's figures of `lab` and of the best peer `blab`, `bare` and
@@ -725,8 +733,7 @@ def floor_notes(res, side, run_dir):
             # waiter's, and is above the hand-off here: W0's relay is the floor then (bare threads
             # passing a turn by PUBLISH on one server: the release reaching Redis, Redis' message
             # reaching the next one, its wake-up; on a quiet server, without a lock's scripts).
-            out[desc] = ((f"**below the physical floor**: the goal asks for {us(goal)} ({lim:g}× {blab}'s {us(bv)}); "
-                          if relay > goal else f"floor {us(relay)}, under the goal ({us(goal)}): ")
+            out[desc] = (floor_verdict(relay, goal, f"{lim:g}× {blab}'s {us(bv)}")
                          + f"8 bare hiredis threads passing a turn by PUBLISH on one server (W0's relay, empty "
                            f"critical section, a quiet server) took {us(relay)} per hand-off p50 (the probe's {op} "
                            f"p50 under this load, {us(ld)}, is above dlock's hand-off: its own wake-up is part of "
@@ -905,8 +912,7 @@ def floor_notes(res, side, run_dir):
                     f"messages, took {us(q3)} per hand-off p50 in W0 (the same relay on one server {us(q1)}: a "
                     f"quorum hand-off costs {q3 / q1:.2f}× a single-server one at the floor; dlock's fair "
                     f"{fair / q1:.2f}× the one-server relay)")
-            out[desc] = ((f"**below the physical floor**: the goal asks for {us(2 * fair)} (2× fair's {us(fair)}); "
-                          if q3 > 2 * fair else f"floor {us(q3)}, under the goal ({us(2 * fair)}): ")
+            out[desc] = (floor_verdict(q3, 2 * fair, f"2× fair's {us(fair)}")
                          + what + f"; dlock is {v / q3:.2f}× that floor"
                          # The goal is a ratio to dlock's own hand-off: at the floors the ratio is q3 / q1.
                          + (f"; the goal's 2× is under the {q3 / q1:.2f}× a quorum costs at the floor, so it is "
@@ -922,8 +928,7 @@ def floor_notes(res, side, run_dir):
                     f"under this load (the probe's PING p50, a separate process) took {us(ld)}"
                     + (f" (a PING written to all 3 at once took {fan / ping:.2f}× one PING in W0, quiet)"
                        if fan and ping else ""))
-            out[desc] = ((f"**below the physical floor**: the goal asks for {us(2 * fair)} (2× fair's {us(fair)}); "
-                          if ld > 2 * fair else f"floor {us(ld)}, under the goal ({us(2 * fair)}): ")
+            out[desc] = (floor_verdict(ld, 2 * fair, f"2× fair's {us(fair)}")
                          + what + f"; dlock is {v / ld:.2f}× that round trip")
     # ZooKeeper: a hand-off is at least the holder's delete (a write the server logs before it
     # answers and fires the watch); the waiter next in line knows it holds from the watch alone. The
@@ -948,8 +953,7 @@ def floor_notes(res, side, run_dir):
     if v and bv and not zf:
         out[desc] = NO_FLOOR + " (no ZooKeeper delete timed in this run)"
     elif v and bv:
-        out[desc] = ((f"**below the physical floor**: the goal asks for {us(0.6 * bv)} (0.6× {blab}'s {us(bv)}); "
-                      if 0.6 * bv < zf else f"floor {us(zf)}, under the goal ({us(0.6 * bv)}): ")
+        out[desc] = (floor_verdict(zf, 0.6 * bv, f"0.6× {blab}'s {us(bv)}")
                      + "a ZooKeeper hand-off is at least the holder's delete (a write; the waiter next in line "
                      f"needs no re-read), and {which} took {us(zf)}; dlock is {v / zf:.2f}× that floor"
                      + (" (under 1: the probe's own wake-ups are part of its round trip)" if v < zf else "")
