@@ -122,6 +122,35 @@ TEST(FairMutex, PlainMutexKeyOfAnotherTypeIsAnError) {
     EXPECT_EQ(integer_of(redis.command({"HGET", redis.lock_key(name), "x"})), 1);
 }
 
+// Earlier versions kept the waiters' liveness in a hash; the scripts drop it at their first purge
+// (its waiters join again) instead of failing on it, on the attempt's path and on the release's.
+TEST(FairMutex, LivenessHashOfEarlierVersionsIsDropped) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name("lock");
+    const auto key = redis.lock_key(name);
+    const auto old_queue = [&] {
+        redis.command({"ZADD", key + ":queue", "1", "fair:earlier.1"});
+        redis.command({"DEL", key + ":alive"});
+        redis.command({"HSET", key + ":alive", "fair:earlier.1", "99999999999999"});
+    };
+    // An attempt while another holds it: it joins (and, a try_lock, leaves) the new layout.
+    redis.command({"SET", key, "fair:someone.1", "PX", "60000"});
+    old_queue();
+    dlock::fair_mutex waiter(redis, name);
+    EXPECT_FALSE(waiter.try_lock());
+    EXPECT_NE(redis.command({"TYPE", key + ":alive"}).text, "hash");
+    // A release with an old queue behind it: the key goes, nobody is handed it.
+    redis.command({"DEL", key, key + ":queue", key + ":alive"});
+    dlock::fair_mutex holder(redis, name);
+    ASSERT_TRUE(holder.try_lock());
+    old_queue();
+    holder.unlock();
+    EXPECT_EQ(integer_of(redis.command({"EXISTS", key})), 0);
+    EXPECT_EQ(integer_of(redis.command({"EXISTS", key + ":alive"})), 0);
+    EXPECT_TRUE(waiter.try_lock());
+    waiter.unlock();
+}
+
 }  // namespace
 
 namespace {

@@ -31,10 +31,9 @@ local held = dlock_guard_read.type
 if held ~= 'none' and held ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
 end
-if redis.call('TYPE', KEYS[4]).ok == 'hash' then
-  redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions: those waiters re-join
-end
-local now = dlock_now_ms()
+-- (A liveness hash of earlier versions is dropped by the purge below: lib/queue.lua.)
+local now_us = dlock_now_us()  -- one TIME for the queue's deadlines and a grant's fence
+local now = math.floor(now_us / 1000)
 local liveness = tonumber(ARGV[5])
 
 local owner = dlock_guard_read.value
@@ -49,14 +48,15 @@ dlock_purge_dead(KEYS[3], KEYS[4], now)
 if not owner then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] or head[1] == ARGV[1] then
-    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[10])
+    local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[10],
+                                   nil, now_us)
     if bad then return bad end
     return {1, fence}
   end
   -- Free, but an earlier waiter is first (its holder expired without a release): hand it over
   -- now rather than at that waiter's next refresh.
   local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[5], ARGV[6],
-                           ARGV[10])
+                           ARGV[10], now_us)
   if bad then return bad end
 end
 

@@ -18,19 +18,21 @@ if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
 end
 --@include lib/fence.lua
 --@include lib/queue.lua
-if redis.call('TYPE', KEYS[4]).ok == 'hash' then
-  redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions
-end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   -- A waiter that leaves the queue, or a grant already lost.
   redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  if redis.call('TYPE', KEYS[4]).ok == 'hash' then
+    redis.call('DEL', KEYS[4])  -- the liveness layout of earlier versions: those waiters re-join
+  else
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
   return 0
 end
 -- We hold it, so we are not queued: a grant takes its entry off (dlock_grant), and a holder's
 -- refresh returns before it would join (fair_acquire.lua). Dead waiters first, so the head below
--- is live.
-dlock_purge_dead(KEYS[3], KEYS[4], dlock_now_ms())
+-- is live (a liveness hash of earlier versions is dropped there). One TIME for it and the fence.
+local now_us = dlock_now_us()
+dlock_purge_dead(KEYS[3], KEYS[4], math.floor(now_us / 1000))
 while true do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if not head[1] then
@@ -41,7 +43,7 @@ while true do
   if head[1] ~= ARGV[1] and redis.call('ZSCORE', KEYS[4], head[1]) then
     -- dlock_grant takes the head off the queue and its liveness.
     local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[3],
-                               ARGV[2], ARGV[5])
+                               ARGV[2], ARGV[5], now_us)
     if bad then return bad end
     return 1
   end

@@ -92,20 +92,21 @@ end
 -- (or two grants fell in one microsecond); then counter + 1 is stored over it. A counter that is
 -- not a number is put back (kept for max(`idle_ms`, `lease_ms`)) and refused; a key of another
 -- type, or a server that refuses writes, makes SET ... GET fail without writing.
--- Returns it (a number), or nil and an error reply when the counter is unusable (no grant
--- changes then).
-local function dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor)
+-- `now_us`: the server's clock in us if the script read it already (one TIME serves a script;
+-- nil: read here). Returns it (a number), or nil and an error reply when the counter is unusable
+-- (no grant changes then).
+local function dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor, now_us)
   local keep = dlock_fence_keep(idle_ms, lease_ms)
   if clock_floor == '0' then
     local value, bad = dlock_read_fence(fence_key)
     if not value then return nil, bad end
     local fence = value + 1
-    if value <= 0 then fence = math.max(fence, dlock_now_us()) end
+    if value <= 0 then fence = math.max(fence, now_us or dlock_now_us()) end
     bad = dlock_store_fence(fence_key, fence, keep)
     if bad then return nil, bad end
     return fence
   end
-  local fence = dlock_now_us()
+  local fence = now_us or dlock_now_us()
   local replaced = dlock_set_fence(fence_key, dlock_fence_text(fence), keep, true)
   if type(replaced) == 'table' and replaced.err then
     return nil, dlock_fence_error(fence_key, replaced)

@@ -12,9 +12,18 @@ local function dlock_now_ms()
 end
 
 -- Dead waiters (liveness deadline before `now`) lose their place: O(log n + dead), not O(n).
--- Returns how many were purged.
+-- Returns how many were purged. The liveness hash of earlier versions is dropped here, the first
+-- time a purge meets it (its waiters join again): the hot paths pay no TYPE for it. A key of any
+-- other type fails the script as before.
 local function dlock_purge_dead(queue, alive, now)
-  local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', '(' .. now)
+  local dead = redis.pcall('ZRANGEBYSCORE', alive, '-inf', '(' .. now)
+  if dead.err then
+    if redis.call('TYPE', alive).ok ~= 'hash' then
+      redis.call('ZRANGEBYSCORE', alive, '-inf', '(' .. now)  -- fails with the server's error
+    end
+    redis.call('DEL', alive)
+    return 0
+  end
   for _, w in ipairs(dead) do
     redis.call('ZREM', queue, w)
   end
@@ -52,11 +61,12 @@ end
 -- Makes `token` the owner of lock key `owner` with a fresh fencing token (lib/fence.lua,
 -- dlock_next_fence: the counter `fence_key` kept max(`idle_ms`, `lease_ms`)) and a lease of
 -- `lease_ms`, and takes it off the queue. `clock_floor` as dlock_next_fence's ('0': Redlock's
--- counters, no clock floor; nil: one server's, with it). Returns the fencing token, or nil and an
--- error reply when the fence counter is unusable (nothing is written then). Scripts that include
--- this file include lib/fence.lua before it.
-local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms, idle_ms, clock_floor)
-  local fence, bad = dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor)
+-- counters, no clock floor; nil: one server's, with it), `now_us` as dlock_next_fence's. Returns
+-- the fencing token, or nil and an error reply when the fence counter is unusable (nothing is
+-- written then). Scripts that include this file include lib/fence.lua before it.
+local function dlock_grant(owner, fence_key, queue, alive, token, lease_ms, idle_ms, clock_floor,
+                           now_us)
+  local fence, bad = dlock_next_fence(fence_key, idle_ms, lease_ms, clock_floor, now_us)
   if not fence then return nil, bad end
   redis.call('SET', owner, token, 'PX', lease_ms)
   redis.call('ZREM', queue, token)
@@ -88,19 +98,19 @@ local function dlock_get_string(key)
   return redis.call('GET', key)
 end
 
--- The live head of the mutex waiters `queue` (liveness `alive`), once the dead ones are purged and
--- any entry without a liveness deadline is dropped; nil when none is left (or the keys are not the
--- waiters' zsets).
-local function dlock_live_mutex_head(queue, alive)
+-- The live head of the mutex waiters `queue` (liveness `alive`) and its ticket, once the dead ones
+-- (deadline before `now`, server ms) are purged and any entry without a liveness deadline is
+-- dropped; nil when none is left (or the keys are not the waiters' zsets).
+local function dlock_live_mutex_head(queue, alive, now)
   if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
     return nil
   end
-  dlock_purge_dead(queue, alive, dlock_now_ms())
+  dlock_purge_dead(queue, alive, now)
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head then return nil end
-    if redis.call('ZSCORE', alive, head) then return head end
-    redis.call('ZREM', queue, head)  -- no liveness deadline: not a live waiter
+    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if not head[1] then return nil end
+    if redis.call('ZSCORE', alive, head[1]) then return head[1], head[2] end
+    redis.call('ZREM', queue, head[1])  -- no liveness deadline: not a live waiter
   end
 end
 
@@ -125,22 +135,23 @@ end
 -- else nil.
 local function dlock_hand_mutex_head(owner, fence_key, queue, alive, channel, lease_ms, idle_ms,
                                     clock_floor, except)
-  local head = dlock_live_mutex_head(queue, alive)
+  local now_us = dlock_now_us()  -- one TIME for the purge and the fence
+  local head, ticket = dlock_live_mutex_head(queue, alive, math.floor(now_us / 1000))
   if not head or head == except then return nil end
-  local ticket = redis.call('ZSCORE', queue, head)
   local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms,
-                                 clock_floor)
+                                 clock_floor, now_us)
   if not fence then return bad end
   dlock_publish_grant(channel, head, fence, ticket)
   return nil
 end
 
 -- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
--- tells it (dlock_publish_grant). Returns an error reply when the fence counter is unusable, else
--- nil.
+-- tells it (dlock_publish_grant). `now_us`: the script's TIME in µs (nil: read here). Returns an
+-- error reply when the fence counter is unusable, else nil.
 local function dlock_hand_off(owner, fence_key, queue, alive, head, ticket, lease_ms, channel,
-                              idle_ms)
-  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms)
+                              idle_ms, now_us)
+  local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms, nil,
+                                 now_us)
   if bad then return bad end
   dlock_publish_grant(channel, head, fence, ticket)
   return nil
