@@ -762,6 +762,23 @@ def floor_notes(res, side, run_dir):
         else:
             out[desc] = (f"floor {us(ld)} = {what}, under the goal ({us(goal)}); dlock is {h / ld:.2f}× that floor"
                          + own(r, blab, "handoff_other_p50"))
+    # Where a W3 hand-off's time goes (bench/floor.cpp --relay-scripts): the same bare threads and
+    # round trips with the least scripts a fenced FIFO hand-off needs, and with dlock's own.
+    least, together = ref50("relay_handoff_min_scripts"), ref50("relay_handoff_min_pipelined")
+    own_scripts = ref50("relay_handoff_fair_scripts")
+    for lab, desc in (("dlock fair_mutex", "W3 fair_mutex hand-off to another p50"),
+                      ("dlock mutex", "W3 mutex hand-off to another p50")):
+        h = get(res.get("W3-redis"), lab, "handoff_other_p50")
+        if not (h and least and together and desc in out) or out[desc].startswith(NO_FLOOR):
+            continue
+        out[desc] += (f"; W0's scripted relays (the same threads, W3's round trips: the release, then the releaser's "
+                      f"next attempt, each awaited): the least scripts a fenced FIFO hand-off needs (compare, fence, "
+                      f"next owner, `PUBLISH`; then `TIME`, `ZADD`, `PTTL` to queue again) {us(least)} p50, "
+                      f"{us(together)} with both written at once")
+        if lab == "dlock fair_mutex" and own_scripts:
+            out[desc] += (f"; dlock's own fair_mutex scripts from those threads {us(own_scripts)} (W0 ran on a quiet "
+                          "server at another moment than W3; on this kind of VM these relays move by up to a third "
+                          "from one run to the next: docs/benchmarks.md)")
     for gid, lab, desc, op in (("W3-redis", "dlock fair_mutex",
                                 "W3 fair_mutex hand-off to another p50 vs PING under the same load", "PING"),
                                ("W3-etcd", "dlock mutex over etcd",
