@@ -149,16 +149,22 @@ bool ping(redisContext* c) {
     return ok;
 }
 
-/// Runs argv once; true unless the connection failed or the server answered an error.
-bool call(redisContext* c, const std::vector<std::string>& args) {
+/// Queues `args` on the context; the next redisGetReply writes it.
+void append_argv(redisContext* c, const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const auto& a : args) {
         argv.push_back(a.data());
         lens.push_back(a.size());
     }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
+    redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+}
+
+/// Runs argv once; true unless the connection failed or the server answered an error.
+bool call(redisContext* c, const std::vector<std::string>& args) {
+    append_argv(c, args);
+    void* reply = nullptr;
+    auto* r = redisGetReply(c, &reply) == REDIS_OK ? static_cast<redisReply*>(reply) : nullptr;
     const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
     if (r != nullptr && r->type == REDIS_REPLY_ERROR)
         std::fprintf(stderr, "dlock-bench-floor: %s\n", r->str);
@@ -451,17 +457,6 @@ void print_cost(std::FILE* f, const cost_variant& v, std::size_t keys, double se
 }
 
 }  // namespace
-
-/// Queues `args` on the context; the next redisGetReply writes it.
-void append_argv(redisContext* c, const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& a : args) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
-    }
-    redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
-}
 
 struct relay_result {
     std::vector<std::int64_t> handoffs;
