@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "redis/scripts.hpp"
+
 #include "child_process.hpp"
 #include "queued_lock_checks.hpp"
 #include "shared_redis.hpp"
@@ -149,6 +151,38 @@ TEST(FairMutex, LivenessHashOfEarlierVersionsIsDropped) {
     EXPECT_EQ(integer_of(redis.command({"EXISTS", key + ":alive"})), 0);
     EXPECT_TRUE(waiter.try_lock());
     waiter.unlock();
+}
+
+// A waiter told no ticket yet is joining: the script draws a ticket and adds it only if absent. A
+// repeated first attempt (its reply was lost) must keep the place it has, not move behind those
+// who joined meanwhile.
+TEST(FairMutex, RepeatedFirstAttemptKeepsItsPlace) {
+    dlock::redis::client redis({.url = shared_redis().url()});
+    const auto name = unique_name("lock");
+    const auto key = redis.lock_key(name);
+    const auto* acquire = dlock::redis::detail::find_script("fair_acquire");
+    ASSERT_NE(acquire, nullptr);
+    const auto attempt = [&](const std::string& token) {
+        // KEYS as fair_acquire.lua; ARGV: token, lease, -, -, liveness, channel, -, ticket floor
+        // (0: told none), -, idle expiry.
+        return redis.command({"EVAL", std::string(acquire->source), "5", key, redis.fence_key(name),
+                              key + ":queue", key + ":alive", key + ":arrivals", token, "60000",
+                              "1", "0", "60000", redis.release_channel(name), "0", "0", "",
+                              "60000"});
+    };
+    // {0, the holder's remaining ms, the waiter's ticket}
+    const auto ticket = [&](const std::string& token) {
+        const auto r = attempt(token);
+        EXPECT_EQ(r.type, dlock::redis::reply::kind::array) << r.text;
+        return r.elements.size() == 3 ? r.elements[2].integer : -1;
+    };
+    redis.command({"SET", key, "fair:holder.1", "PX", "60000"});
+    const auto first = ticket("fair:early.1");
+    EXPECT_GT(ticket("fair:late.1"), first);
+    EXPECT_EQ(ticket("fair:early.1"), first) << "a repeated first attempt drew a new place";
+    const auto order = redis.command({"ZRANGE", key + ":queue", "0", "-1"});
+    ASSERT_EQ(order.elements.size(), 2u);
+    EXPECT_EQ(order.elements[0].text, "fair:early.1") << "the first to join stays first";
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ local held = dlock_guard_read.type
 if held ~= 'none' and held ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
 end
--- (A liveness hash of earlier versions is dropped by the purge below: lib/queue.lua.)
+-- (A liveness hash of earlier versions is dropped by the purge or the join: lib/queue.lua.)
 local now_us = dlock_now_us()  -- one TIME for the queue's deadlines and a grant's fence
 local now = math.floor(now_us / 1000)
 local liveness = tonumber(ARGV[5])
@@ -43,11 +43,11 @@ if owner == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 
-dlock_purge_dead(KEYS[3], KEYS[4], now)
-
 if not owner then
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if not head[1] or head[1] == ARGV[1] then
+  -- The live head (dead waiters before it purged: dlock_live_head) goes first. A held name needs
+  -- no purge to be joined: its release purges the dead it meets.
+  local head, ticket = dlock_live_head(KEYS[3], KEYS[4], now)
+  if not head or head == ARGV[1] then
     local fence, bad = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[10],
                                    nil, now_us)
     if bad then return bad end
@@ -55,7 +55,7 @@ if not owner then
   end
   -- Free, but an earlier waiter is first (its holder expired without a release): hand it over
   -- now rather than at that waiter's next refresh.
-  local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[5], ARGV[6],
+  local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, ticket, ARGV[5], ARGV[6],
                            ARGV[10], now_us)
   if bad then return bad end
 end

@@ -7,18 +7,23 @@
 -- one winner, no extra round trip. Without waiters the key goes and 'released' is published on the release channel.
 -- Returns 1 when we held the lock (it was released or handed over), 0 otherwise (a waiter that
 -- leaves the queue, or a grant already lost: nothing of anyone else's is touched).
--- Without a queue and liveness entries nobody waits: compare-and-delete, before the queue
--- functions are even defined (each function a script defines is made anew on every call).
+-- The holder's release reads the key and the queue's head first: without a head nobody waits, and
+-- the key goes before the queue functions are even defined (each function a script defines is
+-- made anew on every call).
 --@include lib/notify.lua
-if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-  redis.call('DEL', KEYS[1])
-  dlock_notify(ARGV[2], 'released')
-  return 1
+local holder = redis.call('GET', KEYS[1])
+local first = nil
+if holder == ARGV[1] then
+  first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if not first[1] then
+    redis.call('DEL', KEYS[1])
+    dlock_notify(ARGV[2], 'released')
+    return 1
+  end
 end
 --@include lib/fence.lua
 --@include lib/queue.lua
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if holder ~= ARGV[1] then
   -- A waiter that leaves the queue, or a grant already lost.
   redis.call('ZREM', KEYS[3], ARGV[1])
   if redis.call('TYPE', KEYS[4]).ok == 'hash' then
@@ -29,25 +34,19 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 -- We hold it, so we are not queued: a grant takes its entry off (dlock_grant), and a holder's
--- refresh returns before it would join (fair_acquire.lua). Dead waiters first, so the head below
--- is live (a liveness hash of earlier versions is dropped there). One TIME for it and the fence.
+-- refresh returns before it would join (fair_acquire.lua); an entry of ours is dropped all the
+-- same. The live head gets the lock (dead waiters before it are purged, a liveness hash of
+-- earlier versions dropped: dlock_live_head). One TIME for it and the fence.
 local now_us = dlock_now_us()
-dlock_purge_dead(KEYS[3], KEYS[4], math.floor(now_us / 1000))
-while true do
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if not head[1] then
-    redis.call('DEL', KEYS[1])
-    dlock_notify(ARGV[2], 'released')
-    return 1
-  end
-  if head[1] ~= ARGV[1] and redis.call('ZSCORE', KEYS[4], head[1]) then
-    -- dlock_grant takes the head off the queue and its liveness.
-    local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head[1], head[2], ARGV[3],
-                               ARGV[2], ARGV[5], now_us)
-    if bad then return bad end
-    return 1
-  end
-  -- An entry without liveness (left half-way by an earlier version), or ours: skip it.
-  redis.call('ZREM', KEYS[3], head[1])
-  redis.call('ZREM', KEYS[4], head[1])
+local head, ticket = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000), ARGV[1], false,
+                                     first)
+if not head then
+  redis.call('DEL', KEYS[1])
+  dlock_notify(ARGV[2], 'released')
+  return 1
 end
+-- dlock_grant takes the head off the queue and its liveness.
+local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, ticket, ARGV[3], ARGV[2],
+                           ARGV[5], now_us)
+if bad then return bad end
+return 1

@@ -50,10 +50,13 @@ if id then
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)
 end
-if not KEYS[4] or redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
+if not KEYS[4] then return 1 end
+-- The queue's first entry, read once (no waiters, or waiters' keys of another type: done).
+local first = redis.pcall('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if first.err or not first[1] then return 1 end
 --@include lib/fence.lua
 --@include lib/queue.lua
 local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[5],
-                                  ARGV[7])
+                                  ARGV[7], nil, first)
 if bad then return bad end
 return 1

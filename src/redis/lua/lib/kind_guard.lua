@@ -30,12 +30,16 @@ local function dlock_name_kind(base)
                 base .. ':mutex_waiters') == 0 then
     return nil, nil, true
   end
-  local t = redis.call('TYPE', base).ok
-  dlock_guard_read.type = t
-  if t == 'string' then
-    dlock_guard_read.value = redis.call('GET', base)
-    return dlock_token_kind(dlock_guard_read.value), 'holds'
+  -- A held name is usually a string owner: GET reads its type and value in one call (it fails
+  -- on a key of another type, which TYPE then names; false: no key).
+  local value = redis.pcall('GET', base)
+  if type(value) == 'string' then
+    dlock_guard_read.type, dlock_guard_read.value = 'string', value
+    return dlock_token_kind(value), 'holds'
   end
+  local t = 'none'
+  if value then t = redis.call('TYPE', base).ok end
+  dlock_guard_read.type = t
   if t == 'hash' then return 'dlock::recursive_mutex', 'holds' end
   if t == 'zset' then return 'dlock::counting_semaphore', 'holds' end
   if t ~= 'none' then return nil end

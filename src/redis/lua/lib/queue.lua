@@ -36,20 +36,30 @@ end
 -- Joins `token` to the queue once and refreshes its liveness deadline to now + liveness ms.
 -- The ticket is the arrival number, raised above `floor` (every ticket this waiter already had,
 -- ARGV[8]; 0 or not a number: none), so a new entry never repeats one (the counter itself may
--- have expired meanwhile). The queue's keys outlive every live entry (each join or refresh sets
--- their TTL to 2 x liveness), and go once nobody refreshes. Returns the waiter's ticket (a number).
+-- have expired meanwhile). A waiter that was told no ticket yet is joining: it draws one and is
+-- added only if absent (ZADD NX; a repeated first attempt keeps its place and costs one more
+-- command); one that was told a ticket is looked up first. The queue's keys outlive every live
+-- entry (each join or refresh sets their TTL to 2 x liveness), and go once nobody refreshes.
+-- A liveness hash of earlier versions is dropped (dlock_purge_dead) before the deadline is
+-- written. Returns the waiter's ticket (a number).
 local function dlock_join_queue(queue, alive, arrivals, token, floor, now, liveness)
-  local ticket = redis.call('ZSCORE', queue, token)
+  local lowest = tonumber(floor) or 0
+  local ticket = nil
+  if lowest > 0 then ticket = redis.call('ZSCORE', queue, token) end
   if not ticket then
     ticket = redis.call('INCR', arrivals)
-    local lowest = tonumber(floor) or 0
     if ticket <= lowest then
       ticket = lowest + 1
       redis.call('SET', arrivals, ticket)
     end
-    redis.call('ZADD', queue, ticket, token)
+    if redis.call('ZADD', queue, 'NX', ticket, token) == 0 then
+      ticket = redis.call('ZSCORE', queue, token)
+    end
   end
-  redis.call('ZADD', alive, now + liveness, token)
+  if type(redis.pcall('ZADD', alive, now + liveness, token)) == 'table' then
+    dlock_purge_dead(queue, alive, now)  -- drops a hash; another type fails with the server's error
+    redis.call('ZADD', alive, now + liveness, token)
+  end
   -- Set, not checked first: a TTL read back is always below the 2 x liveness set last time (it
   -- counts down), so a PTTL before each PEXPIRE cost a command and saved none.
   for _, k in ipairs({queue, alive, arrivals}) do
@@ -98,19 +108,37 @@ local function dlock_get_string(key)
   return redis.call('GET', key)
 end
 
--- The live head of the mutex waiters `queue` (liveness `alive`) and its ticket, once the dead ones
--- (deadline before `now`, server ms) are purged and any entry without a liveness deadline is
--- dropped; nil when none is left (or the keys are not the waiters' zsets).
-local function dlock_live_mutex_head(queue, alive, now)
-  if redis.call('TYPE', queue).ok ~= 'zset' or redis.call('TYPE', alive).ok ~= 'zset' then
-    return nil
-  end
-  dlock_purge_dead(queue, alive, now)
+-- The live head of waiters `queue` (liveness `alive`) at `now` (server ms) and its ticket; nil
+-- when none is left. Entries met before it leave the queue: one without a liveness deadline, and
+-- `drop` (a token or nil); the first dead one (deadline before `now`) purges every dead waiter at
+-- once (dlock_purge_dead). So a live head costs one ZRANGE and one ZSCORE, and no purge.
+-- `lenient`: keys that are not the waiters' zsets give nil; else a liveness hash of earlier
+-- versions is dropped (dlock_purge_dead) and another type fails with the server's error.
+-- `first`: the queue's first entry as ZRANGE <queue> 0 0 WITHSCORES read it in this script (nil:
+-- read here).
+local function dlock_live_head(queue, alive, now, drop, lenient, first)
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    local head = first or redis.pcall('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    first = nil
+    if head.err then
+      if lenient then return nil end
+      redis.call('ZRANGE', queue, 0, 0)  -- fails with the server's error
+    end
     if not head[1] then return nil end
-    if redis.call('ZSCORE', alive, head[1]) then return head[1], head[2] end
-    redis.call('ZREM', queue, head[1])  -- no liveness deadline: not a live waiter
+    local deadline = false
+    if head[1] ~= drop then deadline = redis.pcall('ZSCORE', alive, head[1]) end
+    if type(deadline) == 'table' then
+      if lenient then return nil end
+      dlock_purge_dead(queue, alive, now)
+      deadline = false
+    end
+    if deadline and tonumber(deadline) >= now then return head[1], head[2] end
+    if deadline then
+      dlock_purge_dead(queue, alive, now)  -- the head too
+    else
+      redis.call('ZREM', queue, head[1])
+      redis.call('ZREM', alive, head[1])
+    end
   end
 end
 
@@ -131,12 +159,12 @@ end
 -- nobody barges past a live waiter, and a head never races its releaser. `lease_ms` is never
 -- above the hand-off lease the waiter counts a grant's validity with
 -- (dlock::redis::detail::handoff_lease). A live head that is `except` (the calling waiter itself;
--- nil: none) is not handed anything. Returns an error reply when the fence counter is unusable,
--- else nil.
+-- nil: none) is not handed anything. `first` as dlock_live_head's. Returns an error reply when
+-- the fence counter is unusable, else nil.
 local function dlock_hand_mutex_head(owner, fence_key, queue, alive, channel, lease_ms, idle_ms,
-                                    clock_floor, except)
+                                    clock_floor, except, first)
   local now_us = dlock_now_us()  -- one TIME for the purge and the fence
-  local head, ticket = dlock_live_mutex_head(queue, alive, math.floor(now_us / 1000))
+  local head, ticket = dlock_live_head(queue, alive, math.floor(now_us / 1000), nil, true, first)
   if not head or head == except then return nil end
   local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms,
                                  clock_floor, now_us)
