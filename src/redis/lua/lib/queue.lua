@@ -56,15 +56,19 @@ local function dlock_join_queue(queue, alive, arrivals, token, floor, now, liven
       ticket = redis.call('ZSCORE', queue, token)
     end
   end
-  if type(redis.pcall('ZADD', alive, now + liveness, token)) == 'table' then
+  -- Numbers go to the server as text made once with %d: Lua's own conversion (%.17g) on each
+  -- redis.call costs about as much as a short command's own time.
+  local deadline = string.format('%d', now + liveness)
+  if type(redis.pcall('ZADD', alive, deadline, token)) == 'table' then
     dlock_purge_dead(queue, alive, now)  -- drops a hash; another type fails with the server's error
-    redis.call('ZADD', alive, now + liveness, token)
+    redis.call('ZADD', alive, deadline, token)
   end
   -- Set, not checked first: a TTL read back is always below the 2 x liveness set last time (it
   -- counts down), so a PTTL before each PEXPIRE cost a command and saved none.
-  for _, k in ipairs({queue, alive, arrivals}) do
-    redis.call('PEXPIRE', k, 2 * liveness)
-  end
+  local keep = string.format('%d', 2 * liveness)
+  redis.call('PEXPIRE', queue, keep)
+  redis.call('PEXPIRE', alive, keep)
+  redis.call('PEXPIRE', arrivals, keep)
   return tonumber(ticket)
 end
 
