@@ -18,28 +18,20 @@ counted; not a replacement for bench/run's report. QUANTILES=1 in the environmen
 each run's hand-off to another worker at p10/p25/p50/p75/p90 and the p50 of a release followed by
 the same worker's next grant.
 """
-import itertools, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
+import itertools, json, os, shutil, statistics, subprocess, sys, tempfile, time
+import private_redis
 if len(sys.argv) < 5:
     sys.exit(__doc__)
 builds = dict(b.split("=", 1) for b in sys.argv[1].split(","))   # name=path,...
 modes = sys.argv[2].split(",")          # e.g. fair,redlock,mutex
 rounds = int(sys.argv[3]); dur = float(sys.argv[4]); nworkers = int(sys.argv[5]) if len(sys.argv) > 5 else 8
 cs_us = int(os.environ.get("CS_US", "0"))
-def freeport():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 tmp = tempfile.mkdtemp(prefix="dlock-ab.")
 servers = []
-ports = [freeport() for _ in range(4)]
-for p in ports:
-    d = os.path.join(tmp, str(p)); os.makedirs(d)
-    servers.append(subprocess.Popen(["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--dir", d,
-                                     "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL))
-time.sleep(0.5)
-for p in ports:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", p)).close(); break
-        except OSError: time.sleep(0.05)
+ports = []
+for i in range(4):
+    proc, port = private_redis.start(os.path.join(tmp, f"redis{i}"))
+    servers.append(proc); ports.append(port)
 zk = None
 if "zk" in modes:  # the fixture prints {"port": ...} once the server serves; its stdin closing stops it
     fixture = os.environ.get("DLOCK_TEST_SERVER") or os.path.join(

@@ -16,16 +16,13 @@ time per pair (commandstats usec: a script's time includes the commands it runs)
 acquire p50 (the workers' wait_ns); then the medians per mode, workload and build.
 """
 import itertools, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
+import private_redis
 if len(sys.argv) < 5:
     sys.exit(__doc__)
 builds = dict(b.split("=", 1) for b in sys.argv[1].split(","))  # name=path[@mode]
 modes = sys.argv[2].split(","); rounds = int(sys.argv[3]); dur = float(sys.argv[4])
-def freeport():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 tmp = tempfile.mkdtemp(prefix="dlock-ab-pairs.")
-port = freeport()
-srv = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
-                        "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+srv, port = private_redis.start(tmp)
 def cmd(*args):
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(("*%d\r\n" % len(args) + "".join("$%d\r\n%s\r\n" % (len(a), a) for a in args)).encode())

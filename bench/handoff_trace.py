@@ -23,7 +23,8 @@ Prints p10/p50/p90 of each step and of the whole hand-off (the worker's own stam
 hand-offs in which every step was found in order (the rest, e.g. a next holder that was already
 running, are counted and left out).
 """
-import bisect, collections, glob, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time
+import bisect, collections, json, os, re, shutil, statistics, subprocess, sys, tempfile, time
+import private_redis
 
 args = sys.argv[1:]
 worker = args[0] if len(args) > 0 else "build/bench/dlock-bench-worker"
@@ -35,21 +36,10 @@ if not os.access(worker, os.X_OK):
     sys.exit(__doc__)
 
 
-def freeport():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-
 tmp = tempfile.mkdtemp(prefix="dlock-trace.")
-port = freeport()
-server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
-                           "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+server, port = private_redis.start(tmp)
 perf = None
 try:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close(); break
-        except OSError:
-            time.sleep(0.05)
     data = os.path.join(tmp, "perf.data")
     events = ("sched:sched_wakeup,sched:sched_switch,syscalls:sys_enter_sendto,"
               "syscalls:sys_exit_recvfrom,syscalls:sys_exit_poll")
