@@ -260,6 +260,54 @@ TEST(RedisWakeOne, AFreeKeyWithALiveWaiterGoesToTheWaiterNotToTryLock) {
     m.unlock();
 }
 
+// A release that hands the key to a registered waiter writes the key over: the name is never
+// free, so there is no DEL and no 'released' (as in a fair_mutex hand-off); only the grant goes
+// out, on the waiter's hand-off channel. A release with nobody to hand the key to deletes it and
+// publishes 'released', which the same tap sees (so its absence before is not the tap's).
+TEST(RedisWakeOne, AHandOffWritesTheKeyOverAndPublishesNoReleased) {
+    redis_server server;
+    dlock::redis::client redis({.url = server.url()});
+    const auto name = unique_name("handed");
+    const auto del = "\"DEL\" \"" + redis.lock_key(name) + "\"";
+    const auto released = "\"PUBLISH\" \"" + redis.release_channel(name) + "\" \"released\"";
+    const auto grant = "\"PUBLISH\" \"" + redis.release_channel(name) + ":mutex:";
+    // Every command the server ran since the last mark, up to this one.
+    dlock::test::monitor_tap tap(server.port());
+    int marks = 0;
+    const auto commands_since_mark = [&] {
+        const auto mark = "mark-" + std::to_string(++marks) + "-" + name;
+        redis.command({"ECHO", mark});
+        std::string all;
+        for (const auto& line : tap.lines_until(mark, scaled(10s))) all += line + "\n";
+        EXPECT_NE(all.find(mark), std::string::npos) << "the tap did not see the mark";
+        return all;
+    };
+    dlock::mutex holder(redis, name, {.lease = 60s});
+    holder.lock();
+    std::atomic<bool> granted{false}, let_go{false};
+    std::jthread waiter([&] {
+        dlock::mutex m(redis, name, {.lease = 60s});
+        m.lock();
+        granted = true;
+        while (!let_go.load()) std::this_thread::sleep_for(1ms);
+        m.unlock();
+    });
+    ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 1; }, 20s));
+    commands_since_mark();
+    holder.unlock();
+    ASSERT_TRUE(eventually([&] { return granted.load(); }, 20s));
+    const auto hand_off = commands_since_mark();
+    EXPECT_NE(hand_off.find(grant), std::string::npos) << hand_off;
+    EXPECT_EQ(hand_off.find(del), std::string::npos) << hand_off;
+    EXPECT_EQ(hand_off.find(released), std::string::npos) << hand_off;
+    let_go = true;
+    waiter.join();
+    const auto to_nobody = commands_since_mark();
+    EXPECT_NE(to_nobody.find(del), std::string::npos) << to_nobody;
+    EXPECT_NE(to_nobody.find(released), std::string::npos) << to_nobody;
+    EXPECT_TRUE(redis.command({"EXISTS", redis.lock_key(name)}).integer == 0);
+}
+
 TEST(RedisWakeOne, AWaiterThatGivesUpLeavesTheRegistry) {
     dlock::redis::client redis({.url = dlock::test::shared_redis().url()});
     const auto name = unique_name("gives-up");

@@ -11,17 +11,11 @@
 -- the key goes before the queue functions are even defined (each function a script defines is
 -- made anew on every call).
 --@include lib/notify.lua
--- Nobody (live) waits: the key goes and 'released' is published.
-local function release_to_nobody()
-  redis.call('DEL', KEYS[1])
-  dlock_notify(ARGV[2], 'released')
-  return 1
-end
 local holder = redis.call('GET', KEYS[1])
 local first = nil
 if holder == ARGV[1] then
   first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if not first[1] then return release_to_nobody() end
+  if not first[1] then return dlock_release_to_nobody(KEYS[1], ARGV[2]) end
 end
 --@include lib/fence.lua
 --@include lib/queue.lua
@@ -42,7 +36,7 @@ end
 local now_us = dlock_now_us()
 local head, ticket = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000), ARGV[1], false,
                                      first)
-if not head then return release_to_nobody() end
+if not head then return dlock_release_to_nobody(KEYS[1], ARGV[2]) end
 -- dlock_grant takes the head off the queue and its liveness.
 local bad = dlock_hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, ticket, ARGV[3], ARGV[2],
                            ARGV[5], now_us)

@@ -3,12 +3,12 @@
 -- release channel, ARGV[3] the hand-off lease ms, ARGV[5] the fence counter's idle period ms,
 -- ARGV[6] the waiter id the caller registered under ('' : none), ARGV[7] '0' for Redlock's fence
 -- counters (no clock floor; lib/fence.lua).
--- 'released' goes to the release channel (watchers and recursive waiters listen there), and the
--- key goes to the live head of the mutex waiters (lib/queue.lua, dlock_hand_mutex_head), which
+-- The key goes to the live head of the mutex waiters (lib/queue.lua, dlock_hand_mutex_head), which
 -- is told "granted <fence> <ticket> <its id>" on its client's hand-off channel: one registered
--- waiter gets the lock, no waiting process races it.
--- Returns 1 when our grant was deleted, 0 when the key is gone, -1 when it holds another owner's
--- token (nothing is touched then).
+-- waiter gets the lock, no waiting process races it. With no live head the key is deleted and
+-- 'released' goes to the release channel (lib/notify.lua, dlock_release_to_nobody).
+-- Returns 1 when our grant was released (deleted or handed on), 0 when the key is gone, -1 when it
+-- holds another owner's token (nothing is touched then).
 -- Redlock: ARGV[6] names the id the holder registered under (a holder's release, or the undo of
 -- a split vote). A quorum granted it, but a server that answered "held" still has that id queued,
 -- maybe at its head, where it would be handed the key meant for the next waiter: the id goes on
@@ -44,19 +44,20 @@ if holder ~= ARGV[1] then
   end
   return 0
 end
-redis.call('DEL', KEYS[1])
-dlock_notify(ARGV[2], 'released')
 if id then
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)
 end
-if not KEYS[4] then return 1 end
+if not KEYS[4] then return dlock_release_to_nobody(KEYS[1], ARGV[2]) end
 -- The queue's first entry, read once (no waiters, or waiters' keys of another type: done).
 local first = redis.pcall('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-if first.err or not first[1] then return 1 end
+if first.err or not first[1] then return dlock_release_to_nobody(KEYS[1], ARGV[2]) end
 --@include lib/fence.lua
 --@include lib/queue.lua
-local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[5],
-                                  ARGV[7], nil, first)
+-- A live head gets our key as it is written over (the name is never free, as in a fair_mutex
+-- hand-off: no DEL, no 'released', whose listeners a handed key does not concern).
+local bad, handed = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3],
+                                          ARGV[5], ARGV[7], nil, first)
+if bad or not handed then dlock_release_to_nobody(KEYS[1], ARGV[2]) end
 if bad then return bad end
 return 1

@@ -8,3 +8,12 @@
 local function dlock_notify(channel, message)
   redis.call('PUBLISH', channel, message)
 end
+
+-- A release that hands the lock to nobody: lock key `key` goes, and 'released' is published on
+-- release channel `channel` (docs/redis-lock.md, "Release"). A release that hands the lock on
+-- publishes the grant instead. Returns 1, the release's reply.
+local function dlock_release_to_nobody(key, channel)
+  redis.call('DEL', key)
+  dlock_notify(channel, 'released')
+  return 1
+end

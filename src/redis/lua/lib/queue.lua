@@ -163,18 +163,20 @@ end
 -- nobody barges past a live waiter, and a head never races its releaser. `lease_ms` is never
 -- above the hand-off lease the waiter counts a grant's validity with
 -- (dlock::redis::detail::handoff_lease). A live head that is `except` (the calling waiter itself;
--- nil: none) is not handed anything. `first` as dlock_live_head's. Returns an error reply when
--- the fence counter is unusable, else nil.
+-- nil: none) is not handed anything. `first` as dlock_live_head's. The key is written over
+-- whatever it holds (a release hands its own key on without deleting it first). Returns an error
+-- reply when the fence counter is unusable (nothing is written then), else nil and, as a second
+-- value, true when a head was handed the key.
 local function dlock_hand_mutex_head(owner, fence_key, queue, alive, channel, lease_ms, idle_ms,
                                     clock_floor, except, first)
   local now_us = dlock_now_us()  -- one TIME for the purge and the fence
   local head, ticket = dlock_live_head(queue, alive, math.floor(now_us / 1000), nil, true, first)
-  if not head or head == except then return nil end
+  if not head or head == except then return nil, false end
   local fence, bad = dlock_grant(owner, fence_key, queue, alive, head, lease_ms, idle_ms,
                                  clock_floor, now_us)
   if not fence then return bad end
   dlock_publish_grant(channel, head, fence, ticket)
-  return nil
+  return nil, true
 end
 
 -- Hands the lock to the waiter `head` (its queue entry's ticket `ticket`) as dlock_grant does and
