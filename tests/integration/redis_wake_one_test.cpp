@@ -285,13 +285,22 @@ TEST(RedisWakeOne, AHandOffWritesTheKeyOverAndPublishesNoReleased) {
     dlock::mutex holder(redis, name, {.lease = 60s});
     holder.lock();
     std::atomic<bool> granted{false}, let_go{false};
+    const auto release_waiter = [&] {
+        let_go = true;
+        let_go.notify_one();
+    };
     std::jthread waiter([&] {
         dlock::mutex m(redis, name, {.lease = 60s});
         m.lock();
         granted = true;
-        while (!let_go.load()) std::this_thread::sleep_for(1ms);
+        let_go.wait(false);
         m.unlock();
     });
+    // Destroyed before `waiter` is joined: a failed assertion below still lets it finish.
+    const struct on_exit {
+        decltype(release_waiter)& f;
+        ~on_exit() { f(); }
+    } let_waiter_go{release_waiter};
     ASSERT_TRUE(eventually([&] { return registered_waiters(redis, name) == 1; }, 20s));
     commands_since_mark();
     holder.unlock();
@@ -300,12 +309,12 @@ TEST(RedisWakeOne, AHandOffWritesTheKeyOverAndPublishesNoReleased) {
     EXPECT_NE(hand_off.find(grant), std::string::npos) << hand_off;
     EXPECT_EQ(hand_off.find(del), std::string::npos) << hand_off;
     EXPECT_EQ(hand_off.find(released), std::string::npos) << hand_off;
-    let_go = true;
+    release_waiter();
     waiter.join();
     const auto to_nobody = commands_since_mark();
     EXPECT_NE(to_nobody.find(del), std::string::npos) << to_nobody;
     EXPECT_NE(to_nobody.find(released), std::string::npos) << to_nobody;
-    EXPECT_TRUE(redis.command({"EXISTS", redis.lock_key(name)}).integer == 0);
+    EXPECT_EQ(redis.command({"EXISTS", redis.lock_key(name)}).integer, 0);
 }
 
 TEST(RedisWakeOne, AWaiterThatGivesUpLeavesTheRegistry) {
