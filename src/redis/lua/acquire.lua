@@ -87,10 +87,10 @@ end
 -- A free key with a live waiter first is handed to that head (as a release would; lib/queue.lua,
 -- dlock_hand_mutex_head), and we wait behind it.
 if KEYS[4] then
-  local bad = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], ARGV[5], ARGV[10],
-                                    ARGV[11], waiter)
+  local bad, handed = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[6], ARGV[5],
+                                            ARGV[10], ARGV[11], waiter)
   if bad then return bad end
-  if redis.call('EXISTS', KEYS[1]) == 1 then return wait_with(redis.call('PTTL', KEYS[1])) end
+  if handed then return wait_with(redis.call('PTTL', KEYS[1])) end
 end
 local fence, bad = take()
 if not fence then return bad end

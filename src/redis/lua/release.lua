@@ -58,6 +58,9 @@ if first.err or not first[1] then return dlock_release_to_nobody(KEYS[1], ARGV[2
 -- hand-off: no DEL, no 'released', whose listeners a handed key does not concern).
 local bad, handed = dlock_hand_mutex_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3],
                                           ARGV[5], ARGV[7], nil, first)
-if bad or not handed then dlock_release_to_nobody(KEYS[1], ARGV[2]) end
-if bad then return bad end
+if bad then
+  dlock_release_to_nobody(KEYS[1], ARGV[2])
+  return bad
+end
+if not handed then return dlock_release_to_nobody(KEYS[1], ARGV[2]) end
 return 1
