@@ -108,23 +108,24 @@ stage_plain_tests() {
 }
 
 # build_tested DIR CTEST_ARGS...: builds (in a configured tree) only what the tests ctest selects
-# with CTEST_ARGS run: each test's target (dlock_add_test: target name == test name) and every
-# file of the tree a test's command names (a script test's program). Benchmarks, examples and
-# tools no selected test runs are not built.
+# with CTEST_ARGS run: each test's target (dlock_add_test: target name == test name, or the test
+# name without its ".<n>" for a shard) and every file of the tree a test's command names (a script
+# test's program). Benchmarks, examples and tools no selected test runs are not built.
 build_tested() {
   local dir=$1; shift
   local targets
   targets=$(ctest --test-dir "$dir" --show-only=json-v1 "$@" |
     /usr/bin/python3 -c '
-import json, subprocess, sys
+import json, re, subprocess, sys
 d = sys.argv[1]
 phony = {l.split(":")[0] for l in subprocess.run(["ninja", "-C", d, "-t", "targets", "all"],
          capture_output=True, text=True, check=True).stdout.splitlines()}
 out = set()
 for t in json.load(sys.stdin)["tests"]:
     command = t.get("command") or []
-    if t["name"] in phony:
-        out.add(t["name"])
+    target = re.sub(r"\.[0-9]+$", "", t["name"])  # a shard runs its binary
+    if target in phony:
+        out.add(target)
         command = command[1:]  # the binary of that target, once built
     for a in command:
         if a.startswith(d + "/"):
@@ -282,7 +283,7 @@ stage_nozk() {
   fi
   ninja -C build-nozk unit_tests connect_test cli_test || return
   run_ctest build-nozk -j "$ctest_jobs" \
-    -R '^(unit_tests|connect_test|cli_test)$'
+    -R '^(unit_tests|connect_test|cli_test(\.[0-9]+)?)$'
 }
 
 # clang with -Wthread-safety over the library: state annotated DLOCK_GUARDED_BY a mutex

@@ -1,4 +1,5 @@
-# dlock_add_test(NAME <name> LABELS <label>... SOURCES <file>... [TIMEOUT <seconds>])
+# dlock_add_test(NAME <name> LABELS <label>... SOURCES <file>... [TIMEOUT <seconds>]
+#                [COST <seconds>] [SHARDS <n>])
 #
 # One test executable linked with dlock_test_support and dlock_test_main, registered as ONE ctest
 # test (not gtest_discover_tests: servers start once per binary) with its labels
@@ -7,10 +8,17 @@
 # set when running ctest reach the binary unchanged. Every binary is listed, with its labels, in
 # <build>/dlock_tests.txt ("<name> <label,label> <path>" per line) for scripts.
 #
+# COST: about how long the binary runs under ASan (seconds; the sanitizer stages are the long
+# ones). ctest starts the costliest tests first when it has no timings of its own (a clean
+# clone), so a long binary does not start last and leave the stage waiting on it alone. SHARDS n: the binary is registered as n ctest tests,
+# <name>.1 .. <name>.n, each running every n-th of its tests (googletest's GTEST_TOTAL_SHARDS and
+# GTEST_SHARD_INDEX), with its own servers; for a binary that mostly waits (on processes, leases),
+# so its shards overlap. COST is then each shard's.
+#
 # Functions are global in CMake, so this is callable from tests/unit, tests/integration and
 # tests/fault once tests/support has been added.
 function(dlock_add_test)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;TIMEOUT" "LABELS;SOURCES")
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;TIMEOUT;COST;SHARDS" "LABELS;SOURCES")
   if(NOT arg_NAME OR NOT arg_SOURCES OR NOT arg_LABELS)
     message(FATAL_ERROR "dlock_add_test: NAME, LABELS and SOURCES are required")
   endif()
@@ -36,8 +44,25 @@ function(dlock_add_test)
   if(DLOCK_TEST_PCH)
     target_precompile_headers(${arg_NAME} REUSE_FROM dlock_test_main)
   endif()
-  add_test(NAME ${arg_NAME} COMMAND ${arg_NAME})
-  set_tests_properties(${arg_NAME} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
+  if(NOT arg_COST)
+    set(arg_COST 0)
+  endif()
+  if(NOT arg_SHARDS OR arg_SHARDS EQUAL 1)
+    add_test(NAME ${arg_NAME} COMMAND ${arg_NAME})
+    set_tests_properties(${arg_NAME} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
+                                                COST ${arg_COST})
+  else()
+    math(EXPR last "${arg_SHARDS} - 1")
+    foreach(index RANGE ${last})
+      math(EXPR number "${index} + 1")
+      set(test ${arg_NAME}.${number})
+      add_test(NAME ${test} COMMAND ${arg_NAME})
+      set_tests_properties(${test} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
+                                              COST ${arg_COST})
+      set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT
+                   "GTEST_TOTAL_SHARDS=${arg_SHARDS}" "GTEST_SHARD_INDEX=${index}")
+    endforeach()
+  endif()
 
   string(JOIN "," labels ${arg_LABELS})
   set_property(GLOBAL APPEND PROPERTY DLOCK_TEST_BINARIES "${arg_NAME}")
