@@ -17,6 +17,11 @@ using dlock::detail::fail;
 bool is_auth_error(const reply& r) noexcept {
     if (!r.is_error()) return false;
     const std::string_view t = r.text;
+    // An ACL that denies Redis Functions (FCALL, FUNCTION LOAD) is no credentials problem: the
+    // scripts then run by EVALSHA (scripts.cpp).
+    if (t.starts_with("NOPERM") &&
+        (t.find("'fcall'") != t.npos || t.find("'function|load'") != t.npos))
+        return false;
     return t.starts_with("WRONGPASS") || t.starts_with("NOAUTH") || t.starts_with("NOPERM") ||
            t.starts_with("ERR invalid password") ||
            t.find("called without any password configured") != t.npos ||
@@ -53,6 +58,7 @@ void connection::close() noexcept {
     expected_ = 0;
     replies_.clear();
     streaming_ = false;
+    functions_refused_ = false;  // the next server (a failover's) may have them
 }
 
 void connection::begin(const std::vector<command_args>& commands, std::error_code& ec) {

@@ -42,6 +42,12 @@ public:
     const connection_settings& settings() const noexcept { return settings_; }
     int native_handle() const noexcept { return transport_ ? transport_->native_handle() : -1; }
 
+    /// Whether this connection's server refused Redis Functions (scripts.hpp: Redis 6, an ACL
+    /// without FCALL or FUNCTION LOAD, a library it would not load): its scripts go by EVALSHA
+    /// until the connection is closed.
+    bool functions_refused() const noexcept { return functions_refused_; }
+    void refuse_functions() noexcept { functions_refused_ = true; }
+
     /// now + command_timeout, plus connect_timeout when the connection must be opened first.
     steady::time_point default_deadline() const noexcept;
 
@@ -105,6 +111,7 @@ private:
     std::vector<reply> replies_;
     bool streaming_ = false;          // subscriber mode: replies are taken with receive()
     steady::time_point last_used_{};  // start of the last exchange
+    bool functions_refused_ = false;
 };
 
 /// One server's part in exchange_all.

@@ -167,20 +167,22 @@ engine::engine(engine_config config)
             dlock::detail::lock_guard lock(identity_mutex_);
             if (!identity_error_.empty()) throw error(errc::invalid_argument, identity_error_);
         }
-        // Best effort: load the scripts where they are missing (a new server). A script call that
-        // finds none costs a second round (EVAL after NOSCRIPT), and that round starts only when
-        // the slowest server of the first has answered or timed out: with one server paused, the
-        // healthy ones would miss their deadline on every attempt.
+        // Best effort: load the functions and the scripts where they are missing (a new server).
+        // A script call that finds neither costs a second round (EVAL after "Function not found"
+        // or NOSCRIPT), and that round starts only when the slowest server of the first has
+        // answered or timed out: with one server paused, the healthy ones would miss their
+        // deadline on every attempt.
         std::vector<exchange> loads;
         for (auto& s : servers_) {
             auto& renewals = s->at->renewal_connection();
             if (!s->verified || !renewals.is_open()) continue;
             exchange x{&renewals, {}, renewals.default_deadline()};
+            x.commands.push_back({"FUNCTION", "LOAD", "REPLACE", functions_library()});
             for (const auto& script : all_scripts())
                 x.commands.push_back({"SCRIPT", "LOAD", script.source});
             loads.push_back(std::move(x));
         }
-        exchange_all(loads);  // failures (an ACL without SCRIPT) leave the NOSCRIPT path
+        exchange_all(loads);  // failures (an ACL without FUNCTION, SCRIPT) leave the second round
     }
     const auto wake = [this](steady::time_point by) { wake_by(by); };
     if (nodes.size() == 1) {

@@ -7,11 +7,14 @@
 namespace dlock::redis::detail {
 namespace lua {
 struct embedded_script {
-    std::string_view name, text, sha1;
+    std::string_view name, text, sha1, function;
 };
 extern const embedded_script embedded[];
 extern const std::size_t embedded_count;
+extern const std::string_view library;
 }  // namespace lua
+
+std::string_view functions_library() noexcept { return lua::library; }
 
 const std::vector<script>& all_scripts() noexcept {
     // Built once from the generated table (cmake/embed_lua.cmake); a handful of entries.
@@ -19,7 +22,7 @@ const std::vector<script>& all_scripts() noexcept {
         std::vector<script> v;
         for (std::size_t i = 0; i < lua::embedded_count; ++i) {
             const auto& e = lua::embedded[i];
-            v.push_back({e.name, e.text, e.sha1});
+            v.push_back({e.name, e.text, e.sha1, e.function});
         }
         return v;
     }();
@@ -50,13 +53,28 @@ const script& raise_fence_script() noexcept {
 
 namespace {
 
-/// EVALSHA/EVAL command for `call`; `nkeys` keeps the key count's text alive.
-command_args eval_command(const script_call& call, std::string& nkeys, bool by_sha) {
+/// How a call is sent: by its function's name, by its script's SHA1, or with the script's text.
+enum class send_as { fcall, evalsha, eval };
+
+/// The command for `call`; `nkeys` keeps the key count's text alive.
+command_args script_command(const script_call& call, std::string& nkeys, send_as how) {
     nkeys = std::to_string(call.keys.size());
     command_args c;
     c.reserve(3 + call.keys.size() + call.args.size());
-    c.push_back(by_sha ? "EVALSHA" : "EVAL");
-    c.push_back(by_sha ? call.which->sha1 : call.which->source);
+    switch (how) {
+        case send_as::fcall:
+            c.push_back("FCALL");
+            c.push_back(call.which->function);
+            break;
+        case send_as::evalsha:
+            c.push_back("EVALSHA");
+            c.push_back(call.which->sha1);
+            break;
+        case send_as::eval:
+            c.push_back("EVAL");
+            c.push_back(call.which->source);
+            break;
+    }
     c.push_back(nkeys);
     for (const auto& k : call.keys) c.push_back(k);
     for (const auto& a : call.args) c.push_back(a);
@@ -65,26 +83,52 @@ command_args eval_command(const script_call& call, std::string& nkeys, bool by_s
 
 bool is_noscript(const reply& r) noexcept { return r.is_error() && r.text.starts_with("NOSCRIPT"); }
 
+/// The server has no such function (never loaded, FUNCTION FLUSH, a restart without persistence):
+/// nothing ran.
+bool is_function_missing(const reply& r) noexcept {
+    return r.is_error() && r.text.starts_with("ERR Function not found");
+}
+
+/// The server will not run FCALL at all: Redis 6 does not know it, an ACL may deny it (the denial
+/// names the command; a denied key is named otherwise and is the script's own error). Nothing ran.
+bool is_fcall_refused(const reply& r) noexcept {
+    if (!r.is_error()) return false;
+    if (r.text.starts_with("ERR unknown command")) return true;
+    return r.text.starts_with("NOPERM") && r.text.find("'fcall'") != std::string::npos;
+}
+
 }  // namespace
 
 void run_everywhere(std::span<script_batch> batches) {
     std::vector<std::vector<std::string>> nkeys(batches.size());
     std::vector<exchange> first(batches.size());
+    std::vector<bool> by_function(batches.size());
     for (std::size_t b = 0; b < batches.size(); ++b) {
         auto& batch = batches[b];
+        by_function[b] = !batch.conn->functions_refused();
+        const auto how = by_function[b] ? send_as::fcall : send_as::evalsha;
         nkeys[b].resize(batch.calls->size());
         first[b].conn = batch.conn;
         first[b].deadline = batch.deadline;
         if (batch.messages_first) first[b].commands.push_back({"PING"});
         for (std::size_t i = 0; i < batch.calls->size(); ++i) {
-            first[b].commands.push_back(eval_command((*batch.calls)[i], nkeys[b][i], true));
+            first[b].commands.push_back(script_command((*batch.calls)[i], nkeys[b][i], how));
         }
     }
     exchange_all(first);
 
-    // The server forgot a script (SCRIPT FLUSH, restart, failover): EVAL caches it again.
+    // The server lacks the library or a script (FUNCTION FLUSH, SCRIPT FLUSH, restart, failover,
+    // a server new to this build), or will not run functions: those calls ran nowhere, and go
+    // again with EVAL, which needs nothing loaded. A missing library is loaded in the same round,
+    // ahead of them, so the next calls find it; a server that refuses it, or FCALL itself, gets
+    // EVALSHA on this connection from now on.
+    struct retry {
+        std::size_t batch;
+        bool loads;                        // the exchange starts with FUNCTION LOAD
+        std::vector<std::size_t> calls{};  // call indexes
+    };
     std::vector<exchange> second;
-    std::vector<std::pair<std::size_t, std::vector<std::size_t>>> retried;  // batch, call indexes
+    std::vector<retry> retried;
     for (std::size_t b = 0; b < batches.size(); ++b) {
         auto& batch = batches[b];
         batch.ec = first[b].ec;
@@ -93,30 +137,46 @@ void run_everywhere(std::span<script_batch> batches) {
         if (batch.ec) continue;
         // The PING's reply, whatever it is (an ACL without +ping refuses it): the calls count.
         if (batch.messages_first) batch.replies.erase(batch.replies.begin());
-        std::vector<std::size_t> missing;
+        retry r{b, false};
         for (std::size_t i = 0; i < batch.replies.size(); ++i) {
-            if (is_noscript(batch.replies[i])) missing.push_back(i);
+            const auto& reply = batch.replies[i];
+            if (!by_function[b]) {
+                if (is_noscript(reply)) r.calls.push_back(i);
+            } else if (is_fcall_refused(reply)) {
+                batch.conn->refuse_functions();
+                r.calls.push_back(i);
+            } else if (is_function_missing(reply)) {
+                r.loads = true;
+                r.calls.push_back(i);
+            }
         }
-        if (missing.empty()) continue;
+        if (r.calls.empty()) continue;
+        r.loads = r.loads && !batch.conn->functions_refused();
         exchange x{batch.conn, {}, batch.deadline};
-        for (const auto i : missing)
-            x.commands.push_back(eval_command((*batch.calls)[i], nkeys[b][i], false));
+        if (r.loads) x.commands.push_back({"FUNCTION", "LOAD", "REPLACE", functions_library()});
+        for (const auto i : r.calls)
+            x.commands.push_back(script_command((*batch.calls)[i], nkeys[b][i], send_as::eval));
         second.push_back(std::move(x));
-        retried.emplace_back(b, std::move(missing));
+        retried.push_back(std::move(r));
     }
     if (second.empty()) return;
     exchange_all(second);
     for (std::size_t k = 0; k < second.size(); ++k) {
-        auto& batch = batches[retried[k].first];
+        const auto& r = retried[k];
+        auto& batch = batches[r.batch];
         if (second[k].ec) {
             batch.ec = second[k].ec;
             batch.error = std::move(second[k].error);
             batch.replies.clear();
             continue;
         }
-        const auto& missing = retried[k].second;
-        for (std::size_t j = 0; j < missing.size(); ++j)
-            batch.replies[missing[j]] = std::move(second[k].replies[j]);
+        auto& replies = second[k].replies;
+        // A library the server will not load (an ACL without FUNCTION, out of memory): the calls
+        // ran by EVAL all the same; this connection stops asking.
+        if (r.loads && replies.front().is_error()) batch.conn->refuse_functions();
+        const std::size_t skip = r.loads ? 1 : 0;
+        for (std::size_t j = 0; j < r.calls.size(); ++j)
+            batch.replies[r.calls[j]] = std::move(replies[skip + j]);
     }
 }
 

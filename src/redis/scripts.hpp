@@ -1,6 +1,10 @@
-// The Lua scripts of the Redis locks (src/redis/lua/*.lua, embedded at build time with their SHA1)
-// and their execution: EVALSHA first, EVAL on NOSCRIPT, so SCRIPT FLUSH and restarts are survived
-// without an extra round trip in the common case. Scripts can run on several servers at once.
+// The Lua scripts of the Redis locks (src/redis/lua/*.lua, embedded at build time with their SHA1,
+// and as one Redis Functions library) and their execution (docs/redis-lock.md, "Scripts: Redis
+// Functions, EVALSHA as the fallback"): FCALL first; a server without the library gets it
+// (FUNCTION LOAD) with the calls run by EVAL in the same second round; a connection whose server
+// cannot (Redis 6, an ACL without FCALL or FUNCTION) uses EVALSHA, and EVAL on NOSCRIPT. So
+// FUNCTION FLUSH, SCRIPT FLUSH and restarts are survived without an extra round trip in the
+// common case. Scripts can run on several servers at once.
 #pragma once
 
 #include <memory>
@@ -20,7 +24,11 @@ struct script {
     std::string_view name;
     std::string_view source;
     std::string_view sha1;
+    std::string_view function;  ///< its name in the library (FCALL)
 };
+
+/// The Redis Functions library of every embedded script (FUNCTION LOAD's argument).
+std::string_view functions_library() noexcept;
 
 /// The embedded script src/redis/lua/<name>.lua; nullptr when there is none.
 const script* find_script(std::string_view name) noexcept;
@@ -54,7 +62,8 @@ struct script_batch {
 };
 
 /// Runs every batch at once (one pipeline per server, all written before any reply is awaited);
-/// calls answered NOSCRIPT are re-sent with EVAL in a second round on those servers only.
+/// calls whose function or script the server lacks are re-sent with EVAL in a second round on
+/// those servers only (after FUNCTION LOAD of the library, for FCALL's).
 /// Error replies (e.g. WRONGTYPE) are returned as replies.
 void run_everywhere(std::span<script_batch> batches);
 

@@ -152,7 +152,7 @@ std::vector<bool> releases_behind_a_ping(const std::vector<std::string>& lines,
     const auto* release = dlock::redis::detail::find_script(script);
     std::vector<bool> out;
     for (std::size_t i = 0; i < lines.size(); ++i) {
-        if (!runs_script(lines[i], release->sha1, key)) continue;
+        if (!runs_script(lines[i], release->function, key)) continue;
         bool ping = false;
         for (std::size_t j = i; j-- > 0;) {
             if (sender(lines[j]) != sender(lines[i])) continue;

@@ -48,12 +48,13 @@ long long release_subscribers(dlock::redis::client& redis, const std::string& na
     return redis.command({"PUBSUB", "NUMSUB", redis.release_channel(name)}).elements.at(1).integer;
 }
 
-/// The runs of script `sha` on `key` by a registered mutex waiter (its id, "mutex:...", among the
-/// arguments), in order, with the server's time of each (MONITOR's timestamp).
+/// The runs of the script whose function is `function` on `key` by a registered mutex waiter (its
+/// id, "mutex:...", among the arguments), in order, with the server's time of each (MONITOR's
+/// timestamp).
 class registered_attempts {
 public:
-    registered_attempts(dlock::test::monitor_tap& tap, std::string_view sha, std::string key)
-        : tap_(tap), sha_(sha), key_(std::move(key)) {}
+    registered_attempts(dlock::test::monitor_tap& tap, std::string_view function, std::string key)
+        : tap_(tap), function_(function), key_(std::move(key)) {}
 
     /// The next such run (server time since the epoch), or nullopt after `timeout` (scaled).
     std::optional<std::chrono::microseconds> next(std::chrono::milliseconds timeout) {
@@ -61,8 +62,9 @@ public:
         while (runs_.empty() && std::chrono::steady_clock::now() < deadline) {
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                 deadline - std::chrono::steady_clock::now());
-            for (const auto& line : tap_.lines_until(sha_, std::max(left, 1ms))) {
-                if (runs_script(line, sha_, key_) && line.find("\"mutex:") != std::string::npos)
+            for (const auto& line : tap_.lines_until(function_, std::max(left, 1ms))) {
+                if (runs_script(line, function_, key_) &&
+                    line.find("\"mutex:") != std::string::npos)
                     runs_.push_back(server_time(line));
             }
         }
@@ -81,7 +83,7 @@ private:
     }
 
     dlock::test::monitor_tap& tap_;
-    std::string sha_;
+    std::string function_;
     std::string key_;
     std::deque<std::chrono::microseconds> runs_;
 };
@@ -135,9 +137,9 @@ TEST(RedisWakeOne, AReleaseRunsAboutOneAcquirePerReleaseNotOnePerWaitingClient) 
         // fell in between; a herd's losers).
         int releases = 0, acquires = 0;
         for (const auto& line : tap.lines_until(marker, 20s)) {
-            if (runs_script(line, release->sha1, key)) {
+            if (runs_script(line, release->function, key)) {
                 ++releases;
-            } else if (runs_script(line, acquire->sha1, key) && releases > 0 &&
+            } else if (runs_script(line, acquire->function, key) && releases > 0 &&
                        releases < waiters + 1) {
                 ++acquires;
             }
@@ -359,7 +361,7 @@ TEST(RedisWakeOne, ASubscribeConfirmedAfterTheReleaseWakesTheWaiterItMissed) {
     dlock::mutex holder(control, name, {.lease = 60s});
     holder.lock();
     dlock::test::monitor_tap tap(server.port());
-    registered_attempts attempts(tap, acquire->sha1, key);
+    registered_attempts attempts(tap, acquire->function, key);
     std::atomic<bool> got{false};
     std::jthread waiter([&] {
         dlock::mutex m(through, name, {.lease = 60s});

@@ -301,10 +301,12 @@ private:
     tap_detail::relay relay_;  // last: stops and joins the pipes before the members they use go
 };
 
-/// Whether MONITOR line `line` runs script `sha` on lock key `key` (not a command inside it).
-inline bool runs_script(const std::string& line, std::string_view sha, const std::string& key) {
+/// Whether MONITOR line `line` runs the script whose function is `function` on lock key `key`
+/// (not a command inside it): FCALL, as dlock runs its scripts on a server with Redis Functions.
+inline bool runs_script(const std::string& line, std::string_view function,
+                        const std::string& key) {
     return line.find("[0 lua]") == std::string::npos &&
-           line.find("\"EVALSHA\" \"" + std::string(sha) + "\"") != std::string::npos &&
+           line.find("\"FCALL\" \"" + std::string(function) + "\"") != std::string::npos &&
            line.find("\"" + key + "\"") != std::string::npos;
 }
 

@@ -15,8 +15,8 @@
 -- registered waiter. A key handed to the caller's waiter id is taken up with the lease asked for.
 -- A name held by (or with waiters of) another lock kind is refused: lib/kind_guard.lua.
 -- The uncontended path comes first and returns before the waiter functions are even defined
--- (docs/redis-lock.md, "Acquire in one round trip": each function a script defines is made anew
--- on every call, so the common case defines only what it uses).
+-- (docs/redis-lock.md, "Acquire in one round trip": run by EVALSHA, each function a script defines
+-- is made anew on every call, so the common case defines only what it uses).
 --@include lib/kind_guard.lua
 --@include lib/fence.lua
 local refused, free = dlock_kind_guard(KEYS[1], 'dlock::mutex')

@@ -10,6 +10,7 @@
 -- The holder's release reads the key and the queue's head first: without a head nobody waits, and
 -- the key goes before the queue functions are even defined (each function a script defines is
 -- made anew on every call).
+--@flags allow-oom
 --@include lib/notify.lua
 local holder = redis.call('GET', KEYS[1])
 local first = nil

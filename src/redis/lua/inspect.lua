@@ -9,6 +9,7 @@
 -- live waiters, subscribers, fence counter ('': none), lease left ms (-1: not held, -2: held
 -- without expiry), detail}. type is mutex, recursive_mutex, fair_mutex, shared_mutex,
 -- counting_semaphore, none or foreign (detail says what was found).
+--@flags no-writes
 --@include lib/kind_guard.lua
 --@include lib/notify.lua
 --@include lib/queue.lua

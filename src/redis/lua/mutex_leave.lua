@@ -7,6 +7,7 @@
 -- KEYS as acquire.lua; ARGV[1] waiter id, ARGV[2] release channel, ARGV[3] hand-off lease ms,
 -- ARGV[5] the fence counter's idle period ms, ARGV[7] '0' for Redlock's fence counters (no clock
 -- floor; lib/fence.lua). Returns 0 (it never holds the lock: a grant takes it off the waiters).
+--@flags allow-oom
 --@include lib/fence.lua
 --@include lib/notify.lua
 --@include lib/queue.lua

@@ -5,6 +5,7 @@
 -- whose outcome the client does not know (it may have landed late): release every level.
 -- Returns 1 when one of our levels was released, 0 when the key is gone, is not a recursive
 -- lock, or does not hold our token (nothing is touched then).
+--@flags allow-oom
 --@include lib/notify.lua
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return 0

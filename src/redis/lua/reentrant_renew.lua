@@ -4,6 +4,7 @@
 -- KEYS[1] lock hash, KEYS[2] fence counter (unused); ARGV[1] owner token, ARGV[2] lease in ms.
 -- Returns 1 when the key holds our token and now lives at least ARGV[2] ms (never shortened:
 -- another level may count on a longer lease), 0 when it is gone, -1 when another owner holds it.
+--@flags allow-oom
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind == 'none' then
   return 0

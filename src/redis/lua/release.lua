@@ -19,6 +19,7 @@
 -- once it ran out: registered mutex waiters do not keep them out).
 -- Without registered waiters (no KEYS[3]) the waiter functions are never defined: each function a
 -- script defines is made anew on every call (docs/redis-lock.md, "Release").
+--@flags allow-oom
 --@include lib/notify.lua
 local holder = redis.call('GET', KEYS[1])
 local id = ARGV[6]

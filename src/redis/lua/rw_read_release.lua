@@ -5,6 +5,7 @@
 -- last live share and no writer holds the lock, the first live waiting writer gets it at once:
 -- SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket> <its token>" on its
 -- client's hand-off channel (lib/queue.lua, dlock_publish_grant).
+--@flags allow-oom
 --@include lib/fence.lua
 --@include lib/notify.lua
 --@include lib/queue.lua

@@ -3,6 +3,7 @@
 -- lease in ms.
 -- Returns 1 when extended, 0 when the share is gone or expired (a writer may have been let in
 -- since: the share is removed and must not come back).
+--@flags allow-oom
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = redis.call('ZSCORE', KEYS[3], ARGV[1])

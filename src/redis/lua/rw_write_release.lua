@@ -7,6 +7,7 @@
 -- writer gets it at once (SET writer PX ARGV[3], INCR fence, PUBLISH "granted <fence> <ticket>
 -- <its token>" on its client's hand-off channel, lib/queue.lua); if no writer waits any more, PUBLISH "released" on ARGV[2] wakes the
 -- waiting readers.
+--@flags allow-oom
 --@include lib/fence.lua
 --@include lib/notify.lua
 --@include lib/queue.lua

@@ -5,6 +5,7 @@
 -- last grant).
 -- Returns 1 when our live grant was removed, 0 when it is gone or its lease had run out (an
 -- expired entry is removed too; it no longer counted as ours). Never touches another grant.
+--@flags allow-oom
 --@include lib/semaphore.lua
 --@include lib/notify.lua
 local holders_type = redis.call('TYPE', KEYS[1]).ok

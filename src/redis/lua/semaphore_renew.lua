@@ -5,6 +5,7 @@
 -- that long after the last grant).
 -- Returns 1 when extended, 0 when the grant is gone or its lease already ran out (then its permits
 -- may have been granted to someone else; the expired entry is removed).
+--@flags allow-oom
 --@include lib/semaphore.lua
 local holders_type = redis.call('TYPE', KEYS[1]).ok
 if holders_type ~= 'none' and holders_type ~= 'zset' then

@@ -13,7 +13,9 @@ end
 
 -- What dlock_name_kind read of `base` itself: its type (`type`) and, for a string, its value
 -- (`value`); both nil when the name was free. The calling script may use them instead of reading
--- the key again (nothing writes between the guard and the script's own checks).
+-- the key again (nothing writes between the guard and the script's own checks). As a Redis
+-- Functions library, this table outlives the call (cmake/embed_lua.cmake): dlock_name_kind
+-- clears it first, so no call ever reads what an earlier one left.
 local dlock_guard_read = {}
 
 -- The kind that holds the name of lock key `base` (or has a live waiter queued on it) and how,
@@ -22,6 +24,7 @@ local dlock_guard_read = {}
 -- :alive and :mutex_waiters exist), so the caller may skip its own checks of those keys (a
 -- dlock::mutex hands a free key to a live waiter: acquire.lua).
 local function dlock_name_kind(base)
+  dlock_guard_read.type, dlock_guard_read.value = nil, nil
   -- A free name (the common case) in one call: none of the keys below exists, so every check
   -- below would find nothing (:alive is read only with :queue; it is asked here for the callers'
   -- sake). Each call counts: a Redlock acquire runs this on every server, and servers sharing

@@ -1,4 +1,4 @@
--- How scripts notify waiters (docs/redis-lock.md, "Scripts: EVALSHA with a NOSCRIPT
+-- How scripts notify waiters (docs/redis-lock.md, "Scripts: Redis Functions, EVALSHA as the
 -- fallback"): composed into every script that publishes at build time (cmake/embed_lua.cmake),
 -- so the command that carries a notification is named here only (sharded pub/sub, SPUBLISH, is a
 -- change of this file and of the subscriber's SUBSCRIBE). Scripts that include lib/queue.lua
