@@ -543,7 +543,7 @@ ROWS = [
     ("client CPU per cycle (all workers)", ("cpu", ("worker_cpu_us_per_cycle",))),
     ("context switches per cycle (all workers)", ("float1", ("ctx_switches_per_cycle",))),
     ("wake-ups per cycle (voluntary context switches, all workers)", ("float1", ("wakeups_per_cycle",))),
-    ("script calls (EVALSHA) per cycle, server side", ("float1", ("scripts_per_cycle",))),
+    ("script calls (FCALL, EVALSHA) per cycle, server side", ("float1", ("scripts_per_cycle",))),
     ("server commands per cycle (scripts' commands included)", ("float1", ("commands_per_cycle",))),
     ("redis-server CPU per cycle", ("cpu", ("server_cpu_us_per_cycle",))),
     ("(UN)SUBSCRIBEs per cycle, server side", ("float2", ("subscribes_per_cycle",))),
@@ -612,7 +612,7 @@ def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
         if v and r.get("floor_p50") and v / r["floor_p50"] < q:
             return (f"{NO_FLOOR}: W0's reference ({q:.2f}× a PING there) is above the measured ratio, so W0 ran "
                     "under other load than W1")
-        what = ("one `EVALSHA` of dlock's acquire script" + (" and one of its release script" if len(parts) > 1
+        what = ("one `FCALL` of dlock's acquire script" + (" and one of its release script" if len(parts) > 1
                                                                else "")
                 + f" from a bare hiredis client took {q:.2f}× a PING in W0 ({us(sum(ref50(x) for x in parts))} vs "
                 f"{us(ping)} p50)")
@@ -994,11 +994,11 @@ def report(run_dir, plots_dir, report_path):
             ref_text = {
                 "set_nx_px": "`SET k tok NX PX 10000` (the plainest lock command)",
                 "multi_set_incr": "`MULTI; SET k tok NX PX; INCR fence; PTTL k; EXEC`, one write",
-                "acquire_script": "`EVALSHA acquire.lua` (dlock's acquire: EXISTS kind guard, TIME, SET ... GET fence, SET PX)",
-                "release_script": "`EVALSHA release.lua` (dlock's release: GET, DEL, PUBLISH, EXISTS)",
+                "acquire_script": "`FCALL acquire` (dlock's acquire: EXISTS kind guard, TIME, SET ... GET fence, SET PX)",
+                "release_script": "`FCALL release` (dlock's release: GET, DEL, PUBLISH, EXISTS)",
                 "fanout_ping_3": "PING to 3 servers at once (all written, then all read): Redlock's floor",
                 "fanout_ping_5": "PING to 5 servers at once: Redlock's floor on 5 nodes",
-                "fanout_acquire_3": "`EVALSHA acquire.lua` to 3 servers at once (all written, then all read), then an "
+                "fanout_acquire_3": "`FCALL acquire` to 3 servers at once (all written, then all read), then an "
                                     "untimed release: a Redlock acquire's floor with dlock's script",
                 "fanout_acquire_5": "the same on 5 servers",
                 "relay_handoff": "the relay: a turn passed by PUBLISH between bare threads, each holding it for W4's "
@@ -1026,7 +1026,7 @@ def report(run_dir, plots_dir, report_path):
                      f"{cost['bare_scripts'].get('series', 1)} series each; per-pair figures from each variant's "
                      "quietest series; not round trips):")
             L.append("")
-            L.append("| scripts | pairs | EVALSHA time per pair, quietest series (median) | of it in the commands "
+            L.append("| scripts | pairs | script time per pair (`EVALSHA` for the bare scripts, `FCALL` for dlock's), quietest series (median) | of it in the commands "
                      "run | redis-server CPU per pair | commands (scripts) per pair |")
             L.append("|---|---|---|---|---|---|")
             for what, text in (("bare_scripts", "bare: only the 8 commands dlock's safety rules need, same KEYS/ARGV "

@@ -787,7 +787,7 @@ def floor_notes(res, side, run_dir):
         ld = get(res.get(gid), lab, "floor_load")
         out[desc] = (f"the floor is that round trip itself ({us(ld)}, the probe's {op} p50): 1.0× at best"
                      if ld else NO_FLOOR)
-    # The uncontended acquire: dlock's acquire is one EVALSHA of its acquire script (it hands out a
+    # The uncontended acquire: dlock's acquire is one FCALL of its acquire script (it hands out a
     # fencing token); what the server's side of that costs, from a bare hiredis client, is W0's reference.
     r = res.get("W1-redis") or {}
     v = get(r, "dlock mutex", "acquire_p50")
@@ -802,7 +802,7 @@ def floor_notes(res, side, run_dir):
             # scaled by the PING measured around this workload.
             fl = acq / ping * idle
             peer_fl = snx / ping * (get(r, blab, "floor_idle") or idle)
-            what = (f"one `EVALSHA` of dlock's acquire script (kind guard, fencing token, lock) from a bare hiredis "
+            what = (f"one `FCALL` of dlock's acquire script (kind guard, fencing token, lock) from a bare hiredis "
                     f"client took {acq / ping:.2f}× a PING in W0 ({us(acq)} vs {us(ping)} p50), the `SET NX PX` of "
                     f"the peers {snx / ping:.2f}× ({us(snx)}): the server's side of dlock's acquire is "
                     f"{acq / snx:.2f}× a `SET NX PX`; with the PING around this workload ({us(idle)}) the script's "
@@ -818,7 +818,7 @@ def floor_notes(res, side, run_dir):
     # Redis CPU per uncontended pair: the peer's cost of reading, parsing and answering its requests
     # (its server CPU outside the commands) plus what the 8 commands the safety rules need cost when
     # they run in two scripts, the thinnest there can be: W0's bare scripts (bench/floor.cpp, the
-    # server-cost op), whose EVALSHA time includes the commands' own.
+    # server-cost op), whose script time includes the commands' own.
     r = res.get("W2-redis") or {}
     blab, bv = best_peer(r, "server_cpu_per_grant_us")
     bare, own_w0 = ref.get("bare_scripts"), ref.get("dlock_scripts")
