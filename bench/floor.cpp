@@ -315,23 +315,24 @@ bool read_stats(redisContext* c, server_stats& out) {
     return true;
 }
 
-/// What the server spent on one series of pairs: differences of INFO around it.
-/// The FCALLs of a dlock::mutex acquire and release of `lock` on one server, with the keys
+/// The script calls of a dlock::mutex acquire and release of `lock` on one server, with the keys
 /// and arguments the library sends (engine::attempt, engine::release_everywhere; the key suffixes
-/// of src/redis/protocol.cpp): a first attempt (no waiter id) and its release.
+/// of src/redis/protocol.cpp): a first attempt (no waiter id) and its release. `verb` is FCALL
+/// (`acquire` and `release` name functions, as the library sends dlock's scripts) or EVALSHA
+/// (they are SHA-1s: the bare scripts).
 std::pair<std::vector<std::string>, std::vector<std::string>> mutex_script_calls(
-    const std::string& acquire_fn, const std::string& release_fn, const std::string& lock,
-    const std::string& token) {
+    const char* verb, const std::string& acquire, const std::string& release,
+    const std::string& lock, const std::string& token) {
     std::vector<std::string> keys;
     for (const auto s : {"", ":fence", ":mutex_waiters", ":mutex_alive", ":mutex_arrivals"})
         keys.push_back(lock + s);
     const std::string channel = lock + ":released";
-    std::vector<std::string> a{"FCALL", acquire_fn, std::to_string(keys.size())};
+    std::vector<std::string> a{verb, acquire, std::to_string(keys.size())};
     a.insert(a.end(), keys.begin(), keys.end());
     // engine::attempt: token, lease, count, limit, waiter liveness, channel, re-entry, ticket
     // floor, waiter id (none: a first attempt), fence idle period, clock floor.
     a.insert(a.end(), {token, "10000", "1", "0", "2000", channel, "0", "0", "", "86400000", "1"});
-    std::vector<std::string> r{"FCALL", release_fn, std::to_string(keys.size())};
+    std::vector<std::string> r{verb, release, std::to_string(keys.size())};
     r.insert(r.end(), keys.begin(), keys.end());
     // engine::release_everywhere: token, channel, hand-off lease, "0", fence idle period, the
     // waiter id it registered under (none), clock floor.
@@ -339,6 +340,7 @@ std::pair<std::vector<std::string>, std::vector<std::string>> mutex_script_calls
     return {std::move(a), std::move(r)};
 }
 
+/// What the server spent on one series of pairs: differences of INFO around it.
 struct cost_series {
     long long pairs = 0;
     server_stats spent;
@@ -350,6 +352,7 @@ struct cost_series {
 /// One variant of the server-cost op: a pair of scripts and what the server spent on them.
 struct cost_variant {
     const char* what;
+    const char* verb;  ///< FCALL or EVALSHA (mutex_script_calls)
     std::string acquire_fn, release_fn;
     std::vector<cost_series> series;
 };
@@ -367,7 +370,7 @@ bool run_pairs(redisContext* c, cost_variant& v, const std::vector<std::string>&
     std::vector<std::vector<std::string>> acquire_args;
     std::vector<std::vector<std::string>> release_args;
     for (const auto& lock : locks) {
-        auto [a, r] = mutex_script_calls(v.acquire_fn, v.release_fn, lock, token);
+        auto [a, r] = mutex_script_calls(v.verb, v.acquire_fn, v.release_fn, lock, token);
         acquire_args.push_back(std::move(a));
         release_args.push_back(std::move(r));
     }
@@ -916,7 +919,7 @@ int main(int argc, char** argv) {
         release_fn = load_script(c, "release");
         if (acquire_fn.empty() || release_fn.empty()) return 1;
     }
-    const auto script_calls = mutex_script_calls(acquire_fn, release_fn, lock, token);
+    const auto script_calls = mutex_script_calls("FCALL", acquire_fn, release_fn, lock, token);
     struct reference {
         std::string what;
         std::vector<std::int64_t> rtt;
@@ -1018,11 +1021,12 @@ int main(int argc, char** argv) {
     std::vector<std::string> cost_locks;
     if (server_cost_s > 0) {
         costs.push_back({"bare_scripts",
+                         "EVALSHA",
                          load_text(c, "bare acquire", kBareAcquire),
                          load_text(c, "bare release", kBareRelease),
                          {}});
         costs.push_back(
-            {"dlock_scripts", load_script(c, "acquire"), load_script(c, "release"), {}});
+            {"dlock_scripts", "FCALL", load_script(c, "acquire"), load_script(c, "release"), {}});
         for (const auto& v : costs) {
             if (v.acquire_fn.empty() || v.release_fn.empty()) return 1;
         }
