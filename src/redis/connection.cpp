@@ -14,14 +14,15 @@ namespace dlock::redis::detail {
 using dlock::detail::deadline_after;
 using dlock::detail::fail;
 
+bool refuses_functions(std::string_view text) noexcept {
+    return text.starts_with("NOPERM") &&
+           (text.find("'fcall'") != text.npos || text.find("'function|load'") != text.npos);
+}
+
 bool is_auth_error(const reply& r) noexcept {
     if (!r.is_error()) return false;
     const std::string_view t = r.text;
-    // An ACL that denies Redis Functions (FCALL, FUNCTION LOAD) is no credentials problem: the
-    // scripts then run by EVALSHA (scripts.cpp).
-    if (t.starts_with("NOPERM") &&
-        (t.find("'fcall'") != t.npos || t.find("'function|load'") != t.npos))
-        return false;
+    if (refuses_functions(t)) return false;
     return t.starts_with("WRONGPASS") || t.starts_with("NOAUTH") || t.starts_with("NOPERM") ||
            t.starts_with("ERR invalid password") ||
            t.find("called without any password configured") != t.npos ||

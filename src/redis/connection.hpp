@@ -114,6 +114,10 @@ private:
     bool functions_refused_ = false;
 };
 
+/// Whether error text `text` is an ACL's refusal of Redis Functions (FCALL, FUNCTION LOAD): not a
+/// credentials failure; the scripts then run by EVALSHA (scripts.cpp).
+bool refuses_functions(std::string_view text) noexcept;
+
 /// One server's part in exchange_all.
 struct exchange {
     connection* conn = nullptr;

@@ -92,9 +92,7 @@ bool is_function_missing(const reply& r) noexcept {
 /// The server will not run FCALL at all: Redis 6 does not know it, an ACL may deny it (the denial
 /// names the command; a denied key is named otherwise and is the script's own error). Nothing ran.
 bool is_fcall_refused(const reply& r) noexcept {
-    if (!r.is_error()) return false;
-    if (r.text.starts_with("ERR unknown command")) return true;
-    return r.text.starts_with("NOPERM") && r.text.find("'fcall'") != std::string::npos;
+    return r.is_error() && (r.text.starts_with("ERR unknown command") || refuses_functions(r.text));
 }
 
 }  // namespace

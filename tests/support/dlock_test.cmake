@@ -10,10 +10,11 @@
 #
 # COST: about how long the binary runs under ASan (seconds; the sanitizer stages are the long
 # ones). ctest starts the costliest tests first when it has no timings of its own (a clean
-# clone), so a long binary does not start last and leave the stage waiting on it alone. SHARDS n: the binary is registered as n ctest tests,
-# <name>.1 .. <name>.n, each running every n-th of its tests (googletest's GTEST_TOTAL_SHARDS and
-# GTEST_SHARD_INDEX), with its own servers; for a binary that mostly waits (on processes, leases),
-# so its shards overlap. COST is then each shard's.
+# clone), so a long binary does not start last and leave the stage waiting on it alone.
+# SHARDS n (n > 1): the binary is registered as n ctest tests, <name>.1 .. <name>.n, each running
+# every n-th of its tests (googletest's GTEST_TOTAL_SHARDS and GTEST_SHARD_INDEX), with its own
+# servers; for a binary that mostly waits (on processes, leases), so its shards overlap. COST is
+# then each shard's.
 #
 # Functions are global in CMake, so this is callable from tests/unit, tests/integration and
 # tests/fault once tests/support has been added.
@@ -47,22 +48,24 @@ function(dlock_add_test)
   if(NOT arg_COST)
     set(arg_COST 0)
   endif()
-  if(NOT arg_SHARDS OR arg_SHARDS EQUAL 1)
-    add_test(NAME ${arg_NAME} COMMAND ${arg_NAME})
-    set_tests_properties(${arg_NAME} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
-                                                COST ${arg_COST})
-  else()
-    math(EXPR last "${arg_SHARDS} - 1")
-    foreach(index RANGE ${last})
+  if(NOT arg_SHARDS)
+    set(arg_SHARDS 1)
+  endif()
+  math(EXPR last "${arg_SHARDS} - 1")
+  foreach(index RANGE ${last})
+    set(test ${arg_NAME})
+    if(arg_SHARDS GREATER 1)
       math(EXPR number "${index} + 1")
       set(test ${arg_NAME}.${number})
-      add_test(NAME ${test} COMMAND ${arg_NAME})
-      set_tests_properties(${test} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
-                                              COST ${arg_COST})
+    endif()
+    add_test(NAME ${test} COMMAND ${arg_NAME})
+    set_tests_properties(${test} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT}
+                                            COST ${arg_COST})
+    if(arg_SHARDS GREATER 1)
       set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT
                    "GTEST_TOTAL_SHARDS=${arg_SHARDS}" "GTEST_SHARD_INDEX=${index}")
-    endforeach()
-  endif()
+    endif()
+  endforeach()
 
   string(JOIN "," labels ${arg_LABELS})
   set_property(GLOBAL APPEND PROPERTY DLOCK_TEST_BINARIES "${arg_NAME}")
