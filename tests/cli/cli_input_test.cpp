@@ -42,6 +42,7 @@ using dlock::test::cli_process;
 using dlock::test::cli_result;
 using dlock::test::run_cli;
 using dlock::test::shared_redis;
+using dlock::test::vote_bound;
 
 using namespace dlock::test::exit_status;  // the documented exit statuses
 
@@ -205,13 +206,6 @@ std::vector<url_case> url_cases(const std::string& redis_hostport, const std::st
     return cases;
 }
 
-/// --node-timeout for live Redlock URLs: the default (the lease / 200, at most 50 ms) is missed by
-/// a loaded machine (a TSan build beside other test binaries), and "no quorum" or a degraded-quorum
-/// warning is not what these tests are about (Redlock's own tests cover them).
-std::string vote_bound() {
-    return std::to_string(dlock::test::scaled(std::chrono::milliseconds(1000)).count()) + "ms";
-}
-
 TEST(CliFuzz, EveryCommandTimesEveryUrl) {
     dlock::test::redis_fleet fleet(3);
     std::string redlock;
@@ -231,8 +225,7 @@ TEST(CliFuzz, EveryCommandTimesEveryUrl) {
         std::set<int> allowed;
     };
     std::vector<planned> plan;
-    // A live Redlock URL's votes get the scaled time to answer (vote_bound). `demo` has no
-    // --node-timeout.
+    // A live Redlock URL's votes get the scaled time to answer (vote_bound).
     const std::string node_timeout = vote_bound();
     for (const auto& c : cases) {
         const auto name = dlock::test::unique_name("fuzz");
@@ -250,7 +243,8 @@ TEST(CliFuzz, EveryCommandTimesEveryUrl) {
         plan.push_back({with_url({"status", "--url", c.url, name}), status});
         std::set<int> demo = c.demo.empty() ? c.run : c.demo;
         if (demo.contains(ok)) demo.insert(demo_failed);  // a worker may fail: not this test's
-        plan.push_back({{"demo", "--url", c.url, "--workers", "2", "--stock", "3"}, demo});
+        plan.push_back(
+            {with_url({"demo", "--url", c.url, "--workers", "2", "--stock", "3"}), demo});
         std::set<int> resize = c.run;
         resize.insert(unavailable);  // a backend without semaphore resizing says so
         plan.push_back(

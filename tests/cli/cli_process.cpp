@@ -41,6 +41,8 @@ std::string etcd_connect_timeout() {
     return std::to_string(scaled(std::chrono::seconds(10)).count()) + "ms";
 }
 
+std::string vote_bound() { return std::to_string(scaled(std::chrono::seconds(1)).count()) + "ms"; }
+
 std::string cli_binary() {
     const char* other = std::getenv("DLOCK_TEST_CLI_BINARY");  // NOLINT(concurrency-mt-unsafe)
     return other != nullptr && *other != '\0' ? std::string(other) : std::string(DLOCK_CLI_PATH);

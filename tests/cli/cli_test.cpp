@@ -47,6 +47,7 @@ using dlock::test::run_cli;
 using dlock::test::scaled;
 using dlock::test::shared_redis;
 using dlock::test::temp_dir;
+using dlock::test::vote_bound;
 
 using namespace dlock::test::exit_status;  // the documented exit statuses
 
@@ -728,12 +729,7 @@ TEST(CliDemo, WithoutRedisServerInstalled) {
 
 // --- Redlock: the same commands over a quorum of servers --------------------------------------
 
-// --node-timeout for every Redlock run and status here: the default bound per server and vote
-// (lease / 200, at most 50 ms, docs/redlock.md) is missed on a loaded machine (a TSan build beside
-// other test binaries), and on a degraded quorum (a server down or refusing) one slow answer
-// fails the grant. "No quorum" is not what these tests are about.
-std::string vote_bound() { return ms(scaled(500ms)); }
-
+// --node-timeout vote_bound() for every Redlock run, status and demo here (cli_process.hpp).
 class CliRedlock : public testing::Test {
 protected:
     CliRedlock() {
@@ -882,8 +878,9 @@ TEST(CliRedlockAuth, AServerRefusingAuthIsNamedWithoutThePassword) {
 }
 
 TEST(CliDemoRedlock, StartsThreeServers) {
-    const auto r =
-        run_cli({"demo", "--backend", "redlock", "--workers", "2", "--stock", "10"}, {}, 60s);
+    const auto r = run_cli({"demo", "--backend", "redlock", "--node-timeout", vote_bound(),
+                            "--workers", "2", "--stock", "10"},
+                           {}, 60s);
     EXPECT_EQ(r.status, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("Started 3 redis-servers"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("Redlock over 3 servers (quorum 2)"), std::string::npos) << r.out;
@@ -919,6 +916,15 @@ TEST(CliBadInput, UsageErrors) {
         {{"run", "--node-timeout", "1s", "--url", "redis://127.0.0.1:1", "n", "--", "true"},
          usage,
          "a node timeout applies to redlock:// only"},
+        {{"set-permits", "--node-timeout", "1s", "--url", "redis://127.0.0.1:1", "n", "2"},
+         usage,
+         "a node timeout applies to redlock:// only"},
+        {{"demo", "--node-timeout", "1s", "--url", "redis://127.0.0.1:1"},
+         usage,
+         "a node timeout applies to redlock:// only"},
+        {{"demo", "--backend", "redlock", "--node-timeout", "0"},
+         usage,
+         "must be greater than zero"},
         // A dlock option after NAME is the command's word, and no command is named like that.
         {{"run", "n", "--url", "redis://h", "--", "true"}, usage, "options go before NAME"},
         {{"run", "n", "--url=redis://:pw@h", "true"}, usage, "COMMAND \"--url\" starts with"},

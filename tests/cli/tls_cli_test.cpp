@@ -31,6 +31,10 @@ TEST(CliTls, RunsAndReportsStatusOverTls) {
     r = run_cli({"run", "--url", url + "?tls_ca=" + dlock::test::shared_tls_certs().ca(), name,
                  "--", "true"});
     EXPECT_EQ(r.status, ok) << r.err;
+    // Every command takes the TLS options: set-permits too.
+    r = run_cli({"set-permits", "--url", url, "--tls-ca", dlock::test::shared_tls_certs().ca(),
+                 dlock::test::unique_name("cli-tls-sem"), "2"});
+    EXPECT_EQ(r.status, ok) << r.err;
 }
 
 TEST(CliTls, AnUnverifiedServerIsUnreachableWithItsCause) {

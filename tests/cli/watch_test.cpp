@@ -42,6 +42,7 @@ using dlock::test::cli_binary;
 using dlock::test::cli_process;
 using dlock::test::eventually;
 using dlock::test::run_cli;
+using dlock::test::vote_bound;
 
 /// Single quotes for sh.
 std::string sh_quoted(const std::string& s) {
@@ -294,10 +295,8 @@ TEST(StatusWatch, RedlockWatchSeesEveryServer) {
         << watch.out();
     // The servers change one after another; the view follows each: wait for where it ends.
     {
-        // A vote bound no loaded machine misses (the default is at most 50 ms per server).
-        cli_process holder({"run", "--node-timeout",
-                            std::to_string(dlock::test::scaled(500ms).count()) + "ms", "--url", url,
-                            "rl", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN; sleep 60"});
+        cli_process holder({"run", "--node-timeout", vote_bound(), "--url", url, "rl", "--", "sh",
+                            "-c", "echo $DLOCK_FENCING_TOKEN; sleep 60"});
         EXPECT_TRUE(last_line_has(watch, "rl: held on 3 of 3 servers (quorum 2)")) << watch.out();
         EXPECT_TRUE(eventually([&] { return holder.out().ends_with("\n"); }, 10s));
         token = holder.out().substr(0, holder.out().size() - 1);

@@ -143,10 +143,6 @@ std::string fault_tolerance_warning(std::string_view url) {
         parsed.servers.size() == 1 ? "it" : "both");
 }
 
-lock_service::lock_service(const std::string& url, const std::string& key_prefix,
-                           service_callbacks cb)
-    : lock_service(server_options{.url = url, .key_prefix = key_prefix}, std::move(cb)) {}
-
 lock_service::lock_service(const server_options& server, service_callbacks cb)
     : key_prefix_(server.key_prefix),
       connect_timeout_(server.connect_timeout),

@@ -91,12 +91,11 @@ struct service_callbacks {
 /// clients on first use: call it from one thread.
 class lock_service {
 public:
-    /// Validates the URL and options (see parse_service_url; then cli_error with the client's
-    /// message: usage for a malformed URL or key prefix, unavailable for etcd://). Connects
+    /// Validates the URL and every option of `server` (see parse_service_url and
+    /// connect_options; then cli_error with the client's message: usage for a malformed URL or
+    /// key prefix, a command timeout on zk:// or a node timeout off redlock://, unavailable for
+    /// etcd://). Every command passes all its server options here, so none is dropped. Connects
     /// lazily; starts the clients' background threads.
-    lock_service(const std::string& url, const std::string& key_prefix, service_callbacks cb = {});
-    /// The same, with --connect-timeout and --command-timeout (connect_options; a command timeout
-    /// on zk:// is a usage error).
     explicit lock_service(const server_options& server, service_callbacks cb = {});
 
     dlock::backend& backend() noexcept { return *backend_; }

@@ -91,6 +91,7 @@ struct demo_options {
     int workers = 4;
     int stock = 50;
     bool redlock = false;  ///< without url: start 3 servers and lock with Redlock
+    std::optional<std::chrono::milliseconds> node_timeout{};  ///< --node-timeout (Redlock)
 };
 
 /// The hidden `__demo-worker` subcommand: one worker process of `dlock demo`.
@@ -99,6 +100,7 @@ struct demo_worker_options {
     std::string run_id{};
     std::string mode{};  ///< "unlocked" or "locked"
     int index = 0;
+    std::optional<std::chrono::milliseconds> node_timeout{};  ///< the demo's --node-timeout
 };
 
 int run_command(const run_options& options);

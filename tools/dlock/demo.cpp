@@ -83,11 +83,16 @@ public:
         pid_t group = 0;  // all workers share one process group: the first one's
         const auto started = steady::now();
         for (int i = 0; i < o_.workers; ++i) {
+            std::vector<std::string> args{self,      "__demo-worker",  "--url",  url_,
+                                          "--run",   run_id_,          "--mode", mode,
+                                          "--index", std::to_string(i)};
+            if (o_.node_timeout) {
+                args.insert(args.end(),
+                            {"--node-timeout-ms", std::to_string(o_.node_timeout->count())});
+            }
             int error = 0;
-            const pid_t pid =
-                spawn_process({self, "__demo-worker", "--url", url_, "--run", run_id_, "--mode",
-                               mode, "--index", std::to_string(i)},
-                              {.new_process_group = group == 0, .process_group = group}, error);
+            const pid_t pid = spawn_process(
+                args, {.new_process_group = group == 0, .process_group = group}, error);
             if (pid < 0) {
                 stop_workers(workers, group);
                 throw cli_error(exit_status::os_error, fmt::format("cannot start a worker ({}): {}",
@@ -200,7 +205,7 @@ int demo_command(const demo_options& o) {
         url = o.redlock ? "redlock://" + fmt::format("{}", fmt::join(hosts, ","))
                         : servers.front()->url();
     }
-    lock_service service(url, "dlock");
+    lock_service service({.url = url, .key_prefix = "dlock", .node_timeout = o.node_timeout});
     dlock::redis::client& data = service.first_redis_server(demo_needs_redis);
     const std::string run_id = random_run_id();
     const auto locked_keys = keys_for(run_id, "locked");
@@ -267,7 +272,7 @@ int demo_command(const demo_options& o) {
 int demo_worker_command(const demo_worker_options& o) {
     const auto keys = keys_for(o.run_id, o.mode);
     try {
-        lock_service service(o.url, "dlock");
+        lock_service service({.url = o.url, .key_prefix = "dlock", .node_timeout = o.node_timeout});
         dlock::redis::client& client = service.first_redis_server(demo_needs_redis);
         std::optional<dlock::mutex> mutex;
         if (o.mode == "locked") {

@@ -681,6 +681,10 @@ public:
                          "Without --url: redis (one private server) or redlock (three)")
             ->type_name("NAME")
             ->default_str("redis");
+        cmd_->add_option("--node-timeout", node_timeout_,
+                         "Redlock only: how long each server has to answer one\n"
+                         "vote (default: the lease / 200, 5ms to 50ms)")
+            ->type_name("DURATION");
     }
 
     bool parsed() const { return cmd_->parsed(); }
@@ -723,6 +727,9 @@ public:
             o.url = url_;
             warn_about(url_);
         }
+        if (cmd_->get_option("--node-timeout")->count() > 0) {
+            o.node_timeout = parse_duration("--node-timeout", node_timeout_, {.allow_zero = false});
+        }
         return demo_command(o);
     }
 
@@ -732,6 +739,7 @@ private:
     std::string workers_;
     std::string stock_;
     std::string backend_ = "redis";
+    std::string node_timeout_;
 };
 
 /// `dlock completion bash|zsh`.
@@ -771,14 +779,19 @@ public:
             ->required()
             ->check(CLI::IsMember({"unlocked", "locked"}));
         cmd_->add_option("--index", o_.index);
+        cmd_->add_option("--node-timeout-ms", node_timeout_ms_);
     }
 
     bool parsed() const { return cmd_->parsed(); }
-    int execute() const { return demo_worker_command(o_); }
+    int execute() {
+        if (node_timeout_ms_ > 0) o_.node_timeout = std::chrono::milliseconds(node_timeout_ms_);
+        return demo_worker_command(o_);
+    }
 
 private:
     CLI::App* cmd_;
     demo_worker_options o_;
+    long long node_timeout_ms_ = 0;
 };
 
 int dispatch(int argc, char** argv) {

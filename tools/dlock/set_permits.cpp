@@ -6,7 +6,7 @@
 namespace dlock::cli {
 
 int set_permits_command(const set_permits_options& o) {
-    lock_service service(o.server.url, o.server.key_prefix);
+    lock_service service(o.server);
     try {
         service.backend().set_permits(o.name, o.permits);
     } catch (const dlock::error& e) {
