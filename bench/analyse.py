@@ -1006,6 +1006,9 @@ def report(run_dir, plots_dir, report_path):
                 "relay_handoff_1of1": "the relay with an empty critical section (W3's hand-off floor on one server)",
                 "relay_handoff_2of3": "the same relay on 3 servers, the turn PUBLISHed on all 3 and taken at 2 of 3 "
                                       "messages (a Redlock hand-off's floor)",
+                "relay_handoff_min_scripts_2of3": "the relay on 3 servers with the least scripts of a fenced hand-off "
+                                                  "(each written to all 3, the turn taken at 2 of 3 messages): a "
+                                                  "fenced Redlock hand-off's floor",
             }
             L.append("References, same thin client and connection (not the floor: what the server's side "
                      "of a lock operation costs, so that dlock's own overhead shows as the difference):")

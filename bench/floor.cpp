@@ -79,7 +79,11 @@
 // fair_release (embedded, as above) from bare hiredis threads, with the library's keys, arguments,
 // hand-off channels and the PING ahead of a release after a wait, each thread waiting for the grant
 // that names its token. Recorded for both: from before the release's write to the next holder's
-// wake-up.
+// wake-up. With --relay-quorum N too, one more: "relay_handoff_min_scripts_2of3" (or 3of5), the
+// least scripts' relay on the first N servers (the hand-off as kMinHandOffQuorum), each script
+// written to all N before any reply is read and the turn taken at a majority's messages: what a
+// fenced Redlock hand-off cannot go below (the release's compare, fence and hand-off on every node,
+// then the releaser queueing again on every node), with the same threads on the same cores.
 //
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
 // {"event":"summary","what":W,...} per reference, one {"event":"server_cost","what":W,"pairs":..,
@@ -88,7 +92,8 @@
 // ...} and {"event":"relay","workers":..,"cs_us":..,"held_fraction":..} with --relay-s, one
 // {"event":"summary","what":"relay_handoff_MofN",...} per --relay-quorum relay, one
 // {"event":"summary","what":"relay_handoff_min_scripts"|"relay_handoff_min_pipelined"|
-// "relay_handoff_fair_scripts",...} each with --relay-scripts 1, and the
+// "relay_handoff_fair_scripts",...} each with --relay-scripts 1 (and
+// "relay_handoff_min_scripts_MofN" with --relay-quorum N too), and the
 // floor's own summary record
 // {"event":"done","what":"redis_ping","n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
 // "mean_ns":..} last. Percentiles are nearest-rank, as in the Figures section of
@@ -232,6 +237,22 @@ return 1
 // ARGV[2] the next owner, ARGV[3] its channel, ARGV[4] the turn's message.
 constexpr std::string_view kMinHandOff =
     R"lua(if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('not the owner') end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', 30000)
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return fence
+)lua";
+// The same on a quorum of servers, where a node may get a later turn's hand-off before an earlier
+// one's: a releaser preempted between its writes to the nodes has a majority's messages out, and
+// the next holder's writes, ahead of its own to the last node (about 1 node hand-off in 75 on a
+// 2-core VM; the single-server script's equality compare then fails that node for good). So the
+// owner is the holder's turn number, and a hand-off from an earlier turn than
+// the node's owner does nothing (as a release where it is not the owner does nothing on a Redlock
+// node); a later one catches a lagging node up. The same commands as kMinHandOff.
+// KEYS as kMinHandOff's; ARGV[1] the releaser's turn, ARGV[2] the next one, ARGV[3], ARGV[4] as
+// its.
+constexpr std::string_view kMinHandOffQuorum =
+    R"lua(if (tonumber(redis.call('GET', KEYS[1])) or 0) > tonumber(ARGV[1]) then return 0 end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', 30000)
 redis.call('PUBLISH', ARGV[3], ARGV[4])
@@ -530,6 +551,7 @@ std::string next_message(const std::vector<redisContext*>& subs, int timeout_ms)
 /// written with the hand-off, not after its reply.
 struct min_scripts {
     std::string hand_off_sha, join_sha;
+    std::string hand_off_quorum_sha;  // kMinHandOffQuorum, for a relay on several servers
     bool pipelined = false;
 };
 
@@ -595,24 +617,33 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
                     if (!write_all_then_read(m.pubs, {"PUBLISH", next, what})) m.failed = true;
                     return;
                 }
-                const std::vector<std::string> hand_off{"EVALSHA",
-                                                        scripted->hand_off_sha,
-                                                        "2",
-                                                        base + "owner",
-                                                        base + "fence",
-                                                        me,
-                                                        "w" + std::to_string((i + 1) % workers),
-                                                        next,
-                                                        what};
+                // One server: the owner is the thread's name; several: the turn's number
+                // (kMinHandOffQuorum).
+                const bool quorum = m.pubs.size() > 1;
+                const long long passed = std::atoll(what.c_str());
+                const std::vector<std::string> hand_off{
+                    "EVALSHA",
+                    quorum ? scripted->hand_off_quorum_sha : scripted->hand_off_sha,
+                    "2",
+                    base + "owner",
+                    base + "fence",
+                    quorum ? std::to_string(passed - 1) : me,
+                    quorum ? std::to_string(passed) : "w" + std::to_string((i + 1) % workers),
+                    next,
+                    what};
                 const std::vector<std::string> join{"EVALSHA",      scripted->join_sha, "2",
                                                     base + "queue", base + "owner",     me};
+                // On several servers (Redlock's), each script goes to every one before any
+                // reply is read, as the library's fan-out does.
                 const bool ok = scripted->pipelined ? pipeline(m.pubs[0], {hand_off, join})
-                                                    : pipeline(m.pubs[0], {hand_off}) &&
-                                                          pipeline(m.pubs[0], {join});
+                                                    : write_all_then_read(m.pubs, hand_off) &&
+                                                          write_all_then_read(m.pubs, join);
                 if (!ok) m.failed = true;
             };
             if (i == 0) {
-                if (scripted != nullptr && !call(m.pubs[0], {"SET", base + "owner", me}))
+                if (scripted != nullptr &&
+                    !write_all_then_read(m.pubs,
+                                         {"SET", base + "owner", m.pubs.size() > 1 ? "0" : me}))
                     m.failed = true;
                 dlock_bench::sleep_until_ns(start);
                 pass("1 " + std::to_string(now_ns()));
@@ -667,10 +698,11 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
         for (auto* c : m.pubs) redisFree(c);
     }
     if (scripted != nullptr) {
-        redisContext* c = connects[0]();
-        if (c != nullptr) {
-            call(c, {"DEL", base + "owner", base + "fence", base + "queue"});
-            redisFree(c);
+        for (const auto& connect : connects) {
+            if (redisContext* c = connect(); c != nullptr) {
+                call(c, {"DEL", base + "owner", base + "fence", base + "queue"});
+                redisFree(c);
+            }
         }
     }
     if (!ok) std::fprintf(stderr, "dlock-bench-floor: relay: a connection failed\n");
@@ -1065,13 +1097,24 @@ int main(int argc, char** argv) {
 
     // The scripted relays (empty critical section, first server): the least scripts, then dlock's.
     if (relay_scripts == 1) {
+        // Loaded on every server a scripted relay runs on (the same text, the same SHA-1).
         min_scripts least;
-        if (redisContext* lc = relay_servers[0](); lc != nullptr) {
-            least.hand_off_sha = load_text(lc, "the least hand-off", kMinHandOff);
-            least.join_sha = load_text(lc, "the least join", kMinJoin);
-            redisFree(lc);
+        const std::size_t on_servers =
+            relay_quorum > 0 ? static_cast<std::size_t>(relay_quorum) : 1;
+        for (std::size_t i = 0; i < on_servers; ++i) {
+            if (redisContext* lc = relay_servers[i](); lc != nullptr) {
+                least.hand_off_sha = load_text(lc, "the least hand-off", kMinHandOff);
+                least.join_sha = load_text(lc, "the least join", kMinJoin);
+                if (relay_quorum > 0) {
+                    least.hand_off_quorum_sha =
+                        load_text(lc, "the least hand-off on a quorum", kMinHandOffQuorum);
+                }
+                redisFree(lc);
+            }
+            if (least.hand_off_sha.empty() || least.join_sha.empty() ||
+                (relay_quorum > 0 && least.hand_off_quorum_sha.empty()))
+                return 1;
         }
-        if (least.hand_off_sha.empty() || least.join_sha.empty()) return 1;
         for (const bool pipelined : {false, true}) {
             least.pipelined = pipelined;
             relay_result r;
@@ -1083,6 +1126,17 @@ int main(int argc, char** argv) {
         relay_result f;
         if (!relay_fair_scripts(relay_servers[0], relay_workers, relay_s, f)) return 1;
         quorum_relays.emplace_back("relay_handoff_fair_scripts", std::move(f));
+        if (relay_quorum > 0) {
+            least.pipelined = false;
+            relay_result q;
+            const std::vector<std::function<redisContext*()>> on(
+                relay_servers.begin(), relay_servers.begin() + relay_quorum);
+            if (!relay(on, relay_workers, 0, relay_s, q, &least)) return 1;
+            quorum_relays.emplace_back("relay_handoff_min_scripts_" +
+                                           std::to_string(relay_quorum / 2 + 1) + "of" +
+                                           std::to_string(relay_quorum),
+                                       std::move(q));
+        }
     }
 
     const std::string tmp = out + ".tmp";

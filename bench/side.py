@@ -766,11 +766,22 @@ def floor_notes(res, side, run_dir):
     # round trips with the least scripts a fenced FIFO hand-off needs, and with dlock's own.
     least, together = ref50("relay_handoff_min_scripts"), ref50("relay_handoff_min_pipelined")
     own_scripts = ref50("relay_handoff_fair_scripts")
-    for lab, desc in (("dlock fair_mutex", "W3 fair_mutex hand-off to another p50"),
-                      ("dlock mutex", "W3 mutex hand-off to another p50")):
+    for lab, lim, desc in (("dlock fair_mutex", 0.6, "W3 fair_mutex hand-off to another p50"),
+                           ("dlock mutex", 0.8, "W3 mutex hand-off to another p50")):
         h = get(res.get("W3-redis"), lab, "handoff_other_p50")
         if not (h and least and together and desc in out) or out[desc].startswith(NO_FLOOR):
             continue
+        blab, bv = best_peer(res.get("W3-redis") or {}, "handoff_other_p50")
+        goal = lim * bv
+        if least > goal and out[desc].startswith("floor "):
+            # Every dlock hand-off is fenced (the server hands the next holder a higher token) and
+            # goes to the next in line: a script on the server, which the polling peers do not run.
+            # Its least scripts' relay above the goal puts the goal out of reach for a fenced lock;
+            # the bare PUBLISH relay stays the floor of a hand-off as such.
+            out[desc] = (f"**below the floor of a fenced hand-off**: the goal asks for {us(goal)} ({lim:g}× {blab}'s "
+                         f"{us(bv)}); the least scripts a fenced hand-off to the next in line runs, from bare threads "
+                         f"(below), took {us(least)}; dlock is {h / least:.2f}× that; without a lock's scripts, "
+                         + out[desc][out[desc].index(": ") + 2:])
         out[desc] += (f"; W0's scripted relays (the same threads, W3's round trips: the release, then the releaser's "
                       f"next attempt, each awaited): the least scripts a fenced FIFO hand-off needs (compare, fence, "
                       f"next owner, `PUBLISH`; then `TIME`, `ZADD`, `PTTL` to queue again) {us(least)} p50, "
@@ -924,7 +935,21 @@ def floor_notes(res, side, run_dir):
         # notified Redlock hand-off goes below (the release reaching a quorum, the quorum's
         # notifications reaching the waiter), the former the same for one server.
         q3, q1 = ref50("relay_handoff_2of3"), ref50("relay_handoff_1of1")
-        if q3 and q1:
+        # The same threads running the least fenced hand-off's scripts on all 3 (bench/floor.cpp
+        # --relay-scripts with --relay-quorum): a fenced Redlock hand-off's floor.
+        s3, s1 = ref50("relay_handoff_min_scripts_2of3"), ref50("relay_handoff_min_scripts")
+        if q3 and q1 and s3:
+            what = (f"the least scripts a fenced hand-off to the next in line runs (compare, fence, next owner, "
+                    f"`PUBLISH`; then `TIME`, `ZADD`, `PTTL` to queue again), each written to all 3 servers before any "
+                    f"reply is read, from 8 bare hiredis threads taking the turn at 2 of 3 messages, took {us(s3)} per "
+                    f"hand-off p50 in W0; without scripts (a bare `PUBLISH` relay) {us(q3)} on 3 servers and {us(q1)} "
+                    f"on one")
+            out[desc] = ((f"**below the floor of a fenced hand-off**: the goal asks for {us(2 * fair)} (2× fair's "
+                          f"{us(fair)}); " if s3 > 2 * fair else floor_verdict(s3, 2 * fair, "")) + what
+                         + f"; dlock is {v / s3:.2f}× that floor"
+                         + (f", its fair hand-off {fair / s1:.2f}× the same scripts' relay on one server ({us(s1)})"
+                            if s1 else ""))
+        elif q3 and q1:
             what = (f"8 bare hiredis threads passing a turn by PUBLISH on all 3 servers, each taking it at 2 of 3 "
                     f"messages, took {us(q3)} per hand-off p50 in W0 (the same relay on one server {us(q1)}: a "
                     f"quorum hand-off costs {q3 / q1:.2f}× a single-server one at the floor; dlock's fair "
