@@ -712,6 +712,10 @@ def floor_notes(res, side, run_dir):
         return (f" ({lab} {f[key] / f[floor_key]:.2f}× its own, the probe under its load)"
                 if f.get(key) and f.get(floor_key) else "")
 
+    # W0's scripted relays (bench/floor.cpp --relay-scripts): the same bare threads and W3's round
+    # trips with the least scripts a fenced FIFO hand-off needs, and with dlock's own.
+    least, together = ref50("relay_handoff_min_scripts"), ref50("relay_handoff_min_pipelined")
+    own_scripts = ref50("relay_handoff_fair_scripts")
     # Hand-offs between processes: the release reaching the server and the grant (or the
     # notification) reaching the next holder is one round trip, measured under the same load by the
     # probe (a PING on Redis, a `Put` on etcd).
@@ -728,12 +732,20 @@ def floor_notes(res, side, run_dir):
             continue
         goal = lim * bv
         relay = ref50("relay_handoff_1of1") if gid == "W3-redis" else None
+        # Every dlock hand-off on Redis is fenced (the server hands the next holder a higher token)
+        # and goes to the next in line: a script on the server, which the polling peers do not run.
+        # The least scripts' relay above the goal puts the goal out of reach for a fenced lock; the
+        # floor a goal under it would be measured against follows, "without a lock's scripts".
+        fenced = (f"**below the floor of a fenced hand-off**: the goal asks for {us(goal)} ({lim:g}× {blab}'s "
+                  f"{us(bv)}); the least scripts a fenced hand-off to the next in line runs, from bare threads "
+                  f"(below), took {us(least)}; dlock is {h / least:.2f}× that; without a lock's scripts, "
+                  if gid == "W3-redis" and least and together and least > goal else "")
         if h < ld and relay:
             # The probe's round trip carries its own client's wake-up, as a hand-off carries the
             # waiter's, and is above the hand-off here: W0's relay is the floor then (bare threads
             # passing a turn by PUBLISH on one server: the release reaching Redis, Redis' message
             # reaching the next one, its wake-up; on a quiet server, without a lock's scripts).
-            out[desc] = (floor_verdict(relay, goal, f"{lim:g}× {blab}'s {us(bv)}")
+            out[desc] = ((fenced or floor_verdict(relay, goal, f"{lim:g}× {blab}'s {us(bv)}"))
                          + f"8 bare hiredis threads passing a turn by PUBLISH on one server (W0's relay, empty "
                            f"critical section, a quiet server) took {us(relay)} per hand-off p50 (the probe's {op} "
                            f"p50 under this load, {us(ld)}, is above dlock's hand-off: its own wake-up is part of "
@@ -760,28 +772,15 @@ def floor_notes(res, side, run_dir):
                          + (f" (under {blab}'s own load {us(peer_ld)}, also above the goal)" if peer_ld else "")
                          + f"; dlock is {h / ld:.2f}× that floor" + own(r, blab, "handoff_other_p50"))
         else:
-            out[desc] = (f"floor {us(ld)} = {what}, under the goal ({us(goal)}); dlock is {h / ld:.2f}× that floor"
-                         + own(r, blab, "handoff_other_p50"))
-    # Where a W3 hand-off's time goes (bench/floor.cpp --relay-scripts): the same bare threads and
-    # round trips with the least scripts a fenced FIFO hand-off needs, and with dlock's own.
-    least, together = ref50("relay_handoff_min_scripts"), ref50("relay_handoff_min_pipelined")
-    own_scripts = ref50("relay_handoff_fair_scripts")
-    for lab, lim, desc in (("dlock fair_mutex", 0.6, "W3 fair_mutex hand-off to another p50"),
-                           ("dlock mutex", 0.8, "W3 mutex hand-off to another p50")):
+            out[desc] = ((f"{fenced}the floor is {us(ld)} = {what}" if fenced
+                          else f"floor {us(ld)} = {what}, under the goal ({us(goal)})")
+                         + f"; dlock is {h / ld:.2f}× that floor" + own(r, blab, "handoff_other_p50"))
+    # Where a W3 hand-off's time goes: the scripted relays, beside the floor.
+    for lab, desc in (("dlock fair_mutex", "W3 fair_mutex hand-off to another p50"),
+                      ("dlock mutex", "W3 mutex hand-off to another p50")):
         h = get(res.get("W3-redis"), lab, "handoff_other_p50")
         if not (h and least and together and desc in out) or out[desc].startswith(NO_FLOOR):
             continue
-        blab, bv = best_peer(res.get("W3-redis") or {}, "handoff_other_p50")
-        goal = lim * bv
-        if least > goal and out[desc].startswith("floor "):
-            # Every dlock hand-off is fenced (the server hands the next holder a higher token) and
-            # goes to the next in line: a script on the server, which the polling peers do not run.
-            # Its least scripts' relay above the goal puts the goal out of reach for a fenced lock;
-            # the bare PUBLISH relay stays the floor of a hand-off as such.
-            out[desc] = (f"**below the floor of a fenced hand-off**: the goal asks for {us(goal)} ({lim:g}× {blab}'s "
-                         f"{us(bv)}); the least scripts a fenced hand-off to the next in line runs, from bare threads "
-                         f"(below), took {us(least)}; dlock is {h / least:.2f}× that; without a lock's scripts, "
-                         + out[desc][out[desc].index(": ") + 2:])
         out[desc] += (f"; W0's scripted relays (the same threads, W3's round trips: the release, then the releaser's "
                       f"next attempt, each awaited): the least scripts a fenced FIFO hand-off needs (compare, fence, "
                       f"next owner, `PUBLISH`; then `TIME`, `ZADD`, `PTTL` to queue again) {us(least)} p50, "
