@@ -111,7 +111,8 @@ def load_worker_file(path, expected_w):
 
 def floor_records(path):
     """{what: summary record} ("summary", "server_cost" and "done" records) of a floor program's file,
-    and its hand-off floor's held share under "relay"; {} if absent."""
+    and its hand-off floor's held share under "relay" (under "relay_procs" that of the same relay
+    with a process per member); {} if absent."""
     out = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -119,8 +120,8 @@ def floor_records(path):
                 rec = json.loads(line)
                 if rec.get("event") in ("summary", "server_cost", "done"):
                     out[rec["what"]] = rec
-                elif rec.get("event") == "relay":
-                    out["relay"] = rec
+                elif rec.get("event") in ("relay", "relay_procs"):
+                    out[rec["event"]] = rec
     return out
 
 
@@ -582,14 +583,24 @@ def held_by_delete(cs_ns, goal, rt, what, handoff=None):
 def relay_floor(refs, cs_ns):
     """(held share, text) of W0's hand-off floor (bench/floor.cpp --relay-s: a turn passed by PUBLISH
     between bare hiredis threads with a busy critical section, a wake-up included) when it ran with
-    that critical section; None otherwise."""
+    that critical section; None otherwise. When W0 also ran it with a process per member
+    (--relay-procs), as the workloads' workers are, that relay's share is the bound."""
     relay, handoff = refs.get("relay") or {}, refs.get("relay_handoff") or {}
     if not relay.get("held_fraction") or relay.get("cs_us", 0) * 1000 != cs_ns:
         return None
-    return relay["held_fraction"], (
-        f"passing the turn by PUBLISH between {relay['workers']} bare hiredis threads with the same busy "
-        f"critical section (W0's hand-off floor: the release, Redis' fan-out, the next one's wake-up) held "
-        f"{pct(relay['held_fraction'])} (hand-off p50 {us(handoff.get('p50_ns'))}, mean {us(handoff.get('mean_ns'))})")
+    text = (f"passing the turn by PUBLISH between {relay['workers']} bare hiredis threads with the same busy "
+            f"critical section (W0's hand-off floor: the release, Redis' fan-out, the next one's wake-up) held "
+            f"{pct(relay['held_fraction'])} (hand-off p50 {us(handoff.get('p50_ns'))}, mean "
+            f"{us(handoff.get('mean_ns'))})")
+    procs, procs_handoff = refs.get("relay_procs") or {}, refs.get("relay_handoff_procs") or {}
+    if not procs.get("held_fraction") or procs.get("cs_us", 0) * 1000 != cs_ns:
+        return relay["held_fraction"], text
+    return procs["held_fraction"], (
+        f"passing the turn by PUBLISH between {procs['workers']} bare hiredis processes, one per member as the "
+        f"workers are, with the same busy critical section (W0's hand-off floor: the release, Redis' fan-out, "
+        f"the next one's wake-up) held {pct(procs['held_fraction'])} (hand-off p50 "
+        f"{us(procs_handoff.get('p50_ns'))}, mean {us(procs_handoff.get('mean_ns'))}); the same between threads "
+        f"of one process {pct(relay['held_fraction'])} (hand-off p50 {us(handoff.get('p50_ns'))})")
 
 
 def mode_floor(mode, desc, results, refs, zk, measured_ratio=None):
@@ -1009,6 +1020,12 @@ def report(run_dir, plots_dir, report_path):
                 "relay_handoff_min_scripts_2of3": "the relay on 3 servers with the least scripts of a fenced hand-off "
                                                   "(each written to all 3, the turn taken at 2 of 3 messages): a "
                                                   "fenced Redlock hand-off's floor",
+                "relay_handoff_procs": "the W4 relay with a process per member instead of a thread (as the "
+                                       "workers are)",
+                "relay_handoff_min_scripts_procs": "the least scripts of a fenced hand-off on one server, a process "
+                                                   "per member (W3's fenced hand-off floor between processes)",
+                "relay_handoff_min_scripts_2of3_procs": "the same on 3 servers, taken at 2 of 3 messages (a fenced "
+                                                        "Redlock hand-off's floor between processes)",
             }
             L.append("References, same thin client and connection (not the floor: what the server's side "
                      "of a lock operation costs, so that dlock's own overhead shows as the difference):")

@@ -84,6 +84,12 @@
 // written to all N before any reply is read and the turn taken at a majority's messages: what a
 // fenced Redlock hand-off cannot go below (the release's compare, fence and hand-off on every node,
 // then the releaser queueing again on every node), with the same threads on the same cores.
+// With --relay-procs 1 (and --relay-s), the relays W3 and W4 are judged by run again with a
+// process per member instead of a thread, as the workloads' workers are (on a VM whose hypervisor
+// traps page-table switches, a wake-up into another process costs more than one into another thread
+// of the same process): "relay_handoff_procs" (W4's busy critical section, with its own
+// {"event":"relay_procs",...} held share), "relay_handoff_min_scripts_procs" with --relay-scripts,
+// and "relay_handoff_min_scripts_2of3_procs" with --relay-quorum too.
 //
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
 // {"event":"summary","what":W,...} per reference, one {"event":"server_cost","what":W,"pairs":..,
@@ -93,14 +99,18 @@
 // {"event":"summary","what":"relay_handoff_MofN",...} per --relay-quorum relay, one
 // {"event":"summary","what":"relay_handoff_min_scripts"|"relay_handoff_min_pipelined"|
 // "relay_handoff_fair_scripts",...} each with --relay-scripts 1 (and
-// "relay_handoff_min_scripts_MofN" with --relay-quorum N too), and the
+// "relay_handoff_min_scripts_MofN" with --relay-quorum N too), the "_procs" records of
+// --relay-procs (above), and the
 // floor's own summary record
 // {"event":"done","what":"redis_ping","n":..,"p50_ns":..,"p90_ns":..,"p99_ns":..,"max_ns":..,
 // "mean_ns":..} last. Percentiles are nearest-rank, as in the Figures section of
 // docs/benchmarks.md. The ZooKeeper floor is dlock-bench-floor-zk (floor_zk.cpp).
 #include <hiredis/hiredis.h>
 #include <poll.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stats.hpp"
 
@@ -113,6 +123,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <new>
 #include <ranges>
 #include <span>
 #include <string>
@@ -144,7 +155,7 @@ using dlock_bench::summary;
                  "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
                  "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T] "
                  "[--server-cost-s S] [--relay-s S [--relay-workers N] [--relay-cs-us C] "
-                 "[--relay-quorum N] [--relay-scripts 1]]\n",
+                 "[--relay-quorum N] [--relay-scripts 1] [--relay-procs 1]]\n",
                  why);
     std::exit(64);
 }
@@ -545,8 +556,9 @@ std::string next_message(const std::vector<redisContext*>& subs, int timeout_ms)
 /// around a ring by PUBLISH, each holding it for `cs_ns` of busy-waiting. With several servers
 /// (`connects`, one per server) the turn is PUBLISHed on every one and the next thread takes it
 /// once a majority's messages came (a Redlock hand-off's floor: the release reaching a quorum, the
-/// quorum's notifications reaching the waiter). False (printed) if a connection failed or a turn
-/// was taken twice or out of order.
+/// quorum's notifications reaching the waiter). `processes`: each member runs in a child process
+/// of its own (forked after the connections are made), not in a thread. False (printed) if a
+/// connection failed or a turn was taken twice or out of order.
 /// kMinHandOff and kMinJoin, loaded (relay() with --relay-scripts). `pipelined`: the join is
 /// written with the hand-off, not after its reply.
 struct min_scripts {
@@ -576,7 +588,7 @@ bool pipeline(redisContext* c, const std::vector<std::vector<std::string>>& comm
 
 bool relay(const std::vector<std::function<redisContext*()>>& connects, int workers,
            std::int64_t cs_ns, double seconds, relay_result& out,
-           const min_scripts* scripted = nullptr) {
+           const min_scripts* scripted = nullptr, bool processes = false) {
     const std::string base = "dlock-floor-relay:" + std::to_string(now_ns()) + ":";
     const std::size_t majority = connects.size() / 2 + 1;
     struct member {
@@ -601,93 +613,150 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
     }
     const std::int64_t start = now_ns() + 100'000'000;  // every thread blocked in its read by then
     const std::int64_t end = start + static_cast<std::int64_t>(seconds * 1e9);
-    std::int64_t last_release = start;
-    std::atomic<long long> taken{0};  // the last turn taken
-    std::vector<std::thread> threads;
-    for (int i = 0; i < workers; ++i) {
-        threads.emplace_back([&, i] {
-            auto& m = ring[static_cast<std::size_t>(i)];
-            const std::string next = base + std::to_string((i + 1) % workers);
-            // A turn's message is "<turn> <release time>": the turn numbers the messages so that a
-            // minority's late copies of an earlier turn are not counted for the next.
-            long long turn = 0;
-            const std::string me = "w" + std::to_string(i);
-            const auto pass = [&](const std::string& what) {
-                if (scripted == nullptr || what.rfind("stop:", 0) == 0) {
-                    if (!write_all_then_read(m.pubs, {"PUBLISH", next, what})) m.failed = true;
-                    return;
-                }
-                // One server: the owner is the thread's name; several: the turn's number
-                // (kMinHandOffQuorum).
-                const bool quorum = m.pubs.size() > 1;
-                const long long passed = std::atoll(what.c_str());
-                const std::vector<std::string> hand_off{
-                    "EVALSHA",
-                    quorum ? scripted->hand_off_quorum_sha : scripted->hand_off_sha,
-                    "2",
-                    base + "owner",
-                    base + "fence",
-                    quorum ? std::to_string(passed - 1) : me,
-                    quorum ? std::to_string(passed) : "w" + std::to_string((i + 1) % workers),
-                    next,
-                    what};
-                const std::vector<std::string> join{"EVALSHA",      scripted->join_sha, "2",
-                                                    base + "queue", base + "owner",     me};
-                // On several servers (Redlock's), each script goes to every one before any
-                // reply is read, as the library's fan-out does.
-                const bool ok = scripted->pipelined ? pipeline(m.pubs[0], {hand_off, join})
-                                                    : write_all_then_read(m.pubs, hand_off) &&
-                                                          write_all_then_read(m.pubs, join);
-                if (!ok) m.failed = true;
-            };
-            if (i == 0) {
-                if (scripted != nullptr &&
-                    !write_all_then_read(m.pubs,
-                                         {"SET", base + "owner", m.pubs.size() > 1 ? "0" : me}))
-                    m.failed = true;
-                dlock_bench::sleep_until_ns(start);
-                pass("1 " + std::to_string(now_ns()));
-            }
-            long long counting = 0;
-            std::size_t copies = 0;
-            for (;;) {
-                const std::string what = next_message(m.subs, read_timeout_s * 1000);
-                if (what.empty()) {
-                    m.failed = true;
-                    return;
-                }
-                const std::int64_t woke = now_ns();
-                if (what.rfind("stop:", 0) == 0) {
-                    // Round the ring once, back to the one that stopped it (already gone).
-                    if (std::to_string((i + 1) % workers) != what.substr(5)) pass(what);
-                    return;
-                }
-                const long long t = std::atoll(what.c_str());
-                if (t <= turn) continue;  // a late copy of a turn already taken
-                if (t != counting) counting = t, copies = 0;
-                if (++copies < majority) continue;
-                turn = t;
-                if (taken.exchange(t) != t - 1) {  // one turn at a time, each taken once
-                    std::fprintf(stderr, "dlock-bench-floor: relay: turn %lld taken out of order\n",
-                                 t);
-                    m.failed = true;
-                    return;
-                }
-                if (woke >= end) {
-                    last_release = woke;
-                    pass("stop:" + std::to_string(i));
-                    return;
-                }
-                m.handoffs.push_back(woke - std::atoll(what.c_str() + what.find(' ') + 1));
-                const std::int64_t until = woke + cs_ns;
-                while (now_ns() < until) {
-                }
-                m.held_ns += cs_ns;
-                pass(std::to_string(turn + 1) + " " + std::to_string(now_ns()));
-            }
-        });
+    // What the members share: in this process's memory for threads, in a shared mapping for
+    // processes (each member then a child of its own, as W3's workers are).
+    struct shared_state {
+        std::atomic<long long> taken{0};  // the last turn taken
+        std::atomic<std::int64_t> last_release{0};
+    };
+    // Lock-free, so that they work across processes in a shared mapping.
+    static_assert(std::atomic<long long>::is_always_lock_free &&
+                  std::atomic<std::int64_t>::is_always_lock_free);
+    shared_state local;
+    shared_state* shared = &local;
+    if (processes) {
+        void* p = mmap(nullptr, sizeof(shared_state), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return false;
+        shared = new (p) shared_state{};
     }
-    for (auto& t : threads) t.join();
+    auto& taken = shared->taken;
+    shared->last_release = start;
+    const auto member_loop = [&](int i) {
+        auto& m = ring[static_cast<std::size_t>(i)];
+        const std::string next = base + std::to_string((i + 1) % workers);
+        // A turn's message is "<turn> <release time>": the turn numbers the messages so that a
+        // minority's late copies of an earlier turn are not counted for the next.
+        long long turn = 0;
+        const std::string me = "w" + std::to_string(i);
+        const auto pass = [&](const std::string& what) {
+            if (scripted == nullptr || what.rfind("stop:", 0) == 0) {
+                if (!write_all_then_read(m.pubs, {"PUBLISH", next, what})) m.failed = true;
+                return;
+            }
+            // One server: the owner is the thread's name; several: the turn's number
+            // (kMinHandOffQuorum).
+            const bool quorum = m.pubs.size() > 1;
+            const long long passed = std::atoll(what.c_str());
+            const std::vector<std::string> hand_off{
+                "EVALSHA",
+                quorum ? scripted->hand_off_quorum_sha : scripted->hand_off_sha,
+                "2",
+                base + "owner",
+                base + "fence",
+                quorum ? std::to_string(passed - 1) : me,
+                quorum ? std::to_string(passed) : "w" + std::to_string((i + 1) % workers),
+                next,
+                what};
+            const std::vector<std::string> join{"EVALSHA",      scripted->join_sha, "2",
+                                                base + "queue", base + "owner",     me};
+            // On several servers (Redlock's), each script goes to every one before any
+            // reply is read, as the library's fan-out does.
+            const bool ok = scripted->pipelined ? pipeline(m.pubs[0], {hand_off, join})
+                                                : write_all_then_read(m.pubs, hand_off) &&
+                                                      write_all_then_read(m.pubs, join);
+            if (!ok) m.failed = true;
+        };
+        if (i == 0) {
+            if (scripted != nullptr &&
+                !write_all_then_read(m.pubs, {"SET", base + "owner", m.pubs.size() > 1 ? "0" : me}))
+                m.failed = true;
+            dlock_bench::sleep_until_ns(start);
+            pass("1 " + std::to_string(now_ns()));
+        }
+        long long counting = 0;
+        std::size_t copies = 0;
+        for (;;) {
+            const std::string what = next_message(m.subs, read_timeout_s * 1000);
+            if (what.empty()) {
+                m.failed = true;
+                return;
+            }
+            const std::int64_t woke = now_ns();
+            if (what.rfind("stop:", 0) == 0) {
+                // Round the ring once, back to the one that stopped it (already gone).
+                if (std::to_string((i + 1) % workers) != what.substr(5)) pass(what);
+                return;
+            }
+            const long long t = std::atoll(what.c_str());
+            if (t <= turn) continue;  // a late copy of a turn already taken
+            if (t != counting) counting = t, copies = 0;
+            if (++copies < majority) continue;
+            turn = t;
+            if (taken.exchange(t) != t - 1) {  // one turn at a time, each taken once
+                std::fprintf(stderr, "dlock-bench-floor: relay: turn %lld taken out of order\n", t);
+                m.failed = true;
+                return;
+            }
+            if (woke >= end) {
+                shared->last_release = woke;
+                pass("stop:" + std::to_string(i));
+                return;
+            }
+            m.handoffs.push_back(woke - std::atoll(what.c_str() + what.find(' ') + 1));
+            const std::int64_t until = woke + cs_ns;
+            while (now_ns() < until) {
+            }
+            m.held_ns += cs_ns;
+            pass(std::to_string(turn + 1) + " " + std::to_string(now_ns()));
+        }
+    };
+    if (!processes) {
+        std::vector<std::thread> threads;
+        for (int i = 0; i < workers; ++i) threads.emplace_back(member_loop, i);
+        for (auto& t : threads) t.join();
+    } else {
+        // Each child runs one member and leaves its figures in a file of its own.
+        std::vector<std::FILE*> results;
+        std::vector<pid_t> children;
+        for (int i = 0; i < workers; ++i) {
+            results.push_back(std::tmpfile());
+            if (results.back() == nullptr) return false;
+            const pid_t pid = fork();
+            if (pid < 0) return false;
+            if (pid == 0) {
+                member_loop(i);
+                const auto& m = ring[static_cast<std::size_t>(i)];
+                const std::int64_t head[3] = {m.failed ? 1 : 0, m.held_ns,
+                                              static_cast<std::int64_t>(m.handoffs.size())};
+                std::fwrite(head, sizeof head, 1, results.back());
+                std::fwrite(m.handoffs.data(), sizeof(std::int64_t), m.handoffs.size(),
+                            results.back());
+                std::fflush(results.back());
+                _exit(0);
+            }
+            children.push_back(pid);
+        }
+        for (int i = 0; i < workers; ++i) {
+            int status = 0;
+            auto& m = ring[static_cast<std::size_t>(i)];
+            std::int64_t head[3] = {1, 0, 0};
+            // After the child is gone: it writes at the offset this rewind would share.
+            if (waitpid(children[static_cast<std::size_t>(i)], &status, 0) < 0 || status != 0 ||
+                (std::rewind(results[static_cast<std::size_t>(i)]), false) ||
+                std::fread(head, sizeof head, 1, results[static_cast<std::size_t>(i)]) != 1)
+                head[0] = 1;
+            m.failed = head[0] != 0;
+            m.held_ns = head[1];
+            m.handoffs.resize(static_cast<std::size_t>(head[2]));
+            if (std::fread(m.handoffs.data(), sizeof(std::int64_t), m.handoffs.size(),
+                           results[static_cast<std::size_t>(i)]) != m.handoffs.size())
+                m.failed = true;
+            std::fclose(results[static_cast<std::size_t>(i)]);
+        }
+    }
+    const std::int64_t last_release = shared->last_release;
+    if (processes) munmap(shared, sizeof(shared_state));
     std::int64_t held = 0;
     bool ok = true;
     for (auto& m : ring) {
@@ -848,6 +917,7 @@ int main(int argc, char** argv) {
     long long relay_cs_us = 1000;
     int relay_quorum = 0;   // >= 3: then the empty-critical-section relays on 1 and on this many
     int relay_scripts = 0;  // 1: then the scripted relays (the header's --relay-scripts)
+    int relay_procs = 0;    // 1: then the relays again with a process per member
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -887,6 +957,8 @@ int main(int argc, char** argv) {
             relay_quorum = std::atoi(std::string(v).c_str());
         else if (a == "--relay-scripts")
             relay_scripts = std::atoi(std::string(v).c_str());
+        else if (a == "--relay-procs")
+            relay_procs = std::atoi(std::string(v).c_str());
         else
             usage("unknown option");
     }
@@ -904,6 +976,8 @@ int main(int argc, char** argv) {
         usage("--relay-quorum N needs --relay-s and N in [3, the number of --servers]");
     if ((relay_scripts != 0 && relay_scripts != 1) || (relay_scripts == 1 && relay_s <= 0))
         usage("--relay-scripts is 0 or 1, and 1 needs --relay-s");
+    if ((relay_procs != 0 && relay_procs != 1) || (relay_procs == 1 && relay_s <= 0))
+        usage("--relay-procs is 0 or 1, and 1 needs --relay-s");
     if (gap_ms > 0 && server_cost_s > 0) {
         usage("--gap-ms (the probe) does not go with --server-cost-s");
     }
@@ -1076,6 +1150,10 @@ int main(int argc, char** argv) {
     std::vector<std::function<redisContext*()>> relay_servers;
     for (const auto& s : all_servers)
         relay_servers.emplace_back([&connect, s] { return connect(s); });
+    relay_result relayed_procs;
+    if (relay_procs == 1 && !relay({relay_servers[0]}, relay_workers, relay_cs_us * 1000, relay_s,
+                                   relayed_procs, nullptr, true))
+        return 1;
     if (relay_s > 0 &&
         !relay({relay_servers[0]}, relay_workers, relay_cs_us * 1000, relay_s, relayed)) {
         return 1;
@@ -1123,6 +1201,12 @@ int main(int argc, char** argv) {
                 pipelined ? "relay_handoff_min_pipelined" : "relay_handoff_min_scripts",
                 std::move(r));
         }
+        if (relay_procs == 1) {
+            least.pipelined = false;
+            relay_result r;
+            if (!relay({relay_servers[0]}, relay_workers, 0, relay_s, r, &least, true)) return 1;
+            quorum_relays.emplace_back("relay_handoff_min_scripts_procs", std::move(r));
+        }
         relay_result f;
         if (!relay_fair_scripts(relay_servers[0], relay_workers, relay_s, f)) return 1;
         quorum_relays.emplace_back("relay_handoff_fair_scripts", std::move(f));
@@ -1132,10 +1216,15 @@ int main(int argc, char** argv) {
             const std::vector<std::function<redisContext*()>> on(
                 relay_servers.begin(), relay_servers.begin() + relay_quorum);
             if (!relay(on, relay_workers, 0, relay_s, q, &least)) return 1;
-            quorum_relays.emplace_back("relay_handoff_min_scripts_" +
-                                           std::to_string(relay_quorum / 2 + 1) + "of" +
-                                           std::to_string(relay_quorum),
-                                       std::move(q));
+            const std::string name = "relay_handoff_min_scripts_" +
+                                     std::to_string(relay_quorum / 2 + 1) + "of" +
+                                     std::to_string(relay_quorum);
+            quorum_relays.emplace_back(name, std::move(q));
+            if (relay_procs == 1) {
+                relay_result qp;
+                if (!relay(on, relay_workers, 0, relay_s, qp, &least, true)) return 1;
+                quorum_relays.emplace_back(name + "_procs", std::move(qp));
+            }
         }
     }
 
@@ -1153,6 +1242,13 @@ int main(int argc, char** argv) {
         std::fprintf(f,
                      "{\"event\":\"relay\",\"workers\":%d,\"cs_us\":%lld,\"held_fraction\":%.4f}\n",
                      relay_workers, relay_cs_us, relayed.held_fraction);
+    }
+    if (relay_procs == 1) {
+        print_summary(f, "summary", "relay_handoff_procs", summarise(relayed_procs.handoffs));
+        std::fprintf(f,
+                     "{\"event\":\"relay_procs\",\"workers\":%d,\"cs_us\":%lld,"
+                     "\"held_fraction\":%.4f}\n",
+                     relay_workers, relay_cs_us, relayed_procs.held_fraction);
     }
     for (const auto& [what, r] : quorum_relays)
         print_summary(f, "summary", what.c_str(), summarise(r.handoffs));

@@ -716,6 +716,12 @@ def floor_notes(res, side, run_dir):
     # trips with the least scripts a fenced FIFO hand-off needs, and with dlock's own.
     least, together = ref50("relay_handoff_min_scripts"), ref50("relay_handoff_min_pipelined")
     own_scripts = ref50("relay_handoff_fair_scripts")
+    # The least scripts' relay again with a process per member (--relay-procs), as W3's workers
+    # are: when W0 ran it, the fenced hand-off's floor is that one.
+    least_procs = ref50("relay_handoff_min_scripts_procs")
+    fenced_floor, fenced_from = ((least_procs, f"from 8 bare processes, one per member as W3's workers are (from "
+                                               f"threads of one process: {us(least)})")
+                                 if least_procs else (least, "from bare threads (below)"))
     # Hand-offs between processes: the release reaching the server and the grant (or the
     # notification) reaching the next holder is one round trip, measured under the same load by the
     # probe (a PING on Redis, a `Put` on etcd).
@@ -737,9 +743,9 @@ def floor_notes(res, side, run_dir):
         # The least scripts' relay above the goal puts the goal out of reach for a fenced lock; the
         # floor a goal under it would be measured against follows, "without a lock's scripts".
         fenced = (f"**below the floor of a fenced hand-off**: the goal asks for {us(goal)} ({lim:g}× {blab}'s "
-                  f"{us(bv)}); the least scripts a fenced hand-off to the next in line runs, from bare threads "
-                  f"(below), took {us(least)}; dlock is {h / least:.2f}× that; without a lock's scripts, "
-                  if gid == "W3-redis" and least and together and least > goal else "")
+                  f"{us(bv)}); the least scripts a fenced hand-off to the next in line runs, {fenced_from}, took "
+                  f"{us(fenced_floor)}; dlock is {h / fenced_floor:.2f}× that; without a lock's scripts, "
+                  if gid == "W3-redis" and least and together and fenced_floor > goal else "")
         if h < ld and relay:
             # The probe's round trip carries its own client's wake-up, as a hand-off carries the
             # waiter's, and is above the hand-off here: W0's relay is the floor then (bare threads
@@ -784,7 +790,9 @@ def floor_notes(res, side, run_dir):
         out[desc] += (f"; W0's scripted relays (the same threads, W3's round trips: the release, then the releaser's "
                       f"next attempt, each awaited): the least scripts a fenced FIFO hand-off needs (compare, fence, "
                       f"next owner, `PUBLISH`; then `TIME`, `ZADD`, `PTTL` to queue again) {us(least)} p50, "
-                      f"{us(together)} with both written at once")
+                      f"{us(together)} with both written at once"
+                      + (f", {us(least_procs)} from a process per member (as W3's workers are; dlock is "
+                         f"{h / least_procs:.2f}× that)" if least_procs else ""))
         if lab == "dlock fair_mutex" and own_scripts:
             out[desc] += (f"; dlock's own fair_mutex scripts from those threads {us(own_scripts)} (W0 ran on a quiet "
                           "server at another moment than W3; on this kind of VM these relays move by up to a third "
@@ -937,12 +945,18 @@ def floor_notes(res, side, run_dir):
         # The same threads running the least fenced hand-off's scripts on all 3 (bench/floor.cpp
         # --relay-scripts with --relay-quorum): a fenced Redlock hand-off's floor.
         s3, s1 = ref50("relay_handoff_min_scripts_2of3"), ref50("relay_handoff_min_scripts")
+        # Those relays with a process per member (--relay-procs), as the workers are: the floors then.
+        s3p, s1p = ref50("relay_handoff_min_scripts_2of3_procs"), ref50("relay_handoff_min_scripts_procs")
+        procs = bool(s3 and s3p and s1p)
+        threads = (f" (from threads of one process: {us(s3)} on 3 servers, {us(s1)} on one)" if procs else "")
+        if procs:
+            s3, s1 = s3p, s1p
         if q3 and q1 and s3:
             what = (f"the least scripts a fenced hand-off to the next in line runs (compare, fence, next owner, "
                     f"`PUBLISH`; then `TIME`, `ZADD`, `PTTL` to queue again), each written to all 3 servers before any "
-                    f"reply is read, from 8 bare hiredis threads taking the turn at 2 of 3 messages, took {us(s3)} per "
-                    f"hand-off p50 in W0; without scripts (a bare `PUBLISH` relay) {us(q3)} on 3 servers and {us(q1)} "
-                    f"on one")
+                    f"reply is read, from 8 bare hiredis {'processes' if procs else 'threads'} taking the turn at 2 of "
+                    f"3 messages, took {us(s3)} per hand-off p50 in W0{threads}; without scripts (a bare `PUBLISH` "
+                    f"relay between threads) {us(q3)} on 3 servers and {us(q1)} on one")
             out[desc] = ((f"**below the floor of a fenced hand-off**: the goal asks for {us(2 * fair)} (2× fair's "
                           f"{us(fair)}); " if s3 > 2 * fair else floor_verdict(s3, 2 * fair, "")) + what
                          + f"; dlock is {v / s3:.2f}× that floor"
