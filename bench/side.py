@@ -961,7 +961,11 @@ def floor_notes(res, side, run_dir):
                           f"{us(fair)}); " if s3 > 2 * fair else floor_verdict(s3, 2 * fair, "")) + what
                          + f"; dlock is {v / s3:.2f}× that floor"
                          + (f", its fair hand-off {fair / s1:.2f}× the same scripts' relay on one server ({us(s1)})"
-                            if s1 else ""))
+                            if s1 else "")
+                         # The goal is a ratio to dlock's own hand-off: at the floors the ratio is s3 / s1.
+                         + (f"; the goal's 2× is under the {s3 / s1:.2f}× a fenced quorum hand-off costs over a "
+                            f"one-server one at the floor, so it is met only if the Redlock hand-off comes nearer its "
+                            f"floor than fair does to its own" if s1 and s3 / s1 > 2 and s3 <= 2 * fair else ""))
         elif q3 and q1:
             what = (f"8 bare hiredis threads passing a turn by PUBLISH on all 3 servers, each taking it at 2 of 3 "
                     f"messages, took {us(q3)} per hand-off p50 in W0 (the same relay on one server {us(q1)}: a "
