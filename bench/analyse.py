@@ -580,6 +580,13 @@ def held_by_delete(cs_ns, goal, rt, what, handoff=None):
     return ("**above the physical bound**: " if rt > need else f"floor {us(rt)}, under the {us(need)} it leaves: ") + text
 
 
+def scale_relay_text(what):
+    """The W0 references table's text for a scale relay (bench/floor.cpp --relay-scale), else `what`."""
+    n = what.removeprefix("relay_handoff_min_scripts_procs_")
+    return (f"the least scripts of a fenced hand-off on one server, between {n} processes (the scale curves' floor)"
+            if n != what and n.isdigit() else what)
+
+
 def relay_floor(refs, cs_ns):
     """(held share, text) of W0's hand-off floor (bench/floor.cpp --relay-s: a turn passed by PUBLISH
     between bare hiredis threads with a busy critical section, a wake-up included) when it ran with
@@ -1033,7 +1040,7 @@ def report(run_dir, plots_dir, report_path):
             L.append("| what | n | p50 | p90 | p99 |")
             L.append("|---|---|---|---|---|")
             for r in references:
-                L.append(f"| {ref_text.get(r['what'], r['what'])} | {r['n']:,} | "
+                L.append(f"| {ref_text.get(r['what'], scale_relay_text(r['what']))} | {r['n']:,} | "
                          f"{us(r['p50_ns'])} ({ratio(r['p50_ns'], floor_p50)}) | "
                          f"{us(r['p90_ns'])} ({ratio(r['p90_ns'], floor_p50)}) | "
                          f"{us(r['p99_ns'])} ({ratio(r['p99_ns'], floor_p50)}) |")

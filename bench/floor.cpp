@@ -89,7 +89,10 @@
 // traps page-table switches, a wake-up into another process costs more than one into another thread
 // of the same process): "relay_handoff_procs" (W4's busy critical section, with its own
 // {"event":"relay_procs",...} held share), "relay_handoff_min_scripts_procs" with --relay-scripts,
-// and "relay_handoff_min_scripts_2of3_procs" with --relay-quorum too.
+// and "relay_handoff_min_scripts_2of3_procs" with --relay-quorum too. With --relay-scale N,...
+// (and --relay-procs 1 --relay-scripts 1) then the least scripts' relay on one server between N
+// processes for each N: "relay_handoff_min_scripts_procs_N", the floor of the scale curves (a
+// hot key's hand-off with N waiting workers).
 //
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
 // {"event":"summary","what":W,...} per reference, one {"event":"server_cost","what":W,"pairs":..,
@@ -150,13 +153,14 @@ using dlock_bench::summarise;
 using dlock_bench::summary;
 
 [[noreturn]] void usage(const char* why) {
-    std::fprintf(stderr,
-                 "dlock-bench-floor: %s\n"
-                 "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
-                 "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T] "
-                 "[--server-cost-s S] [--relay-s S [--relay-workers N] [--relay-cs-us C] "
-                 "[--relay-quorum N] [--relay-scripts 1] [--relay-procs 1]]\n",
-                 why);
+    std::fprintf(
+        stderr,
+        "dlock-bench-floor: %s\n"
+        "usage: dlock-bench-floor --servers HOST:PORT --out FILE [--duration-s S] "
+        "[--max-ops N] [--warmup N] [--reference-s S] [--gap-ms G] [--start-at-ns T] "
+        "[--server-cost-s S] [--relay-s S [--relay-workers N] [--relay-cs-us C] "
+        "[--relay-quorum N] [--relay-scripts 1] [--relay-procs 1] [--relay-scale N,...]]\n",
+        why);
     std::exit(64);
 }
 
@@ -918,6 +922,7 @@ int main(int argc, char** argv) {
     int relay_quorum = 0;   // >= 3: then the empty-critical-section relays on 1 and on this many
     int relay_scripts = 0;  // 1: then the scripted relays (the header's --relay-scripts)
     int relay_procs = 0;    // 1: then the relays again with a process per member
+    std::vector<int> relay_scale;  // then the least scripts' relay between this many processes
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--help") usage("help");
@@ -959,7 +964,13 @@ int main(int argc, char** argv) {
             relay_scripts = std::atoi(std::string(v).c_str());
         else if (a == "--relay-procs")
             relay_procs = std::atoi(std::string(v).c_str());
-        else
+        else if (a == "--relay-scale") {
+            for (std::size_t at = 0; at <= v.size();) {
+                const std::size_t comma = std::min(v.find(',', at), v.size());
+                relay_scale.push_back(std::atoi(std::string(v.substr(at, comma - at)).c_str()));
+                at = comma + 1;
+            }
+        } else
             usage("unknown option");
     }
     if (server.empty() || out.empty() || server.rfind(':') == std::string::npos) {
@@ -978,6 +989,10 @@ int main(int argc, char** argv) {
         usage("--relay-scripts is 0 or 1, and 1 needs --relay-s");
     if ((relay_procs != 0 && relay_procs != 1) || (relay_procs == 1 && relay_s <= 0))
         usage("--relay-procs is 0 or 1, and 1 needs --relay-s");
+    if (!relay_scale.empty() && (relay_procs != 1 || relay_scripts != 1 ||
+                                 std::any_of(relay_scale.begin(), relay_scale.end(),
+                                             [](int n) { return n < 2 || n > 256; })))
+        usage("--relay-scale needs --relay-procs 1 and --relay-scripts 1, each N in [2, 256]");
     if (gap_ms > 0 && server_cost_s > 0) {
         usage("--gap-ms (the probe) does not go with --server-cost-s");
     }
@@ -1206,6 +1221,13 @@ int main(int argc, char** argv) {
             relay_result r;
             if (!relay({relay_servers[0]}, relay_workers, 0, relay_s, r, &least, true)) return 1;
             quorum_relays.emplace_back("relay_handoff_min_scripts_procs", std::move(r));
+        }
+        for (const int n : relay_scale) {
+            least.pipelined = false;
+            relay_result r;
+            if (!relay({relay_servers[0]}, n, 0, relay_s, r, &least, true)) return 1;
+            quorum_relays.emplace_back("relay_handoff_min_scripts_procs_" + std::to_string(n),
+                                       std::move(r));
         }
         relay_result f;
         if (!relay_fair_scripts(relay_servers[0], relay_workers, relay_s, f)) return 1;

@@ -1023,6 +1023,31 @@ def floor_notes(res, side, run_dir):
         zf, which = zk_delete(f)
         out["ZooKeeper W4 lock held"] = (analyse.held_by_delete(cs, 0.60, zf, which, f.get("handoff_other_p50"))
                                          if zf and cs else NO_FLOOR + " (no ZooKeeper delete timed in this run)")
+    # The scale curves (bench/floor.cpp --relay-scale): the least scripts of a fenced hand-off passed
+    # around as many bare processes as each scale group has workers. The goal is a ratio of dlock's
+    # hand-offs, so the floor is the same ratio of the relays: what more waiting processes cost on
+    # these cores when no lock client runs.
+    scale = [n for n in side.get("scale", []) if res.get(f"S{n}-redis")]
+    b = ref50(f"relay_handoff_min_scripts_procs_{scale[0]}") if scale else None
+    for lab, lim in (("dlock fair_mutex", 1.5), ("dlock mutex", 2.0)):
+        base = get(res.get(f"S{scale[0]}-redis"), lab, "handoff_other_p50") if scale else None
+        for n in scale[1:]:
+            v = get(res.get(f"S{n}-redis"), lab, "handoff_other_p50")
+            f = ref50(f"relay_handoff_min_scripts_procs_{n}")
+            if not (base and v):
+                continue
+            desc = f"scale: {lab} hand-off p50, {n} vs {scale[0]} workers"
+            if not (b and f):
+                out[desc] = NO_FLOOR + f" (W0 ran no relay between {n} processes)"
+                continue
+            q = f / b
+            what = (f"the least scripts of a fenced hand-off on one server, passed around {n} bare hiredis processes, "
+                    f"took {us(f)} per hand-off p50 in W0, {q:.2f}× the same between {scale[0]} ({us(b)}): what "
+                    f"{n} waiting processes cost over {scale[0]} on these cores with no lock client; dlock's "
+                    f"{v / base:.2f}× is {v / base / q:.2f}× that")
+            out[desc] = ((f"the goal's {lim:g}× is under the {q:.2f}× of the floor: {what}; it is met only if dlock "
+                          f"comes nearer its floor with {n} workers than with {scale[0]}") if q > lim
+                         else f"floor {q:.2f}×, under the goal ({lim:g}×): {what}")
     return out
 
 

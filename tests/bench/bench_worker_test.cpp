@@ -340,7 +340,8 @@ TEST(BenchWorker, HelpListsTheAvailableModes) {
 
 // --- dlock-bench-floor's hand-off floor (--relay-s) ---------------------------------------------
 
-/// The records of a floor file by event ("relay") or by what ("relay_handoff", "redis_ping").
+/// The records of a floor file by event ("relay", "relay_procs") or by what ("relay_handoff",
+/// "redis_ping").
 std::map<std::string, json> floor_records(const std::string& path) {
     std::map<std::string, json> out;
     std::ifstream in(path);
@@ -348,7 +349,8 @@ std::map<std::string, json> floor_records(const std::string& path) {
     while (std::getline(in, line)) {
         const auto rec = json::parse(line);
         if (rec.contains("what")) out[rec["what"].get<std::string>()] = rec;
-        if (rec.value("event", "") == "relay") out["relay"] = rec;
+        const auto event = rec.value("event", "");
+        if (event == "relay" || event == "relay_procs") out[event] = rec;
     }
     return out;
 }
@@ -398,6 +400,34 @@ TEST(BenchFloor, TheQuorumRelayTakesTheTurnAtAMajorityOfServers) {
     }
 }
 
+// With --relay-procs 1 the relays the hand-off rows are judged by run again with a process per
+// member (W4's, the least scripts' on one server), and with --relay-scale N,... the least
+// scripts' between N processes: each records its hand-offs, and a member process that fails, or
+// whose figures do not reach the parent, fails the run.
+TEST(BenchFloor, TheRelaysRunAgainBetweenProcesses) {
+    const temp_dir dir("dlock-bench-test");
+    const auto out = dir / "floor.jsonl";
+    worker_process floor({"--servers", servers(), "--out", out, "--duration-s", "0.1", "--relay-s",
+                          "0.5", "--relay-workers", "3", "--relay-cs-us", "200", "--relay-scripts",
+                          "1", "--relay-procs", "1", "--relay-scale", "2,4"},
+                         dir / "floor.log", DLOCK_BENCH_FLOOR);
+    ASSERT_EQ(floor.wait(60s), 0) << read_file(dir / "floor.log");
+    const auto recs = floor_records(out);
+    ASSERT_EQ(recs.count("relay_procs"), 1u) << read_file(out);
+    EXPECT_EQ(recs.at("relay_procs")["workers"], 3);
+    EXPECT_EQ(recs.at("relay_procs")["cs_us"], 200);
+    const auto held = recs.at("relay_procs")["held_fraction"].get<double>();
+    EXPECT_GT(held, 0.0);
+    EXPECT_LE(held, 1.0);
+    for (const char* what :
+         {"relay_handoff_procs", "relay_handoff_min_scripts_procs",
+          "relay_handoff_min_scripts_procs_2", "relay_handoff_min_scripts_procs_4"}) {
+        ASSERT_EQ(recs.count(what), 1u) << what << "\n" << read_file(out);
+        EXPECT_GE(recs.at(what)["n"].get<long long>(), 10) << what;
+        EXPECT_GT(recs.at(what)["p50_ns"].get<long long>(), 0) << what;
+    }
+}
+
 TEST(BenchFloor, BadRelayOptionsAreUsageErrors) {
     const temp_dir dir("dlock-bench-test");
     for (const std::vector<std::string>& bad :
@@ -406,7 +436,13 @@ TEST(BenchFloor, BadRelayOptionsAreUsageErrors) {
           {"--relay-s", "0.1", "--relay-cs-us", "-5"},
           {"--relay-s", "0.1", "--gap-ms", "5"},
           {"--relay-s", "0.1", "--relay-quorum", "3"},  // one server only
-          {"--relay-quorum", "2"}}) {
+          {"--relay-quorum", "2"},
+          {"--relay-procs", "1"},  // no --relay-s
+          {"--relay-s", "0.1", "--relay-procs", "2"},
+          {"--relay-s", "0.1", "--relay-scripts", "1", "--relay-scale", "8"},  // no --relay-procs
+          {"--relay-s", "0.1", "--relay-scripts", "1", "--relay-procs", "1", "--relay-scale", "1"},
+          {"--relay-s", "0.1", "--relay-scripts", "1", "--relay-procs", "1", "--relay-scale",
+           "8,,64"}}) {
         std::vector<std::string> args{"--servers", servers(), "--out", dir / "never.jsonl"};
         args.insert(args.end(), bad.begin(), bad.end());
         worker_process floor(args, dir / "floor.log", DLOCK_BENCH_FLOOR);
