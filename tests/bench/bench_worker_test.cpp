@@ -355,6 +355,25 @@ std::map<std::string, json> floor_records(const std::string& path) {
     return out;
 }
 
+/// The held share of a relay of 3 members holding the turn 200 µs each ("relay", "relay_procs").
+void expect_held_share(const std::map<std::string, json>& recs, const std::string& event,
+                       const std::string& out) {
+    ASSERT_EQ(recs.count(event), 1u) << event << "\n" << read_file(out);
+    EXPECT_EQ(recs.at(event)["workers"], 3);
+    EXPECT_EQ(recs.at(event)["cs_us"], 200);
+    const auto held = recs.at(event)["held_fraction"].get<double>();
+    EXPECT_GT(held, 0.0);
+    EXPECT_LE(held, 1.0);
+}
+
+/// A relay's hand-offs (`what`): 0.5 s of turns is far more than 10 even on a loaded machine.
+void expect_handoffs(const std::map<std::string, json>& recs, const std::string& what,
+                     const std::string& out) {
+    ASSERT_EQ(recs.count(what), 1u) << what << "\n" << read_file(out);
+    EXPECT_GE(recs.at(what)["n"].get<long long>(), 10) << what;
+    EXPECT_GT(recs.at(what)["p50_ns"].get<long long>(), 0) << what;
+}
+
 // Three threads pass the turn around their ring for 0.5 s, each holding it 200 µs: every hand-off
 // is recorded and the held share is what the turns held of the window.
 TEST(BenchFloor, TheRelayPassesTheTurnAroundTheRing) {
@@ -365,16 +384,8 @@ TEST(BenchFloor, TheRelayPassesTheTurnAroundTheRing) {
                          dir / "floor.log", DLOCK_BENCH_FLOOR);
     ASSERT_EQ(floor.wait(30s), 0) << read_file(dir / "floor.log");
     const auto recs = floor_records(out);
-    ASSERT_EQ(recs.count("relay"), 1u) << read_file(out);
-    ASSERT_EQ(recs.count("relay_handoff"), 1u) << read_file(out);
-    EXPECT_EQ(recs.at("relay")["workers"], 3);
-    EXPECT_EQ(recs.at("relay")["cs_us"], 200);
-    const auto held = recs.at("relay")["held_fraction"].get<double>();
-    EXPECT_GT(held, 0.0);
-    EXPECT_LE(held, 1.0);
-    // 0.5 s of 200 µs turns: far more than 10 hand-offs even on a loaded machine.
-    EXPECT_GE(recs.at("relay_handoff")["n"].get<long long>(), 10);
-    EXPECT_GT(recs.at("relay_handoff")["p50_ns"].get<long long>(), 0);
+    expect_held_share(recs, "relay", out);
+    expect_handoffs(recs, "relay_handoff", out);
     EXPECT_EQ(recs.count("redis_ping"), 1u);  // and the floor's own summary
 }
 
@@ -393,11 +404,8 @@ TEST(BenchFloor, TheQuorumRelayTakesTheTurnAtAMajorityOfServers) {
                          dir / "floor.log", DLOCK_BENCH_FLOOR);
     ASSERT_EQ(floor.wait(30s), 0) << read_file(dir / "floor.log");
     const auto recs = floor_records(out);
-    for (const char* what : {"relay_handoff", "relay_handoff_1of1", "relay_handoff_2of3"}) {
-        ASSERT_EQ(recs.count(what), 1u) << what << "\n" << read_file(out);
-        EXPECT_GE(recs.at(what)["n"].get<long long>(), 10) << what;
-        EXPECT_GT(recs.at(what)["p50_ns"].get<long long>(), 0) << what;
-    }
+    for (const char* what : {"relay_handoff", "relay_handoff_1of1", "relay_handoff_2of3"})
+        expect_handoffs(recs, what, out);
 }
 
 // With --relay-procs 1 the relays the hand-off rows are judged by run again with a process per
@@ -413,19 +421,11 @@ TEST(BenchFloor, TheRelaysRunAgainBetweenProcesses) {
                          dir / "floor.log", DLOCK_BENCH_FLOOR);
     ASSERT_EQ(floor.wait(60s), 0) << read_file(dir / "floor.log");
     const auto recs = floor_records(out);
-    ASSERT_EQ(recs.count("relay_procs"), 1u) << read_file(out);
-    EXPECT_EQ(recs.at("relay_procs")["workers"], 3);
-    EXPECT_EQ(recs.at("relay_procs")["cs_us"], 200);
-    const auto held = recs.at("relay_procs")["held_fraction"].get<double>();
-    EXPECT_GT(held, 0.0);
-    EXPECT_LE(held, 1.0);
+    expect_held_share(recs, "relay_procs", out);
     for (const char* what :
          {"relay_handoff_procs", "relay_handoff_min_scripts_procs",
-          "relay_handoff_min_scripts_procs_2", "relay_handoff_min_scripts_procs_4"}) {
-        ASSERT_EQ(recs.count(what), 1u) << what << "\n" << read_file(out);
-        EXPECT_GE(recs.at(what)["n"].get<long long>(), 10) << what;
-        EXPECT_GT(recs.at(what)["p50_ns"].get<long long>(), 0) << what;
-    }
+          "relay_handoff_min_scripts_procs_2", "relay_handoff_min_scripts_procs_4"})
+        expect_handoffs(recs, what, out);
 }
 
 TEST(BenchFloor, BadRelayOptionsAreUsageErrors) {
