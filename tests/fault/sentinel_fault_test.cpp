@@ -222,7 +222,11 @@ TEST(SentinelFault, WithoutWaitAGrantTheReplicasMissedIsLostInAFailover) {
     dlock::redis::client second_client(options(set.url()));
     const auto name = unique_name();
     set.cut_replication();
-    auto first = first_client.acquire(name, {.lease = scaled(10s)});
+    // The lease outlasts the slowest failover the test waits for (failover_deadline): a failover
+    // can take 10 s and more on a loaded machine (a first election or replica choice that fails
+    // is retried after 2 × failover-timeout), and with a 10 s lease the first grant had run out
+    // before the second was taken, so there were never two holders to see.
+    auto first = first_client.acquire(name, {.lease = scaled(30s)});
     const auto old = set.kill_master();
     set.restore_replication();
     set.await_failover(old, failover_deadline);
@@ -232,7 +236,7 @@ TEST(SentinelFault, WithoutWaitAGrantTheReplicasMissedIsLostInAFailover) {
     ASSERT_TRUE(second) << "the new master never saw the first grant: "
                         << dlock::last_error_message();
     // Two holders at once: the first does not know yet (its next renewal finds the key gone).
-    EXPECT_GT(first.expires_in(), 0ms);
+    EXPECT_GT(first.expires_in(), 0ms) << set.describe();
     // The fence counter was lost with the grant, but tokens are seeded from the server's clock
     // in microseconds (src/redis/lua/lib/fence.lua), so the second token is still the higher.
     EXPECT_GT(second.fencing_token(), first.fencing_token());
