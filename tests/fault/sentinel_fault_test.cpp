@@ -223,9 +223,9 @@ TEST(SentinelFault, WithoutWaitAGrantTheReplicasMissedIsLostInAFailover) {
     const auto name = unique_name();
     set.cut_replication();
     // The lease outlasts the slowest failover the test waits for (failover_deadline): a failover
-    // can take 10 s and more on a loaded machine (a first election or replica choice that fails
-    // is retried after 2 × failover-timeout), and with a 10 s lease the first grant had run out
-    // before the second was taken, so there were never two holders to see.
+    // can take 10 s and more on a loaded machine (for example, a failed first election or replica
+    // choice is retried only after 2 × failover-timeout), and with a 10 s lease the first grant had
+    // run out before the second was taken, so there were never two holders to see.
     auto first = first_client.acquire(name, {.lease = scaled(30s)});
     const auto old = set.kill_master();
     set.restore_replication();
