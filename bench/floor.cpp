@@ -748,8 +748,13 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
             // After the child is gone: it writes at the offset this rewind would share.
             if (waitpid(children[static_cast<std::size_t>(i)], &status, 0) < 0 || status != 0 ||
                 (std::rewind(results[static_cast<std::size_t>(i)]), false) ||
-                std::fread(head, sizeof head, 1, results[static_cast<std::size_t>(i)]) != 1)
+                std::fread(head, sizeof head, 1, results[static_cast<std::size_t>(i)]) != 1) {
+                std::fprintf(stderr,
+                             "dlock-bench-floor: relay: member %d's process failed or left no "
+                             "figures\n",
+                             i);
                 head[0] = 1;
+            }
             m.failed = head[0] != 0;
             m.held_ns = head[1];
             m.handoffs.resize(static_cast<std::size_t>(head[2]));
