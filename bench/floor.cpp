@@ -85,14 +85,15 @@
 // fenced Redlock hand-off cannot go below (the release's compare, fence and hand-off on every node,
 // then the releaser queueing again on every node), with the same threads on the same cores.
 // With --relay-procs 1 (and --relay-s), the relays W3 and W4 are judged by run again with a
-// process per member instead of a thread, as the workloads' workers are (on a VM whose hypervisor
-// traps page-table switches, a wake-up into another process costs more than one into another thread
-// of the same process): "relay_handoff_procs" (W4's busy critical section, with its own
+// process per member instead of a thread, as the workloads' workers are (a wake-up into another
+// process loads its page tables, which one into another thread of the same process skips; on a
+// paravirtualised VM that costs more): "relay_handoff_procs" (W4's busy critical section, with its
+// own
 // {"event":"relay_procs",...} held share), "relay_handoff_min_scripts_procs" with --relay-scripts,
 // and "relay_handoff_min_scripts_2of3_procs" with --relay-quorum too. With --relay-scale N,...
 // (and --relay-procs 1 --relay-scripts 1) then the least scripts' relay on one server between N
 // processes for each N: "relay_handoff_min_scripts_procs_N", the floor of the scale curves (a
-// hot key's hand-off with N waiting workers).
+// hot key's hand-off with N waiting workers; for N = --relay-workers, the relay above).
 //
 // FILE gets JSON Lines: one {"rtt_ns":N} per PING (for CDF plots), one
 // {"event":"summary","what":W,...} per reference, one {"event":"server_cost","what":W,"pairs":..,
@@ -720,37 +721,41 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
         for (int i = 0; i < workers; ++i) threads.emplace_back(member_loop, i);
         for (auto& t : threads) t.join();
     } else {
-        // Each child runs one member and leaves its figures in a file of its own.
-        std::vector<std::FILE*> results;
-        std::vector<pid_t> children;
+        // Each child runs one member and leaves its figures in a file of its own. A member that
+        // could not be started fails the relay; the ones started end on their read timeout.
+        std::vector<std::pair<pid_t, std::FILE*>> children;
         for (int i = 0; i < workers; ++i) {
-            results.push_back(std::tmpfile());
-            if (results.back() == nullptr) return false;
-            const pid_t pid = fork();
-            if (pid < 0) return false;
+            std::FILE* const results = std::tmpfile();
+            const pid_t pid = results != nullptr ? fork() : -1;
             if (pid == 0) {
                 member_loop(i);
                 const auto& m = ring[static_cast<std::size_t>(i)];
                 const std::int64_t head[3] = {m.failed ? 1 : 0, m.held_ns,
                                               static_cast<std::int64_t>(m.handoffs.size())};
-                std::fwrite(head, sizeof head, 1, results.back());
-                std::fwrite(m.handoffs.data(), sizeof(std::int64_t), m.handoffs.size(),
-                            results.back());
-                std::fflush(results.back());
+                std::fwrite(head, sizeof head, 1, results);
+                std::fwrite(m.handoffs.data(), sizeof(std::int64_t), m.handoffs.size(), results);
+                std::fflush(results);
                 _exit(0);
             }
-            children.push_back(pid);
+            if (pid < 0) {
+                std::fprintf(stderr, "dlock-bench-floor: relay: member %d not started\n", i);
+                if (results != nullptr) std::fclose(results);
+                ring[static_cast<std::size_t>(i)].failed = true;
+                break;
+            }
+            children.emplace_back(pid, results);
         }
-        for (int i = 0; i < workers; ++i) {
+        for (std::size_t i = 0; i < children.size(); ++i) {
+            const auto [pid, results] = children[i];
+            auto& m = ring[i];
             int status = 0;
-            auto& m = ring[static_cast<std::size_t>(i)];
             std::int64_t head[3] = {1, 0, 0};
-            // After the child is gone: it writes at the offset this rewind would share.
-            if (waitpid(children[static_cast<std::size_t>(i)], &status, 0) < 0 || status != 0 ||
-                (std::rewind(results[static_cast<std::size_t>(i)]), false) ||
-                std::fread(head, sizeof head, 1, results[static_cast<std::size_t>(i)]) != 1) {
+            // Only once the child is gone: it writes at the file offset a rewind would share.
+            const bool exited = waitpid(pid, &status, 0) == pid && status == 0;
+            if (exited) std::rewind(results);
+            if (!exited || std::fread(head, sizeof head, 1, results) != 1) {
                 std::fprintf(stderr,
-                             "dlock-bench-floor: relay: member %d's process failed or left no "
+                             "dlock-bench-floor: relay: member %zu's process failed or left no "
                              "figures\n",
                              i);
                 head[0] = 1;
@@ -758,10 +763,10 @@ bool relay(const std::vector<std::function<redisContext*()>>& connects, int work
             m.failed = head[0] != 0;
             m.held_ns = head[1];
             m.handoffs.resize(static_cast<std::size_t>(head[2]));
-            if (std::fread(m.handoffs.data(), sizeof(std::int64_t), m.handoffs.size(),
-                           results[static_cast<std::size_t>(i)]) != m.handoffs.size())
+            if (std::fread(m.handoffs.data(), sizeof(std::int64_t), m.handoffs.size(), results) !=
+                m.handoffs.size())
                 m.failed = true;
-            std::fclose(results[static_cast<std::size_t>(i)]);
+            std::fclose(results);
         }
     }
     const std::int64_t last_release = shared->last_release;
@@ -1225,9 +1230,14 @@ int main(int argc, char** argv) {
             least.pipelined = false;
             relay_result r;
             if (!relay({relay_servers[0]}, relay_workers, 0, relay_s, r, &least, true)) return 1;
+            // It is also the scale relay of as many processes (--relay-scale), not run twice.
+            if (std::ranges::find(relay_scale, relay_workers) != relay_scale.end())
+                quorum_relays.emplace_back(
+                    "relay_handoff_min_scripts_procs_" + std::to_string(relay_workers), r);
             quorum_relays.emplace_back("relay_handoff_min_scripts_procs", std::move(r));
         }
         for (const int n : relay_scale) {
+            if (n == relay_workers) continue;
             least.pipelined = false;
             relay_result r;
             if (!relay({relay_servers[0]}, n, 0, relay_s, r, &least, true)) return 1;

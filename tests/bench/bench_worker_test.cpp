@@ -410,21 +410,23 @@ TEST(BenchFloor, TheQuorumRelayTakesTheTurnAtAMajorityOfServers) {
 
 // With --relay-procs 1 the relays the hand-off rows are judged by run again with a process per
 // member (W4's, the least scripts' on one server), and with --relay-scale N,... the least
-// scripts' between N processes: each records its hand-offs, and a member process that fails, or
-// whose figures do not reach the parent, fails the run.
+// scripts' between N processes (N = --relay-workers is the one-server relay's record again): each
+// records its hand-offs, and a member process that fails, or whose figures do not reach the parent,
+// fails the run.
 TEST(BenchFloor, TheRelaysRunAgainBetweenProcesses) {
     const temp_dir dir("dlock-bench-test");
     const auto out = dir / "floor.jsonl";
     worker_process floor({"--servers", servers(), "--out", out, "--duration-s", "0.1", "--relay-s",
                           "0.5", "--relay-workers", "3", "--relay-cs-us", "200", "--relay-scripts",
-                          "1", "--relay-procs", "1", "--relay-scale", "2,4"},
+                          "1", "--relay-procs", "1", "--relay-scale", "2,3,4"},
                          dir / "floor.log", DLOCK_BENCH_FLOOR);
     ASSERT_EQ(floor.wait(60s), 0) << read_file(dir / "floor.log");
     const auto recs = floor_records(out);
     expect_held_share(recs, "relay_procs", out);
     for (const char* what :
          {"relay_handoff_procs", "relay_handoff_min_scripts_procs",
-          "relay_handoff_min_scripts_procs_2", "relay_handoff_min_scripts_procs_4"})
+          "relay_handoff_min_scripts_procs_2", "relay_handoff_min_scripts_procs_3",
+          "relay_handoff_min_scripts_procs_4"})
         expect_handoffs(recs, what, out);
 }
 
